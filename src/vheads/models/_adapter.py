@@ -1,0 +1,153 @@
+"""The small interface between a model family and the rest of vheads.
+
+An adapter knows a family's chat template, how its image processor turns an image into a
+grid of image tokens, and which sub-config is the language model. Everything else in
+vheads (engine, discovery, evaluation) is family-agnostic.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, ClassVar
+
+import torch
+
+from vheads.data import OPTION_LETTERS, Item
+from vheads.models._layout import Prompt, TokenLayout, char_span_to_positions
+
+ADAPTERS: dict[str, type["Adapter"]] = {}
+
+
+def register_adapter(cls: type["Adapter"]) -> type["Adapter"]:
+    """Class decorator: make ``cls`` the adapter for each of its ``model_types``."""
+    for mt in cls.model_types:
+        ADAPTERS[mt] = cls
+    return cls
+
+
+def adapter_for(model_type: str) -> "Adapter":
+    if model_type not in ADAPTERS:
+        raise ValueError(
+            f"model type {model_type!r} is not a supported VLM family; supported: "
+            f"{', '.join(sorted(ADAPTERS))} (see `vheads models`)"
+        )
+    return ADAPTERS[model_type]()
+
+
+def format_options(options: tuple[str, ...]) -> str:
+    """Lettered options as they follow the question: ``"\nA. red\nB. green ..."``."""
+    return "".join(f"\n{letter}. {text}" for letter, text in zip(OPTION_LETTERS, options))
+
+
+class Adapter:
+    """Base class: subclasses set the class attributes and implement ``image_grid``."""
+
+    family: ClassVar[str]
+    model_types: ClassVar[tuple[str, ...]]
+    image_token: ClassVar[str]
+    #: chat template pieces around the user turn: prefix, [image block], question, suffix
+    user_prefix: ClassVar[str]
+    image_prefix: ClassVar[str] = ""
+    image_suffix: ClassVar[str] = ""
+    assistant_prefix: ClassVar[str]
+    notes: ClassVar[str] = ""
+
+    # ---- family specifics -------------------------------------------------------------
+    def image_grid(self, processor: Any, image) -> tuple[dict[str, torch.Tensor], int, int, torch.Tensor]:
+        """Process one image: (pixel inputs, grid rows, grid cols, token boxes [N, 4])."""
+        raise NotImplementedError
+
+    def extra_inputs(self, input_ids: torch.Tensor, image_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {}
+
+    def position_ids(self, model, inputs: dict[str, torch.Tensor]) -> torch.Tensor | None:
+        """Position ids for the full sequence, or None for plain 1-D positions."""
+        return None
+
+    def text_config(self, model):
+        return getattr(model.config, "text_config", model.config)
+
+    # ---- shared ------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "model_types": list(self.model_types),
+            "image_token": self.image_token,
+            "template": self.user_prefix + self.image_prefix + "<image>" + self.image_suffix + "{question}" + self.assistant_prefix,
+            "notes": self.notes,
+        }
+
+    def tokenizer(self, processor: Any):
+        return getattr(processor, "tokenizer", processor)
+
+    def letter_token_ids(self, processor: Any) -> list[int]:
+        """Token ids of the four option letters as the first answer token."""
+        tok = self.tokenizer(processor)
+        ids = []
+        for letter in OPTION_LETTERS:
+            enc = tok(letter, add_special_tokens=False)["input_ids"]
+            if len(enc) != 1:
+                raise ValueError(f"option letter {letter!r} is not a single token for this tokenizer: {enc}")
+            ids.append(enc[0])
+        return ids
+
+    def build(self, item: Item, processor: Any, answer_text: str | None = None, min_cover: float = 0.5) -> Prompt:
+        """Tokenize ``item`` with this family's chat template and return its layout.
+
+        ``answer_text``, when given, is appended after the assistant prefix (teacher
+        forcing); its tokens form the ``answer`` span. Spans are found from character
+        offsets, so any fast tokenizer works.
+        """
+        tok = self.tokenizer(processor)
+        pixel_inputs: dict[str, torch.Tensor] = {}
+        n_img, rows, cols, boxes = 0, 0, 0, torch.zeros(0, 4)
+        if item.image is not None:
+            pixel_inputs, rows, cols, boxes = self.image_grid(processor, item.image.convert("RGB"))
+            n_img = rows * cols
+        options = format_options(item.options) if item.options else ""
+        parts: list[tuple[str, str]] = [("prefix", self.user_prefix)]
+        if n_img:
+            parts.append(("image", self.image_prefix + self.image_token * n_img + self.image_suffix))
+        parts += [("question", item.question), ("options", options), ("assistant", self.assistant_prefix)]
+        if answer_text is not None:
+            parts.append(("answer", answer_text))
+        text, starts = "", {}
+        for name, piece in parts:
+            starts[name] = (len(text), len(text) + len(piece))
+            text += piece
+        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = torch.tensor(enc["input_ids"])
+        offsets = [tuple(o) for o in enc["offset_mapping"]]
+        image_token_id = tok.convert_tokens_to_ids(self.image_token)
+        image_mask = ids == image_token_id
+        image_positions = image_mask.nonzero().flatten()
+        if len(image_positions) != n_img:
+            raise ValueError(
+                f"item {item.id!r}: the tokenizer produced {len(image_positions)} image tokens where the image "
+                f"processor's grid needs {n_img}; is {self.image_token!r} a special token of this tokenizer?"
+            )
+        spans = {
+            name: char_span_to_positions(offsets, *starts[name])
+            for name in ("question", "options", "answer")
+            if name in starts and starts[name][1] > starts[name][0]
+        }
+        if item.query_span is not None:
+            q0 = starts["question"][0]
+            spans["query"] = char_span_to_positions(offsets, q0 + item.query_span[0], q0 + item.query_span[1])
+        n_prompt = len(ids) if answer_text is None else min(spans.get("answer", [len(ids)]))
+        spans["last"] = [n_prompt - 1]
+        spans["prompt"] = list(range(n_prompt))
+        rc = torch.stack([torch.arange(rows).repeat_interleave(cols), torch.arange(cols).repeat(rows)], 1) if n_img else torch.zeros(0, 2, dtype=torch.long)
+        size = item.image.size if item.image is not None else (0, 0)
+        layout = TokenLayout(len(ids), image_positions, rc, (rows, cols), boxes, size, spans)
+        for name, box in item.regions.items():
+            layout.regions[name] = layout.region_tokens(box, min_cover=min_cover)
+        inputs = {"input_ids": ids[None], "attention_mask": torch.ones(1, len(ids), dtype=torch.long), **pixel_inputs}
+        inputs.update(self.extra_inputs(ids[None], image_mask[None]))
+        return Prompt(item=item, inputs=inputs, layout=layout, text=text)
+
+
+def call_with_supported(fn, **kwargs):
+    """Call ``fn`` with the subset of ``kwargs`` its signature accepts."""
+    params = inspect.signature(fn).parameters
+    return fn(**{k: v for k, v in kwargs.items() if k in params})

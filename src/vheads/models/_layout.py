@@ -1,0 +1,98 @@
+"""Token layout of one prompt: where every image token sits on the image, where every span is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from vheads.data import Box, Item
+
+
+@dataclass
+class RegionTokens:
+    """The image tokens a pixel box selects.
+
+    ``positions`` are the token positions whose area lies at least ``min_cover`` inside the
+    box; ``coverage`` is each selected token's covered fraction; ``partial`` lists the
+    selected positions the box covers only in part (0 < coverage < 1).
+    """
+
+    positions: torch.Tensor  # [n] long
+    coverage: torch.Tensor  # [n] float
+    partial: list[int]
+
+
+@dataclass
+class TokenLayout:
+    """Where things are in one tokenized prompt.
+
+    ``image_positions[i]`` is the sequence position of image token i; ``image_rc[i]`` its
+    (row, col) on the merged patch grid of shape ``grid``; ``token_boxes[i]`` the pixel box it
+    covers in the *original* image's coordinates (x0, y0, x1, y1, floats). ``spans`` maps
+    ``question``, ``options``, ``query``, ``answer`` (teacher-forced answer tokens, when
+    given) and ``last`` (the last prompt token) to lists of positions.
+    """
+
+    n_tokens: int
+    image_positions: torch.Tensor  # [N_img] long
+    image_rc: torch.Tensor  # [N_img, 2] long
+    grid: tuple[int, int]
+    token_boxes: torch.Tensor  # [N_img, 4] float
+    image_size: tuple[int, int]  # (width, height) of the original image
+    spans: dict[str, list[int]] = field(default_factory=dict)
+    regions: dict[str, RegionTokens] = field(default_factory=dict)
+
+    @property
+    def last(self) -> int:
+        return self.spans["last"][0]
+
+    def region_tokens(self, box: Box, min_cover: float = 0.5) -> RegionTokens:
+        """Image-token positions under ``box`` (pixels of the original image)."""
+        w, h = self.image_size
+        x0, y0, x1, y1 = box
+        if not (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h):
+            raise ValueError(f"region box {box} lies outside the {w}x{h} image; boxes are (x0, y0, x1, y1) pixels")
+        tb = self.token_boxes  # [N, 4]
+        ix = (torch.minimum(tb[:, 2], torch.tensor(float(x1))) - torch.maximum(tb[:, 0], torch.tensor(float(x0)))).clamp(min=0)
+        iy = (torch.minimum(tb[:, 3], torch.tensor(float(y1))) - torch.maximum(tb[:, 1], torch.tensor(float(y0)))).clamp(min=0)
+        area = (tb[:, 2] - tb[:, 0]) * (tb[:, 3] - tb[:, 1])
+        cover = ix * iy / area  # [N]
+        keep = cover >= min_cover - 1e-9
+        pos = self.image_positions[keep]
+        cov = cover[keep]
+        partial = [int(p) for p, c in zip(pos, cov) if c < 1 - 1e-6]
+        return RegionTokens(positions=pos, coverage=cov, partial=partial)
+
+    def text_positions(self) -> torch.Tensor:
+        """All positions that are not image tokens."""
+        is_img = torch.zeros(self.n_tokens, dtype=torch.bool)
+        is_img[self.image_positions] = True
+        return (~is_img).nonzero().flatten()
+
+
+@dataclass
+class Prompt:
+    """A tokenized prompt ready for the model (batch of one) with its layout and item."""
+
+    item: Item
+    inputs: dict[str, torch.Tensor]
+    layout: TokenLayout
+    text: str
+
+
+def char_span_to_positions(offsets: list[tuple[int, int]], start: int, end: int) -> list[int]:
+    """Token positions whose character range overlaps [start, end)."""
+    return [i for i, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
+
+
+def grid_token_boxes(rows: int, cols: int, scale_x: float, scale_y: float, off_x: float = 0.0, off_y: float = 0.0) -> torch.Tensor:
+    """Pixel boxes (original image coordinates) of a rows x cols token grid, row-major.
+
+    A token (r, c) covers processed-image pixels [c, c+1) x [r, r+1) in token units; ``scale``
+    converts one token to original pixels and ``off`` is where processed pixel 0 sits in the
+    original image (a centre crop shifts it).
+    """
+    r = torch.arange(rows).repeat_interleave(cols).float()
+    c = torch.arange(cols).repeat(rows).float()
+    return torch.stack([off_x + c * scale_x, off_y + r * scale_y, off_x + (c + 1) * scale_x, off_y + (r + 1) * scale_y], dim=1)

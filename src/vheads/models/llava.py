@@ -1,0 +1,47 @@
+"""LLaVA family (LLaVA-1.5 style): fixed square grid of patch tokens, resize + centre crop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vheads.models._adapter import Adapter, register_adapter
+from vheads.models._layout import grid_token_boxes
+
+
+@register_adapter
+class LlavaAdapter(Adapter):
+    family = "llava"
+    model_types = ("llava",)
+    image_token = "<image>"
+    user_prefix = "USER: "
+    image_suffix = "\n"
+    assistant_prefix = " ASSISTANT:"
+    notes = (
+        "CLIP-style processor: resize (shortest edge) then centre crop to a square; "
+        "one token per vision patch (CLS dropped); plain 1-D positions."
+    )
+
+    def image_grid(self, processor: Any, image):
+        ip = processor.image_processor
+        out = ip(images=[image], return_tensors="pt")
+        _, _, ph, pw = out["pixel_values"].shape
+        patch = int(processor.patch_size)
+        rows, cols = ph // patch, pw // patch
+        w, h = image.size
+        size = ip.size
+        shortest = size.get("shortest_edge") if isinstance(size, dict) else getattr(size, "shortest_edge", None)
+        if shortest:
+            s = shortest / min(w, h)
+            rw, rh = w * s, h * s
+        else:
+            rw, rh = float(size["width"] if isinstance(size, dict) else size.width), float(size["height"] if isinstance(size, dict) else size.height)
+        off_x = (rw - pw) / 2 if getattr(ip, "do_center_crop", False) else 0.0
+        off_y = (rh - ph) / 2 if getattr(ip, "do_center_crop", False) else 0.0
+        if not getattr(ip, "do_center_crop", False):
+            rw, rh = float(pw), float(ph)
+        kx, ky = w / rw, h / rh  # original pixels per processed pixel
+        boxes = grid_token_boxes(rows, cols, patch * kx, patch * ky, off_x * kx, off_y * ky)
+        # clip tokens to the image (a centre crop keeps them inside; this guards rounding)
+        boxes[:, 0::2] = boxes[:, 0::2].clamp(0, w)
+        boxes[:, 1::2] = boxes[:, 1::2].clamp(0, h)
+        return {"pixel_values": out["pixel_values"]}, rows, cols, boxes

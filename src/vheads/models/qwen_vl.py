@@ -1,0 +1,54 @@
+"""Qwen-VL family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): dynamic-resolution grid, 2x2 patch merge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from vheads.models._adapter import Adapter, call_with_supported, register_adapter
+from vheads.models._layout import grid_token_boxes
+
+
+@register_adapter
+class QwenVLAdapter(Adapter):
+    family = "qwen-vl"
+    model_types = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+    image_token = "<|image_pad|>"
+    user_prefix = "<|im_start|>user\n"
+    image_prefix = "<|vision_start|>"
+    image_suffix = "<|vision_end|>"
+    assistant_prefix = "<|im_end|>\n<|im_start|>assistant\n"
+    notes = (
+        "Image resized to multiples of patch*merge pixels; one image token per merged "
+        "patch; M-RoPE position ids computed once for the full prompt."
+    )
+
+    def image_grid(self, processor: Any, image):
+        ip = processor.image_processor
+        out = ip(images=[image], return_tensors="pt")
+        t, gh, gw = (int(v) for v in out["image_grid_thw"][0])
+        merge = int(ip.merge_size)
+        patch = int(ip.patch_size)
+        rows, cols = gh // merge, gw // merge
+        w, h = image.size
+        # the processor resized the image to (gw*patch) x (gh*patch) pixels
+        sx = w / (gw * patch) * merge * patch
+        sy = h / (gh * patch) * merge * patch
+        boxes = grid_token_boxes(rows, cols, sx, sy)
+        return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}, rows, cols, boxes
+
+    def extra_inputs(self, input_ids, image_mask):
+        return {"mm_token_type_ids": image_mask.to(torch.int32)}
+
+    def position_ids(self, model, inputs):
+        base = model.model
+        pos = call_with_supported(
+            base.get_rope_index,
+            input_ids=inputs["input_ids"],
+            image_grid_thw=inputs.get("image_grid_thw"),
+            video_grid_thw=None,
+            attention_mask=inputs.get("attention_mask"),
+            mm_token_type_ids=inputs.get("mm_token_type_ids"),
+        )
+        return pos[0] if isinstance(pos, tuple) else pos
