@@ -91,13 +91,18 @@ class Adapter:
             ids.append(enc[0])
         return ids
 
-    def build(self, item: Item, processor: Any, answer_text: str | None = None, min_cover: float = 0.5) -> Prompt:
+    def build(self, item: Item, processor: Any, answer_text: str | None = None, min_cover: float = 0.5, require_image: bool = True) -> Prompt:
         """Tokenize ``item`` with this family's chat template and return its layout.
 
         ``answer_text``, when given, is appended after the assistant prefix (teacher
         forcing); its tokens form the ``answer`` span. Spans are found from character
         offsets, so any fast tokenizer works.
         """
+        if require_image and item.image is None:
+            raise ValueError(
+                f"item {item.id!r} has no image: vheads prompts need one (give text-only items a "
+                "blank image, or pass require_image=False)"
+            )
         tok = self.tokenizer(processor)
         pixel_inputs: dict[str, torch.Tensor] = {}
         n_img, rows, cols, boxes = 0, 0, 0, torch.zeros(0, 4)

@@ -1,0 +1,107 @@
+"""Probe plans: what one forward pass captures, masks and steers, per batch row.
+
+Every tensor of a plan is indexed by *absolute* sequence position (0 … T-1) and carries
+the batch dimension first, so batch row b can carry head-set b. A plan never stores a
+per-layer attention map: an intervention is the product of three factors,
+``heads [B, L, H] × rows [B, T] × key_bias [B, T]``, expanded only for the rows and the
+layer being computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+ROW_GROUPS = ("all", "image", "question", "last")
+
+
+@dataclass
+class Intervention:
+    """Add ``key_bias[b, t]`` to the logits of head (l, h) at query row q when
+    ``heads[b, l, h]`` and ``rows[b, q]``. ``-inf`` in ``key_bias`` masks a key."""
+
+    heads: torch.Tensor  # [B, L, H] bool
+    rows: torch.Tensor  # [B, T] bool
+    key_bias: torch.Tensor  # [B, T] float
+
+    def __post_init__(self) -> None:
+        b = self.heads.shape[0]
+        if self.rows.shape[0] != b or self.key_bias.shape[0] != b:
+            raise ValueError(
+                f"intervention batch sizes disagree: heads {tuple(self.heads.shape)}, rows "
+                f"{tuple(self.rows.shape)}, key_bias {tuple(self.key_bias.shape)}"
+            )
+        if self.rows.shape[1] != self.key_bias.shape[1]:
+            raise ValueError(f"rows cover {self.rows.shape[1]} positions but key_bias {self.key_bias.shape[1]}")
+
+
+def mask_keys(heads: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor) -> Intervention:
+    """Hide ``keys [B, T]`` from ``heads [B, L, H]`` at ``rows [B, T]``: logit −∞, softmax
+    renormalizes over the keys left (DESIGN.md "Mask")."""
+    bias = torch.zeros(keys.shape, dtype=torch.float32)
+    bias[keys.bool()] = float("-inf")
+    return Intervention(heads.bool(), rows.bool(), bias)
+
+
+def steer_keys(heads: torch.Tensor, rows: torch.Tensor, target: torch.Tensor, image: torch.Tensor, beta: float) -> Intervention:
+    """Steer ``heads`` onto ``target [B, T]``: logit += β on the target's keys and −= β on
+    every other image key (``image [B, T]``), at ``rows`` (DESIGN.md "Steer")."""
+    if not torch.isfinite(torch.tensor(float(beta))):
+        raise ValueError(f"steering strength beta must be finite, got {beta}")
+    target, image = target.bool(), image.bool()
+    bias = torch.zeros(target.shape, dtype=torch.float32)
+    bias[image & ~target] = -float(beta)
+    bias[target] = float(beta)
+    return Intervention(heads.bool(), rows.bool(), bias)
+
+
+@dataclass
+class Capture:
+    """Raw attention mass from query rows onto key groups, per (layer, head).
+
+    Result ``[B, L, H, G]``: ``mean_{q: rows[b,q]} Σ_{t: groups[b,g,t]} A[l,h][q,t]``
+    (DESIGN.md "Region mass"; not renormalized over image tokens).
+    """
+
+    rows: torch.Tensor  # [B, T] bool
+    groups: torch.Tensor  # [B, G, T] bool
+    name: str = "capture"
+
+
+@dataclass
+class ProbePlan:
+    """The captures and interventions of one forward pass of batch ``batch_size``."""
+
+    batch_size: int
+    n_layers: int
+    n_heads: int
+    interventions: list[Intervention] = field(default_factory=list)
+    captures: list[Capture] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for iv in self.interventions:
+            if tuple(iv.heads.shape) != (self.batch_size, self.n_layers, self.n_heads):
+                raise ValueError(
+                    f"intervention heads have shape {tuple(iv.heads.shape)}; this model and batch need "
+                    f"({self.batch_size}, {self.n_layers}, {self.n_heads})"
+                )
+        for c in self.captures:
+            if c.rows.shape[0] != self.batch_size or c.groups.shape[0] != self.batch_size:
+                raise ValueError(f"capture {c.name!r} has batch {c.rows.shape[0]}, plan has {self.batch_size}")
+            if not c.rows.any(dim=1).all():
+                raise ValueError(f"capture {c.name!r} selects no query row for some batch row")
+
+    def first_row(self) -> int:
+        """The first absolute position any action acts at (for prefix reuse)."""
+        first = []
+        for iv in self.interventions:
+            active = iv.rows & iv.heads.any(dim=(1, 2))[:, None]
+            if active.any():
+                first.append(int(active.any(0).nonzero()[0]))
+        for c in self.captures:
+            first.append(int(c.rows.any(0).nonzero()[0]))
+        return min(first) if first else 10**9
+
+    def touches_layer(self, layer: int) -> bool:
+        return bool(self.captures) or any(bool(iv.heads[:, layer].any()) for iv in self.interventions)

@@ -1,0 +1,59 @@
+"""An independent eager reference for DESIGN.md's mask / steer definitions.
+
+It computes every layer's full attention with a hand-written softmax and applies the
+interventions from plain Python descriptions (sets of heads, rows, keys), sharing no code
+with the engine. Registered under its own attention name for the duration of a test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+REF = "vheads_test_reference"
+SPEC: dict = {}
+
+
+def reference_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    B, H, T, D = query.shape
+    rep = H // key.shape[1]
+    k = torch.cat([key[:, i // rep : i // rep + 1] for i in range(H)], dim=1)
+    v = torch.cat([value[:, i // rep : i // rep + 1] for i in range(H)], dim=1)
+    logits = (query.double() @ k.double().transpose(-1, -2)) / math.sqrt(D)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    logits = logits.masked_fill(~causal, -math.inf)
+    layer = module.layer_idx
+    for b, actions in enumerate(SPEC.get("per_row", [])):
+        for act in actions:
+            for (l, h) in act["heads"]:
+                if l != layer:
+                    continue
+                for q in act["rows"]:
+                    if act["kind"] == "mask":
+                        for t in act["keys"]:
+                            logits[b, h, q, t] = -math.inf
+                    else:  # steer
+                        for t in act["image"]:
+                            logits[b, h, q, t] += act["beta"] if t in act["target"] else -act["beta"]
+    m = logits.max(-1, keepdim=True).values
+    e = torch.exp(logits - m)
+    p = e / e.sum(-1, keepdim=True)
+    out = (p @ v.double()).to(query.dtype)
+    return out.transpose(1, 2).contiguous(), None
+
+
+@contextlib.contextmanager
+def reference_mode(model, per_row):
+    AttentionInterface.register(REF, reference_attention)
+    AttentionMaskInterface.register(REF, sdpa_mask)
+    subs = {name: (REF if name == "text_config" else "sdpa") for name in model.config.sub_configs}
+    SPEC["per_row"] = per_row
+    model.set_attn_implementation(subs)
+    try:
+        yield
+    finally:
+        SPEC.clear()
