@@ -84,6 +84,7 @@ def build_qwen_vl(
     vision_depth: int = 1,
     patch: int = 16,
     seed: int = 0,
+    max_pixels: int = 512 * 512,
 ):
     """A random Qwen2-VL / Qwen2.5-VL / Qwen3-VL with a word-level tokenizer. Returns (model, tokenizer, image_processor)."""
     from transformers import AutoConfig, AutoModelForImageTextToText
@@ -123,7 +124,7 @@ def build_qwen_vl(
     )
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
-    return model.eval(), tok, qwen_image_processor(patch=patch)
+    return model.eval(), tok, qwen_image_processor(patch=patch, max_pixels=max_pixels)
 
 
 def build_llava(words: list[str] = (), hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,

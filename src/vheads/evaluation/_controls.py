@@ -1,0 +1,464 @@
+"""Random and rule-based control head-sets: what a head-set S must beat.
+
+A head-set means something only when it beats head-sets drawn the right way. Every random
+control here is drawn with ``numpy.random.default_rng(seed)`` from a seed the caller
+records, R draws per head-set, and comes back as a :class:`ControlDraws`: the R head-sets,
+the seed, and a record of any fallback the draw had to make.
+
+Controls of a head-set S of a model with L layers × H heads:
+
+- ``layer-matched``: same per-layer counts as S, uniform within each layer, S excluded.
+- ``any-layer``: |S| heads uniformly anywhere, S excluded.
+- ``attention-matched`` (``layer+attention-matched``): per layer, each head of S is
+  matched by a non-S head of the same layer with a similar baseline image-attention mass.
+- ``sinks``: the |S| non-S heads with the most attention on sink tokens (deterministic).
+- ``text-heavy``: the |S| non-S heads with the least image attention (deterministic).
+- ``whole-layers``: round(|S| / H) whole layers drawn uniformly (≈ |S| heads).
+- ``random-n``: n heads uniformly anywhere (n = |S| unless given), S not excluded.
+
+``CONTROLS`` maps these names to :class:`Control` entries with one calling convention, and
+:func:`parse_control_spec` reads a spec such as ``"layer-matched:100,any-layer:50"``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vheads.evaluation._headsets import HeadSet
+
+DEFAULT_R = 100  # draws of a random control when a spec gives no R
+
+
+# --- results --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A layer where S left too few other heads for a layer-local draw.
+
+    In that layer every draw takes all ``available`` non-S heads and the other
+    ``needed - available`` heads from the nearest layers that still had free heads
+    (``borrowed_from``, over all draws). Such a draw no longer has S's per-layer counts
+    in these layers; its total size is still |S|.
+    """
+
+    layer: int
+    needed: int  # heads S has in this layer
+    available: int  # heads of this layer outside S
+    borrowed_from: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return (
+            f"layer {self.layer}: S has {self.needed} heads there but only {self.available} "
+            f"other heads exist; each draw took all {self.available} and "
+            f"{self.needed - self.available} from the nearest layers with free heads "
+            f"{list(self.borrowed_from)}"
+        )
+
+
+@dataclass(frozen=True)
+class ControlDraws:
+    """The R control head-sets of one control for one head-set S.
+
+    ``seed`` is the seed the draws came from (``None`` for a deterministic control).
+    ``fallbacks`` lists layers where the draw could not stay layer-local; ``notes`` says
+    anything else a reader of the results should know (sizes, overlaps with S).
+    """
+
+    control: str
+    seed: int | None
+    sets: tuple[HeadSet, ...]
+    fallbacks: tuple[Fallback, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.sets)
+
+    def __iter__(self) -> Iterator[HeadSet]:
+        return iter(self.sets)
+
+    def __getitem__(self, i: int) -> HeadSet:
+        return self.sets[i]
+
+
+# --- checks ---------------------------------------------------------------------------
+
+
+def _check_draws(R: int, seed: int) -> np.random.Generator:
+    if isinstance(R, bool) or not isinstance(R, (int, np.integer)) or R < 1:
+        raise ValueError(f"R (number of control draws) must be an integer ≥ 1, got {R!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(
+            f"seed must be a non-negative integer so the draws can be reproduced, got {seed!r}"
+        )
+    return np.random.default_rng(int(seed))
+
+
+def _check_nonempty(S: HeadSet, control: str) -> None:
+    if len(S) == 0:
+        raise ValueError(f"{control} controls of an empty head-set: there is nothing to match")
+
+
+def _check_disjoint_room(S: HeadSet, control: str) -> None:
+    total = S.n_layers * S.n_heads
+    if total - len(S) < len(S):
+        raise ValueError(
+            f"{control} controls must be disjoint from S, but S has {len(S)} of the model's "
+            f"{total} heads and only {total - len(S)} lie outside it; use a smaller head-set "
+            f"or the random-n control"
+        )
+
+
+def _check_head_array(values: np.ndarray, S: HeadSet, what: str) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    if values.shape != (S.n_layers, S.n_heads):
+        raise ValueError(
+            f"{what} must have shape [L, H] = [{S.n_layers}, {S.n_heads}] like the head-set, "
+            f"got {values.shape}"
+        )
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{what} must be finite")
+    return values
+
+
+def _rings(n_layers: int, layer: int) -> Iterator[list[int]]:
+    """Layers at distance 1, 2, ... from ``layer`` (lower one first)."""
+    for d in range(1, n_layers):
+        ring = [x for x in (layer - d, layer + d) if 0 <= x < n_layers]
+        if ring:
+            yield ring
+
+
+def _free_in(free: np.ndarray, layers: list[int]) -> np.ndarray:
+    """(layer, head) rows of the free heads of ``layers``, in (layer, head) order. [n, 2]"""
+    return np.array([(x, h) for x in layers for h in np.flatnonzero(free[x])], dtype=int).reshape(-1, 2)
+
+
+def _collect_fallbacks(S: HeadSet, borrowed: dict[int, set[int]]) -> tuple[Fallback, ...]:
+    counts = S.per_layer_counts()
+    return tuple(
+        Fallback(layer, int(counts[layer]), S.n_heads - int(counts[layer]), tuple(sorted(src)))
+        for layer, src in sorted(borrowed.items())
+    )
+
+
+# --- random controls -------------------------------------------------------------------
+
+
+def layer_matched_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
+    """R head-sets with S's per-layer counts, drawn uniformly within each layer, S excluded.
+
+    Draw r takes, in every layer l, ``c_l`` heads (S's count there) uniformly without
+    replacement from the layer's heads outside S. Fallback, when S has more than half of a
+    layer (``c_l > H - c_l``): the draw takes all ``H - c_l`` free heads of that layer and
+    the shortfall from the nearest layers (distance 1, then 2, ...; all free heads of a
+    nearer ring before any of a farther one, uniformly within a ring), after every layer
+    has drawn its own heads. Each such layer is reported in ``fallbacks``.
+    """
+    _check_nonempty(S, "layer-matched")
+    _check_disjoint_room(S, "layer-matched")
+    rng = _check_draws(R, seed)
+    counts = S.per_layer_counts()  # [L]
+    borrowed: dict[int, set[int]] = {}
+    sets = []
+    for _ in range(R):
+        free = ~S.as_mask()  # [L, H] heads a control may still take
+        chosen: list[tuple[int, int]] = []
+        short: dict[int, int] = {}
+        for layer in np.flatnonzero(counts):
+            pool = np.flatnonzero(free[layer])
+            take = min(int(counts[layer]), len(pool))
+            for h in rng.choice(pool, size=take, replace=False):
+                free[layer, h] = False
+                chosen.append((int(layer), int(h)))
+            if take < counts[layer]:
+                short[int(layer)] = int(counts[layer]) - take
+        for layer, need in short.items():
+            for ring in _rings(S.n_layers, layer):
+                pool = _free_in(free, ring)  # [n, 2]
+                if len(pool) == 0:
+                    continue
+                take = min(need, len(pool))
+                for x, h in pool[rng.choice(len(pool), size=take, replace=False)]:
+                    free[x, h] = False
+                    chosen.append((int(x), int(h)))
+                    borrowed.setdefault(layer, set()).add(int(x))
+                need -= take
+                if need == 0:
+                    break
+        sets.append(HeadSet(chosen, S.n_layers, S.n_heads))
+    return ControlDraws("layer-matched", int(seed), tuple(sets), _collect_fallbacks(S, borrowed))
+
+
+def any_layer_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
+    """R head-sets of |S| heads drawn uniformly without replacement from all heads outside S."""
+    _check_nonempty(S, "any-layer")
+    _check_disjoint_room(S, "any-layer")
+    rng = _check_draws(R, seed)
+    pool = np.flatnonzero(~S.as_mask().ravel())  # flat (layer, head) indices outside S
+    sets = [
+        HeadSet.from_flat(rng.choice(pool, size=len(S), replace=False), S.n_layers, S.n_heads)
+        for _ in range(R)
+    ]
+    return ControlDraws("any-layer", int(seed), tuple(sets))
+
+
+def attention_matched_controls(
+    S: HeadSet, image_mass: np.ndarray, R: int, seed: int, n_nearest: int = 3
+) -> ControlDraws:
+    """R head-sets matched to S per layer on baseline image-attention mass, S excluded.
+
+    ``image_mass[l, h]`` ([L, H]) is each head's baseline attention mass on the image
+    tokens. In draw r, within each layer, S's heads are visited in a random order; each
+    head s is matched by a head drawn uniformly among the ``n_nearest`` free non-S heads of
+    the same layer whose mass is closest to ``image_mass[s]`` (ties by head index), drawn
+    without replacement. So every draw has S's per-layer counts and a per-head mass close
+    to S's; ``n_nearest`` trades closeness for variety between draws (1 would make the draws
+    nearly identical).
+
+    Fallback, when S has more than half of a layer: the heads of S left without a partner
+    in their layer are matched, after every layer's own matching, among the ``n_nearest``
+    closest-mass free heads of the nearest ring of layers (distance 1, then 2, ...) that
+    has any. Such layers are reported in ``fallbacks``.
+    """
+    _check_nonempty(S, "attention-matched")
+    _check_disjoint_room(S, "attention-matched")
+    mass = _check_head_array(image_mass, S, "image_mass")  # [L, H]
+    if isinstance(n_nearest, bool) or not isinstance(n_nearest, (int, np.integer)) or n_nearest < 1:
+        raise ValueError(f"n_nearest must be an integer ≥ 1, got {n_nearest!r}")
+    rng = _check_draws(R, seed)
+
+    def pick_nearest(pool: np.ndarray, target: float) -> tuple[int, int]:
+        # pool: [n, 2] (layer, head) rows in (layer, head) order; lexsort is stable.
+        order = np.lexsort((np.arange(len(pool)), np.abs(mass[pool[:, 0], pool[:, 1]] - target)))
+        x, h = pool[rng.choice(order[:n_nearest])]
+        return int(x), int(h)
+
+    s_by_layer: dict[int, list[int]] = {}
+    for layer, h in S.heads:
+        s_by_layer.setdefault(layer, []).append(h)
+    borrowed: dict[int, set[int]] = {}
+    sets = []
+    for _ in range(R):
+        free = ~S.as_mask()  # [L, H]
+        chosen: list[tuple[int, int]] = []
+        unmatched: list[tuple[int, int]] = []
+        for layer, heads_of_s in s_by_layer.items():
+            for h in rng.permutation(heads_of_s):
+                pool = _free_in(free, [layer])
+                if len(pool) == 0:
+                    unmatched.append((layer, int(h)))
+                    continue
+                x, g = pick_nearest(pool, mass[layer, h])
+                free[x, g] = False
+                chosen.append((x, g))
+        for layer, h in unmatched:
+            for ring in _rings(S.n_layers, layer):
+                pool = _free_in(free, ring)
+                if len(pool):
+                    x, g = pick_nearest(pool, mass[layer, h])
+                    free[x, g] = False
+                    chosen.append((x, g))
+                    borrowed.setdefault(layer, set()).add(x)
+                    break
+        sets.append(HeadSet(chosen, S.n_layers, S.n_heads))
+    notes = (f"matched among the {n_nearest} nearest heads by image-attention mass",)
+    return ControlDraws("attention-matched", int(seed), tuple(sets), _collect_fallbacks(S, borrowed), notes)
+
+
+def whole_layer_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
+    """R head-sets made of whole layers, ``m = max(1, round(|S| / H))`` layers drawn uniformly.
+
+    Every draw has m·H heads, the multiple of H nearest |S| (the seed's 96 heads for
+    |S| = 100 and H = 32; rounding half-up). A whole layer cannot exclude S, so these
+    draws keep any heads of S that lie in the chosen layers; ``notes`` gives the mean
+    overlap. m is capped at L.
+    """
+    _check_nonempty(S, "whole-layers")
+    rng = _check_draws(R, seed)
+    L, H = S.n_layers, S.n_heads
+    m = min(L, max(1, int(math.floor(len(S) / H + 0.5))))
+    sets = []
+    for _ in range(R):
+        layers = rng.choice(L, size=m, replace=False)
+        sets.append(HeadSet(((int(x), h) for x in layers for h in range(H)), L, H))
+    overlap = float(np.mean([len(c & S) for c in sets]))
+    notes = [
+        f"{m} whole layers × {H} heads = {m * H} heads for |S| = {len(S)}; "
+        f"mean overlap with S {overlap:.1f} heads"
+    ]
+    if math.comb(L, m) < R:
+        notes.append(f"only {math.comb(L, m)} distinct choices of {m} of {L} layers exist, so draws repeat")
+    return ControlDraws("whole-layers", int(seed), tuple(sets), (), tuple(notes))
+
+
+def random_n_controls(n: int, R: int, seed: int, n_layers: int, n_heads: int) -> ControlDraws:
+    """R head-sets of n heads drawn uniformly without replacement from all L·H heads."""
+    rng = _check_draws(R, seed)
+    total = n_layers * n_heads
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= total:
+        raise ValueError(f"n must be an integer in 1..{total} (the model's heads), got {n!r}")
+    sets = [HeadSet.from_flat(rng.choice(total, size=n, replace=False), n_layers, n_heads) for _ in range(R)]
+    return ControlDraws("random-n", int(seed), tuple(sets))
+
+
+# --- rule-based controls ---------------------------------------------------------------
+
+
+def _top_n(scores: np.ndarray, n: int, exclude: HeadSet | None, what: str) -> HeadSet:
+    """The n heads with the highest ``scores`` [L, H] outside ``exclude``; ties by (layer, head)."""
+    scores = np.asarray(scores, dtype=float)
+    if scores.ndim != 2 or not np.all(np.isfinite(scores)):
+        raise ValueError(f"{what} must be a finite 2-d array [L, H], got shape {scores.shape}")
+    L, H = scores.shape
+    allowed = np.ones((L, H), dtype=bool) if exclude is None else ~exclude.as_mask()
+    if exclude is not None:
+        exclude.check_model(L, H)
+    pool = np.flatnonzero(allowed.ravel())
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= len(pool):
+        raise ValueError(f"n must be an integer in 1..{len(pool)} (heads available), got {n!r}")
+    order = pool[np.argsort(-scores.ravel()[pool], kind="stable")[:n]]
+    return HeadSet.from_flat(order, L, H)
+
+
+def sink_heads(sink_mass: np.ndarray, n: int, exclude: HeadSet | None = None) -> HeadSet:
+    """The n heads with the most attention mass on sink tokens, ``sink_mass`` [L, H].
+
+    Heads of ``exclude`` are skipped; ties go to the lower (layer, head).
+    """
+    return _top_n(sink_mass, n, exclude, "sink_mass")
+
+
+def text_heavy_heads(image_mass: np.ndarray, n: int, exclude: HeadSet | None = None) -> HeadSet:
+    """The n heads with the least image-attention mass, ``image_mass`` [L, H].
+
+    Heads of ``exclude`` are skipped; ties go to the lower (layer, head).
+    """
+    return _top_n(-np.asarray(image_mass, dtype=float), n, exclude, "image_mass")
+
+
+# --- registry and spec -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Control:
+    """One registry entry. ``draw(S, R, seed, **inputs)`` returns :class:`ControlDraws`.
+
+    ``inputs`` are keyword arrays a control may need: ``image_mass`` [L, H], ``sink_mass``
+    [L, H], ``n`` (random-n size). ``random=False`` marks a deterministic control (R = 1).
+    """
+
+    name: str
+    draw: Callable[..., ControlDraws]
+    random: bool = True
+    needs: tuple[str, ...] = field(default=())
+
+
+def _need(inputs: dict, key: str, control: str, what: str):
+    if inputs.get(key) is None:
+        raise ValueError(f"the {control} control needs {key}: {what}")
+    return inputs[key]
+
+
+def _draw_attention_matched(S, R, seed, **inputs):
+    mass = _need(inputs, "image_mass", "attention-matched", "baseline image-attention mass per head [L, H]")
+    return attention_matched_controls(S, mass, R, seed)
+
+
+def _draw_sinks(S, R, seed, **inputs):
+    mass = _need(inputs, "sink_mass", "sinks", "attention mass on sink tokens per head [L, H]")
+    heads = sink_heads(mass, len(S), exclude=S)
+    note = f"the {len(S)} non-S heads with most sink mass"
+    return ControlDraws("sinks", None, (heads,), notes=(note,))
+
+
+def _draw_text_heavy(S, R, seed, **inputs):
+    mass = _need(inputs, "image_mass", "text-heavy", "baseline image-attention mass per head [L, H]")
+    heads = text_heavy_heads(mass, len(S), exclude=S)
+    note = f"the {len(S)} non-S heads with least image mass"
+    return ControlDraws("text-heavy", None, (heads,), notes=(note,))
+
+
+def _draw_random_n(S, R, seed, **inputs):
+    n = inputs.get("n") or len(S)
+    return random_n_controls(n, R, seed, S.n_layers, S.n_heads)
+
+
+CONTROLS: dict[str, Control] = {
+    "layer-matched": Control("layer-matched", lambda S, R, seed, **_: layer_matched_controls(S, R, seed)),
+    "any-layer": Control("any-layer", lambda S, R, seed, **_: any_layer_controls(S, R, seed)),
+    "attention-matched": Control("attention-matched", _draw_attention_matched, needs=("image_mass",)),
+    "sinks": Control("sinks", _draw_sinks, random=False, needs=("sink_mass",)),
+    "text-heavy": Control("text-heavy", _draw_text_heavy, random=False, needs=("image_mass",)),
+    "whole-layers": Control("whole-layers", lambda S, R, seed, **_: whole_layer_controls(S, R, seed)),
+    "random-n": Control("random-n", _draw_random_n),
+}
+ALIASES = {"layer+attention-matched": "attention-matched"}
+
+
+def get_control(name: str) -> Control:
+    """The registry entry for ``name`` (or an alias); ``ValueError`` naming the choices otherwise."""
+    key = ALIASES.get(name, name)
+    if key not in CONTROLS:
+        hint = difflib.get_close_matches(name, [*CONTROLS, *ALIASES], n=1)
+        did = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise ValueError(f"unknown control {name!r}{did}; known controls: {', '.join(CONTROLS)}")
+    return CONTROLS[key]
+
+
+def draw_controls(name: str, S: HeadSet, R: int, seed: int, **inputs) -> ControlDraws:
+    """Draw control ``name`` for S: R draws from ``seed`` (R must be 1 for a deterministic control)."""
+    control = get_control(name)
+    if not control.random and R != 1:
+        raise ValueError(f"control {control.name!r} is deterministic (one head-set), so R must be 1, got {R}")
+    return control.draw(S, R, seed, **inputs)
+
+
+@dataclass(frozen=True)
+class ControlRequest:
+    """One entry of a control spec: the control's registry name and its number of draws R."""
+
+    name: str
+    R: int
+
+
+def parse_control_spec(spec: str) -> list[ControlRequest]:
+    """Parse ``"layer-matched:100,any-layer:50"`` into requests, in the order given.
+
+    Each entry is ``name`` or ``name:R``. R defaults to 100 for random controls and is 1
+    for the deterministic ``sinks`` and ``text-heavy``. Unknown names, R that is not an
+    integer ≥ 1, R > 1 for a deterministic control, empty entries and repeated names are
+    ``ValueError``.
+    """
+    if not spec or not spec.strip():
+        raise ValueError("empty control spec; give e.g. 'layer-matched:100,any-layer:50'")
+    requests: list[ControlRequest] = []
+    for raw in spec.split(","):
+        entry = raw.strip()
+        if not entry:
+            raise ValueError(f"empty entry in control spec {spec!r} (a stray comma?)")
+        name, sep, r_text = (part.strip() for part in entry.partition(":"))
+        control = get_control(name)
+        if sep:
+            try:
+                R = int(r_text)
+            except ValueError:
+                raise ValueError(f"control {name!r}: R must be an integer, got {r_text!r}") from None
+            if R < 1:
+                raise ValueError(f"control {name!r}: R must be at least 1, got {R}")
+        else:
+            R = DEFAULT_R if control.random else 1
+        if not control.random and R != 1:
+            raise ValueError(
+                f"control {name!r} is deterministic (one head-set), so R must be 1, got {R}; "
+                f"write {control.name!r} or '{control.name}:1'"
+            )
+        if any(r.name == control.name for r in requests):
+            raise ValueError(f"control {control.name!r} appears twice in {spec!r}")
+        requests.append(ControlRequest(control.name, R))
+    return requests

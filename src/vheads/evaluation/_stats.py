@@ -1,0 +1,247 @@
+"""Statistics of the causal tests: one function per statistic, formula in its docstring.
+
+Notation: ``x_i`` (i = 1..n) are per-item outcomes of one head-set (a CERS contrast, an
+NCS drop); ``T_S`` is a head-set's test statistic (a mean over items) and ``T_1..T_R`` the
+same statistic for its R control head-sets. Every function validates its input (finite
+values, matching lengths, enough items) and returns a small frozen dataclass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+
+ALTERNATIVES = ("two-sided", "greater", "less")
+
+
+def _vector(x, what: str, min_n: int = 1) -> np.ndarray:
+    arr = np.asarray(x, dtype=float)
+    if arr.ndim != 1:
+        raise ValueError(f"{what} must be a 1-d array of per-item values, got shape {arr.shape}")
+    if len(arr) < min_n:
+        raise ValueError(f"{what} needs at least {min_n} values, got {len(arr)}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what} must be finite; {int(np.sum(~np.isfinite(arr)))} value(s) are not")
+    return arr
+
+
+def _scalar(v, what: str) -> float:
+    v = float(v)
+    if not np.isfinite(v):
+        raise ValueError(f"{what} must be finite, got {v}")
+    return v
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean and its interval ``[low, high]`` over ``n`` items."""
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    confidence: float
+
+
+def t_interval(x, confidence: float = 0.95) -> Interval:
+    """Per-item mean with a t-interval.
+
+    ``mean ± t_{(1+c)/2, n-1} · sd / √n``, with ``sd`` the sample SD (ddof = 1) and
+    ``t_{q, n-1}`` the q-quantile of Student's t with n − 1 degrees of freedom
+    (c = 0.95 gives ``t_{0.975, n-1}``). Needs n ≥ 2.
+    """
+    _check_confidence(confidence)
+    x = _vector(x, "x", min_n=2)
+    n = len(x)
+    half = sps.t.ppf((1 + confidence) / 2, df=n - 1) * x.std(ddof=1) / np.sqrt(n)
+    m = float(x.mean())
+    return Interval(m, m - half, m + half, n, confidence)
+
+
+@dataclass(frozen=True)
+class BootstrapInterval(Interval):
+    """A percentile-bootstrap interval, with the resamples and seed it came from."""
+
+    n_resamples: int = 0
+    seed: int = 0
+
+
+def bootstrap_ci(x, n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> BootstrapInterval:
+    """Percentile bootstrap interval of the mean of ``x``.
+
+    With ``rng = numpy.random.default_rng(seed)``, draw an index matrix
+    ``I = rng.integers(0, n, size=(B, n))`` (B = ``n_resamples``; row b is resample b, items
+    drawn with replacement), take ``m_b = mean_j x[I[b, j]]``, and report the
+    ``(1−c)/2`` and ``(1+c)/2`` percentiles of ``m_1..m_B`` (numpy's default linear
+    interpolation). This is the same resampling as ``scipy.stats.bootstrap(...,
+    method="percentile")`` with the same generator.
+    """
+    _check_confidence(confidence)
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+        raise ValueError(f"n_resamples must be an integer ≥ 1, got {n_resamples!r}")
+    x = _vector(x, "x", min_n=1)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(x), size=(n_resamples, len(x)))  # [B, n]
+    means = x[idx].mean(axis=1)  # [B]
+    low, high = np.percentile(means, [100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2])
+    return BootstrapInterval(
+        float(x.mean()), float(low), float(high), len(x), confidence, int(n_resamples), seed
+    )
+
+
+@dataclass(frozen=True)
+class RankP:
+    """One-sided rank p of a head-set against R controls; ``n_at_least`` = #{T_r ≥ T_S}."""
+
+    p: float
+    n_at_least: int
+    R: int
+
+    @property
+    def floor(self) -> float:
+        """The smallest p possible with R controls, 1 / (R + 1)."""
+        return 1 / (self.R + 1)
+
+
+def rank_p(t_s: float, t_controls) -> RankP:
+    """One-sided rank p: ``p = (1 + #{r : T_r ≥ T_S}) / (R + 1)``.
+
+    Controls that tie with T_S count against S. The floor is 1 / (R + 1) (S above every
+    control); p = 1 when every control reaches T_S.
+    """
+    t_s = _scalar(t_s, "t_s")
+    t = _vector(t_controls, "t_controls", min_n=1)
+    n_ge = int(np.sum(t >= t_s))
+    return RankP((1 + n_ge) / (len(t) + 1), n_ge, len(t))
+
+
+@dataclass(frozen=True)
+class Holm:
+    """Holm-adjusted p-values of a family, in the input order, and which are rejected at alpha."""
+
+    p_adjusted: np.ndarray
+    reject: np.ndarray
+    alpha: float
+
+
+def holm(pvals, alpha: float = 0.05) -> Holm:
+    """Holm step-down adjustment over a family of m tests.
+
+    Sort ``p_(1) ≤ … ≤ p_(m)``; ``p̃_(i) = min(1, max_{j ≤ i} (m − j + 1) · p_(j))``; reject
+    where ``p̃ ≤ alpha``. Computed by ``statsmodels.stats.multitest.multipletests(...,
+    method="holm")`` — not its default, ``"hs"`` (Holm-Šidák), which is slightly less
+    conservative.
+    """
+    p = _vector(pvals, "pvals", min_n=1)
+    if np.any((p < 0) | (p > 1)):
+        raise ValueError(f"p-values must lie in [0, 1], got {p[(p < 0) | (p > 1)].tolist()}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha}")
+    reject, p_adj, _, _ = multipletests(p, alpha=alpha, method="holm")
+    return Holm(np.asarray(p_adj, dtype=float), np.asarray(reject, dtype=bool), alpha)
+
+
+@dataclass(frozen=True)
+class ZScore:
+    """How many control SDs a head-set's statistic lies above the controls' mean."""
+
+    z: float
+    mean: float
+    sd: float
+    R: int
+
+
+def z_score(t_s: float, t_controls) -> ZScore:
+    """``z = (T_S − mean_r T_r) / SD_r(T_r)``, SD the sample SD (ddof = 1). Needs R ≥ 2.
+
+    If every control has the same value (SD = 0), z is ±inf, or nan when T_S equals it.
+    """
+    t_s = _scalar(t_s, "t_s")
+    t = _vector(t_controls, "t_controls", min_n=2)
+    mean, sd = float(t.mean()), float(t.std(ddof=1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = float(np.float64(t_s - mean) / sd)
+    return ZScore(z, mean, sd, len(t))
+
+
+@dataclass(frozen=True)
+class PairedT:
+    """A paired t-test over n items: ``mean_diff`` = mean of a_i − b_i."""
+
+    t: float
+    p: float
+    df: int
+    mean_diff: float
+    alternative: str
+
+
+def paired_t(a, b, alternative: str = "two-sided") -> PairedT:
+    """Paired t-test of ``a`` against ``b`` over the same n items.
+
+    ``d_i = a_i − b_i``, ``t = mean(d) / (sd(d) / √n)`` with n − 1 degrees of freedom
+    (``scipy.stats.ttest_rel``). ``alternative``: ``"two-sided"``, ``"greater"``
+    (H1: mean d > 0) or ``"less"``.
+    """
+    if alternative not in ALTERNATIVES:
+        raise ValueError(f"alternative must be one of {ALTERNATIVES}, got {alternative!r}")
+    a = _vector(a, "a", min_n=2)
+    b = _vector(b, "b", min_n=2)
+    if len(a) != len(b):
+        raise ValueError(
+            f"a paired test needs the same items on both sides, got {len(a)} and {len(b)} values"
+        )
+    res = sps.ttest_rel(a, b, alternative=alternative)
+    return PairedT(float(res.statistic), float(res.pvalue), len(a) - 1, float(np.mean(a - b)), alternative)
+
+
+@dataclass(frozen=True)
+class Spearman:
+    """Spearman rank correlation ρ of n pairs and its two-sided p."""
+
+    rho: float
+    p: float
+    n: int
+
+
+def spearman(x, y) -> Spearman:
+    """Spearman ρ: the Pearson correlation of the ranks of x and of y (ties get mean ranks).
+
+    ``scipy.stats.spearmanr``; p is two-sided (t-distribution with n − 2 df). Used between
+    each control's image-attention mass and its CERS. ρ is nan if x or y is constant.
+    """
+    x = _vector(x, "x", min_n=3)
+    y = _vector(y, "y", min_n=3)
+    if len(x) != len(y):
+        raise ValueError(f"spearman needs pairs, got {len(x)} x and {len(y)} y values")
+    res = sps.spearmanr(x, y)
+    return Spearman(float(res.statistic), float(res.pvalue), len(x))
+
+
+def paired_one_sided_p(s_part, controls) -> PairedT:
+    """Is a part of a head-set above its same-size controls, item by item? (seed Table 15)
+
+    ``s_part`` [n]: per-item outcome of the part (the heads two settings share, or the
+    heads only one has); ``controls`` [R, n]: the same outcome for R same-size controls
+    on the same items. With ``c_i = mean_r controls[r, i]`` and ``d_i = s_i − c_i``, this
+    is the one-sided paired t-test of H1: mean d > 0, i.e.
+    ``paired_t(s_part, c, alternative="greater")``; ``mean_diff`` is the part's effect
+    above the controls' mean.
+    """
+    s = _vector(s_part, "s_part", min_n=2)
+    c = np.asarray(controls, dtype=float)
+    if c.ndim != 2 or c.shape[1] != len(s) or c.shape[0] < 1:
+        raise ValueError(
+            f"controls must have shape [R, n] = [R, {len(s)}] (one row per control, one column "
+            f"per item of s_part), got {c.shape}"
+        )
+    if not np.all(np.isfinite(c)):
+        raise ValueError("controls must be finite")
+    return paired_t(s, c.mean(axis=0), alternative="greater")

@@ -1,0 +1,218 @@
+"""Statistics equal independent computations: hand formulas, scipy and statsmodels."""
+
+import math
+import statistics
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+
+from vheads.evaluation._stats import (
+    bootstrap_ci,
+    holm,
+    paired_one_sided_p,
+    paired_t,
+    rank_p,
+    spearman,
+    t_interval,
+    z_score,
+)
+
+
+def hand_holm(p):
+    """Holm step-down written from its definition."""
+    m = len(p)
+    order = sorted(range(m), key=lambda i: p[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):  # rank 0 is the smallest p
+        running = max(running, (m - rank) * p[i])
+        adjusted[i] = min(1.0, running)
+    return adjusted
+
+
+def hand_ranks(values):
+    """1-based ranks, ties get the mean of the ranks they span."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+# --- t-interval and bootstrap ---------------------------------------------------------
+
+
+def test_t_interval_is_mean_plus_minus_t_quantile_times_standard_error():
+    x = [0.12, -0.03, 0.4, 0.25, 0.0, 0.31, 0.08, -0.11, 0.19]
+    n = len(x)
+    mean, sd = statistics.fmean(x), statistics.stdev(x)
+    half = sps.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+    ci = t_interval(x)
+    assert ci.mean == pytest.approx(mean)
+    assert (ci.low, ci.high) == pytest.approx((mean - half, mean + half))
+    assert ci.n == n
+    # and scipy's own t.interval agrees
+    lo, hi = sps.t.interval(0.95, n - 1, loc=mean, scale=sd / math.sqrt(n))
+    assert (ci.low, ci.high) == pytest.approx((lo, hi))
+
+
+def test_t_interval_needs_two_finite_items():
+    with pytest.raises(ValueError, match="at least 2"):
+        t_interval([0.3])
+    with pytest.raises(ValueError, match="finite"):
+        t_interval([0.3, float("nan"), 0.1])
+
+
+def test_bootstrap_equals_a_hand_loop_with_the_same_generator():
+    x = np.random.default_rng(11).normal(0.1, 0.3, size=41)
+    B, seed = 500, 7
+    rng = np.random.default_rng(seed)
+    means = []
+    for _ in range(B):
+        idx = rng.integers(0, len(x), size=len(x))
+        means.append(sum(x[i] for i in idx) / len(x))
+    means.sort()
+
+    def percentile(q):  # linear interpolation between order statistics
+        pos = q * (B - 1)
+        lo = math.floor(pos)
+        return means[lo] + (pos - lo) * (means[min(lo + 1, B - 1)] - means[lo])
+
+    ci = bootstrap_ci(x, n_resamples=B, seed=seed)
+    assert (ci.low, ci.high) == pytest.approx((percentile(0.025), percentile(0.975)))
+    assert ci.mean == pytest.approx(x.mean())
+
+
+def test_bootstrap_equals_scipy_percentile_bootstrap_with_default_2000_resamples():
+    x = np.random.default_rng(12).normal(size=60)
+    ref = sps.bootstrap((x,), np.mean, n_resamples=2000, method="percentile", rng=np.random.default_rng(3))
+    ci = bootstrap_ci(x, seed=3)
+    assert ci.n_resamples == 2000
+    assert (ci.low, ci.high) == pytest.approx(tuple(ref.confidence_interval))
+
+
+def test_bootstrap_is_reproducible_from_its_seed_and_changes_with_it():
+    x = np.random.default_rng(0).normal(size=30)
+    assert bootstrap_ci(x, seed=5) == bootstrap_ci(x, seed=5)
+    assert bootstrap_ci(x, seed=5).low != bootstrap_ci(x, seed=6).low
+
+
+# --- rank p, z ------------------------------------------------------------------------
+
+
+def test_rank_p_counts_ties_against_the_head_set():
+    t_s = 0.5
+    controls = [0.5, 0.2, 0.7, 0.1, 0.5, 0.3]
+    n_ge = sum(1 for t in controls if t >= t_s)  # 3: two ties and one above
+    r = rank_p(t_s, controls)
+    assert r.n_at_least == n_ge == 3
+    assert r.p == pytest.approx((1 + 3) / (6 + 1))
+
+
+def test_rank_p_has_floor_one_over_r_plus_one_and_ceiling_one():
+    controls = np.linspace(-1, 0, 100)
+    assert rank_p(5.0, controls).p == pytest.approx(1 / 101)
+    assert rank_p(5.0, controls).floor == pytest.approx(1 / 101)
+    assert rank_p(-5.0, controls).p == 1.0
+
+
+def test_z_score_uses_sample_sd():
+    controls = [0.01, -0.02, 0.005, 0.0, 0.015, -0.01]
+    z = z_score(0.12, controls)
+    assert z.mean == pytest.approx(statistics.fmean(controls))
+    assert z.sd == pytest.approx(statistics.stdev(controls))  # ddof = 1
+    assert z.z == pytest.approx((0.12 - statistics.fmean(controls)) / statistics.stdev(controls))
+
+
+def test_z_score_of_constant_controls_is_infinite_not_an_error():
+    assert z_score(1.0, [0.0, 0.0, 0.0]).z == math.inf
+    with pytest.raises(ValueError, match="at least 2"):
+        z_score(1.0, [0.0])
+
+
+# --- Holm -----------------------------------------------------------------------------
+
+
+def test_holm_equals_hand_step_down_and_statsmodels_holm():
+    p = [0.004, 0.048, 0.3, 0.011, 0.0002, 0.02, 0.6, 0.049, 0.001, 0.9, 0.03, 0.004]
+    res = holm(p)
+    assert res.p_adjusted == pytest.approx(hand_holm(p))
+    reject, p_sm, _, _ = multipletests(p, alpha=0.05, method="holm")
+    assert res.p_adjusted == pytest.approx(p_sm)
+    assert (res.reject == reject).all()
+    assert (res.reject == (np.array(hand_holm(p)) <= 0.05)).all()
+
+
+def test_holm_is_not_statsmodels_default_holm_sidak():
+    p = [0.01, 0.02, 0.03, 0.04]
+    _, p_hs, _, _ = multipletests(p)  # default method="hs"
+    assert not np.allclose(holm(p).p_adjusted, p_hs), (holm(p).p_adjusted, p_hs)
+    assert holm(p).p_adjusted == pytest.approx(hand_holm(p))
+
+
+def test_holm_rejects_p_values_outside_zero_one():
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        holm([0.2, 1.5])
+
+
+# --- paired tests, Spearman -----------------------------------------------------------
+
+
+def test_paired_t_equals_scipy_and_hand_formula():
+    rng = np.random.default_rng(4)
+    a = rng.normal(0.1, 0.2, size=25)
+    b = a - rng.normal(0.03, 0.1, size=25)
+    d = a - b
+    t_hand = d.mean() / (d.std(ddof=1) / math.sqrt(len(d)))
+    res = paired_t(a, b)
+    ref = sps.ttest_rel(a, b)
+    assert res.t == pytest.approx(t_hand) and res.t == pytest.approx(ref.statistic)
+    assert res.p == pytest.approx(ref.pvalue)
+    assert res.p == pytest.approx(2 * sps.t.sf(abs(t_hand), len(d) - 1))
+    greater = paired_t(a, b, alternative="greater")
+    assert greater.p == pytest.approx(sps.t.sf(t_hand, len(d) - 1))
+    assert greater.p == pytest.approx(sps.ttest_rel(a, b, alternative="greater").pvalue)
+
+
+def test_paired_t_rejects_unpaired_input_and_unknown_alternative():
+    with pytest.raises(ValueError, match="same items"):
+        paired_t([1, 2, 3], [1, 2])
+    with pytest.raises(ValueError, match="alternative"):
+        paired_t([1, 2, 3], [1, 2, 4], alternative="bigger")
+
+
+def test_spearman_equals_pearson_of_hand_ranks_with_ties():
+    x = [0.3, 0.1, 0.1, 0.7, 0.5, 0.2, 0.9, 0.5]
+    y = [1.0, 0.4, 0.2, 0.9, 0.9, 0.1, 1.5, 0.3]
+    rho_hand = np.corrcoef(hand_ranks(x), hand_ranks(y))[0, 1]
+    res = spearman(x, y)
+    assert res.rho == pytest.approx(rho_hand)
+    assert res.p == pytest.approx(sps.spearmanr(x, y).pvalue)
+    assert res.n == len(x)
+
+
+def test_paired_one_sided_p_compares_each_item_with_the_controls_mean():
+    rng = np.random.default_rng(9)
+    n, R = 40, 20
+    controls = rng.normal(0.0, 0.1, size=(R, n))
+    s_part = controls.mean(axis=0) + rng.normal(0.02, 0.05, size=n)
+    d = [s_part[i] - sum(controls[r, i] for r in range(R)) / R for i in range(n)]
+    t_hand = statistics.fmean(d) / (statistics.stdev(d) / math.sqrt(n))
+    res = paired_one_sided_p(s_part, controls)
+    assert res.t == pytest.approx(t_hand)
+    assert res.p == pytest.approx(sps.t.sf(t_hand, n - 1))
+    assert res.mean_diff == pytest.approx(statistics.fmean(d))
+    assert res.alternative == "greater"
+
+
+def test_paired_one_sided_p_needs_controls_on_the_same_items():
+    with pytest.raises(ValueError, match=r"\[R, n\]"):
+        paired_one_sided_p([0.1, 0.2, 0.3], np.zeros((5, 4)))
