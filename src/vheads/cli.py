@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
+import time
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
@@ -32,6 +36,142 @@ def models(json_out: bool = typer.Option(False, "--json", help="Machine-readable
         typer.echo(f"{r['family']}: model types {', '.join(r['model_types'])}")
         typer.echo(f"  image token {r['image_token']!r}; template {r['template']!r}")
         typer.echo(f"  {r['notes']}")
+
+
+@app.command()
+def study(
+    config: Annotated[Optional[Path], typer.Argument(help="study config (TOML); default: the built-in tiny study")] = None,  # noqa: UP007
+    out: Annotated[Path, typer.Option(help="run directory (rerun the same command to resume)")] = Path("runs/study"),
+    print_config: Annotated[bool, typer.Option("--print-config", help="print the default config and exit")] = False,
+    model: Annotated[Optional[str], typer.Option(help="override the config's model")] = None,  # noqa: UP007
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
+) -> None:
+    """The whole study: discovery x evaluation against random controls, then the report."""
+    from vheads.study import DEFAULT_TOML, load_config, run_study
+
+    if print_config:
+        typer.echo(DEFAULT_TOML, nl=False)
+        return
+    cfg = _fail_clearly(load_config, config, model=model)
+    t0 = time.time()
+    res = _fail_clearly(run_study, cfg, out, progress=not quiet)
+    typer.echo(f"study finished in {time.time() - t0:.0f} s ({res.units_computed} work units computed this run)")
+    for stage, secs in res.seconds.items():
+        typer.echo(f"  {stage:<11} {secs:7.1f} s")
+    if res.report:
+        typer.echo(f"report: {res.report}")
+
+
+@app.command()
+def evaluate(
+    headset: Annotated[list[Path], typer.Option(help="head-set file(s) from `vheads discover`; repeat for several")],
+    test: Annotated[list[str], typer.Option(help="cers, ncs, ncs-grid, text; repeat for several")] = ["cers", "ncs"],  # noqa: B006
+    controls: Annotated[str, typer.Option(help="e.g. layer-matched:100,any-layer:100")] = "layer-matched:100,any-layer:100",
+    n: Annotated[int, typer.Option(help="items per evaluation set")] = 24,
+    beta: Annotated[float, typer.Option(help="steering strength (CERS)")] = 1e4,
+    rows: Annotated[str, typer.Option(help="row group: all, image, question, last")] = "all",
+    seed: Annotated[int, typer.Option(help="seed of items and control draws")] = 0,
+    model: Annotated[Optional[str], typer.Option(help="model (default: the one named in the head-set file)")] = None,  # noqa: UP007
+    force: Annotated[bool, typer.Option("--force", help="use head-sets discovered on another model")] = False,
+    batch_size: Annotated[int, typer.Option(help="head-sets per batched forward")] = 128,
+    json_out: Annotated[bool, typer.Option("--json", help="machine-readable output with per-item outcomes")] = False,
+) -> None:
+    """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
+    from vheads.engine import Engine, ROW_GROUPS
+    from vheads.evaluation import parse_control_spec
+    from vheads.evaluation._run import TESTS, evaluate_headsets, load_headset_files
+    from vheads.models import load_model
+
+    # every argument is checked before the model is loaded
+    _fail_clearly(parse_control_spec, controls)
+    for t in test:
+        if t not in TESTS:
+            _die(f"unknown test {t!r}; choose from {', '.join(TESTS)}")
+    if rows not in ROW_GROUPS:
+        _die(f"unknown row group {rows!r}; choose from {', '.join(ROW_GROUPS)}")
+    if not math.isfinite(beta):
+        _die(f"--beta must be finite, got {beta}")
+    for p in headset:
+        if not p.is_file():
+            _die(f"head-set file {str(p)!r} does not exist")
+    if model is None:
+        model = json.loads(headset[0].read_text())["model"]["id"]
+    lm = _fail_clearly(load_model, model)
+    hs = _fail_clearly(load_headset_files, headset, lm, force)
+    results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out)
+    if json_out:
+        typer.echo(json.dumps([r.to_dict(per_item=True) for r in results], indent=1))
+        return
+    typer.echo(f"{'head-set':<14} {'test':<10} {'T_S':>8} {'95% CI':>19}  control          mean ± sd        z     rank p   Holm p")
+    for r in results:
+        for i, (cname, c) in enumerate(r.controls.items()):
+            lead = f"{r.name:<14} {r.test:<10} {r.t_s:8.4f} [{r.ci[0]:8.4f},{r.ci[1]:8.4f}]" if i == 0 else " " * 48
+            z = "nan" if c["z"] is None else f"{c['z']:.2f}"
+            typer.echo(f"{lead}  {cname:<15} {c['mean']:7.4f} ± {c['sd']:.4f} {z:>6} {c['rank_p']:8.4f} {c['holm_p']:8.4f}")
+
+
+@app.command()
+def audit(
+    model: Annotated[str, typer.Option(help="'tiny', a local folder or a hub id")] = "tiny",
+    n: Annotated[int, typer.Option(help="items per set")] = 24,
+    seed: Annotated[int, typer.Option()] = 0,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Baseline audit of the evaluation sets: oracle, floor, matched, mismatched, leak."""
+    from vheads.data.synthetic import kind_items
+    from vheads.engine import Engine
+    from vheads.evaluation import baseline_audit
+    from vheads.models import load_model
+
+    lm = _fail_clearly(load_model, model)
+    sets = {"oracle": kind_items("grid-oracle", n, seed), "floor": kind_items("grid-blank", n, seed),
+            "matched": kind_items("class-matched", n, seed), "mismatched": kind_items("class-mismatched", n, seed)}
+    rep = baseline_audit(Engine(lm), sets)
+    if json_out:
+        typer.echo(json.dumps(rep, indent=1))
+        return
+    for name, r in rep.items():
+        flag = "ok" if r["ok"] else "OUT OF RANGE"
+        typer.echo(f"{name:<11} n={r['n']:<4} mean P(key) = {r['mean_p_key']:.3f}   expected {r['expected'][0]:.2f}–{r['expected'][1]:.2f}   {flag}")
+
+
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="a study's run directory")]) -> None:
+    """Rebuild the report (Markdown + HTML) of a study run from its results store."""
+    from vheads.study._runner import build_report_if_available
+
+    if not (run_dir / "results.sqlite").is_file():
+        _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
+    path = _fail_clearly(build_report_if_available, run_dir)
+    typer.echo(f"report: {path}")
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="a study's run directory")],
+    format: Annotated[str, typer.Option("--format", help="csv or parquet")] = "csv",
+    out: Annotated[Optional[Path], typer.Option(help="output folder (default: RUN_DIR/export)")] = None,  # noqa: UP007
+) -> None:
+    """Export the per-item outcomes and tables of a run as CSV or Parquet."""
+    from vheads.study._export import export_run
+
+    if not (run_dir / "results.sqlite").is_file():
+        _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
+    for p in _fail_clearly(export_run, run_dir, format, out):
+        typer.echo(str(p))
+
+
+def _die(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _fail_clearly(fn, *args, **kwargs):
+    """Run ``fn``; a ValueError / FileNotFoundError becomes one line on stderr and exit 2."""
+    try:
+        return fn(*args, **kwargs)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        _die(str(e))
 
 
 def _mount_optional() -> None:

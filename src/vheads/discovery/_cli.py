@@ -1,0 +1,85 @@
+"""Thin CLI commands over the discovery library; the lead mounts them as
+``vheads discover`` and ``vheads overlap``. Each calls one library function that a
+notebook can call with the same arguments (:func:`discover_headsets`, :func:`overlap_report`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from vheads.discovery._discover import discover_headsets
+from vheads.discovery._files import load_headset
+from vheads.discovery._overlap import overlap_report, plot_overlap_heatmap
+
+
+def discover(
+    model: Annotated[str, typer.Option(help="'tiny', a local model folder or a hub id")] = "tiny",
+    corpus: Annotated[list[str], typer.Option(help="comics, photo, strips:FOLDER, coco:IMAGES[,ANN.json]; repeat for several")] = ["comics", "photo"],  # noqa: B006
+    query: Annotated[list[str], typer.Option(help="ordinal and/or referring; repeat for several")] = ["ordinal", "referring"],  # noqa: B006
+    source: Annotated[list[str], typer.Option(help="last, qspan and/or out; repeat for several")] = ["last", "qspan", "out"],  # noqa: B006
+    k: Annotated[Optional[int], typer.Option(help="head-set size (per layer with --per-layer); default: scaled to the model")] = None,  # noqa: UP007
+    per_layer: Annotated[bool, typer.Option("--per-layer", help="top-k of every layer instead of flat top-k")] = False,
+    n: Annotated[int, typer.Option(help="discovery items per corpus and query type")] = 32,
+    seed: Annotated[int, typer.Option(help="seed of the items (synthetic corpora, asked panels)")] = 0,
+    out: Annotated[Path, typer.Option(help="folder for the head-set files")] = Path("headsets"),
+    json_out: Annotated[bool, typer.Option("--json", help="print machine-readable JSON")] = False,
+    max_new_tokens: Annotated[int, typer.Option(help="greedy answer length for the 'out' source")] = 4,
+    panel_size: Annotated[int, typer.Option(help="COCO panel side in pixels")] = 224,
+    device: Annotated[str, typer.Option(help="torch device")] = "cpu",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
+) -> list[Path]:
+    """Rank heads under every corpus × query × source setting and write one head-set file each."""
+    from vheads.models import load_model
+
+    lm = load_model(model, dtype=dtype, device=device)
+    records = discover_headsets(lm, corpus, query, source, k, "per-layer" if per_layer else "flat", n, seed, out,
+                                max_new_tokens, panel_size, progress=not json_out)
+    paths = [r.path for r in records]
+    if json_out:
+        typer.echo(json.dumps([{"setting": r.setting.id, "file": str(r.path), "k": r.k, "mode": r.mode,
+                                "heads": [list(h) for h in r.ranked], "n_items": r.corpus["n_items"]} for r in records], indent=1))
+    else:
+        for r in records:
+            top = ", ".join(f"L{l}H{h}" for l, h in r.ranked[:5]) + (" …" if len(r.headset) > 5 else "")
+            typer.echo(f"{r.setting.id:<14} k={r.k:<3} n={r.corpus['n_items']:<4} {top}  -> {r.path}")
+    return paths
+
+
+def overlap(
+    headsets: Annotated[list[Path], typer.Argument(help="head-set JSON files written by `vheads discover`")],
+    splits: Annotated[int, typer.Option(help="random half-splits for the noise ceilings")] = 200,
+    seed: Annotated[int, typer.Option(help="seed of the half-splits")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="print machine-readable JSON")] = False,
+    figure: Annotated[Optional[Path], typer.Option(help="write the overlap heatmap here (.png/.pdf/.svg)")] = None,  # noqa: UP007
+):
+    """Top-k overlap matrix of head-sets, split-half noise ceilings and overlap as a fraction of them."""
+    records = [load_headset(p) for p in headsets]
+    rep = overlap_report(records, splits, seed, progress=not json_out)
+    if figure is not None:
+        plot_overlap_heatmap(rep.matrix, rep.ids, figure, k=rep.k, ceilings=rep.ceilings)
+    if json_out:
+        d = rep.to_dict()
+        d["figure"] = str(figure) if figure else None
+        typer.echo(json.dumps(d, indent=1))
+        return rep
+    w = max(len(i) for i in rep.ids) + 1
+    typer.echo(f"top-{rep.k} overlap ({rep.mode}); diagonal: split-half ceiling mean [2.5, 97.5] over {splits} splits")
+    typer.echo(" " * w + "".join(f"{i:>{w}}" for i in rep.ids))
+    for a, row in enumerate(rep.matrix):
+        cells = [f"{rep.ceilings[a].mean:>{w}.1f}" if a == b else f"{int(v):>{w}}" for b, v in enumerate(row)]
+        typer.echo(f"{rep.ids[a]:<{w}}" + "".join(cells))
+    typer.echo("\nceilings:")
+    for i, c in zip(rep.ids, rep.ceilings):
+        typer.echo(f"  {i:<{w}} {c.mean:.2f} [{c.lo:.1f}, {c.hi:.1f}]")
+    typer.echo("\noverlap / geometric-mean ceiling:")
+    n = len(rep.ids)
+    for a in range(n):
+        for b in range(a + 1, n):
+            typer.echo(f"  {rep.ids[a]} vs {rep.ids[b]}: {int(rep.matrix[a, b])} / {rep.geo_ceiling[a, b]:.2f} = {rep.fraction[a, b]:.2f}")
+    if figure is not None:
+        typer.echo(f"\nfigure: {figure}")
+    return rep

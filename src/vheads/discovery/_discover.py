@@ -1,0 +1,109 @@
+"""Corpus specs and the whole discovery run: items → scores → head-set files.
+
+A corpus spec names where the strips come from:
+
+- ``comics``, ``photo`` — the built-in synthetic corpora (``vheads.data.synthetic``);
+- ``strips:FOLDER`` — a strip folder (``vheads.data.loaders.load_strip_folder``);
+- ``coco:IMAGES`` or ``coco:IMAGES,ANNOTATIONS.json`` — COCO strips
+  (``vheads.data.loaders.load_coco_strips``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vheads.data import Item
+from vheads.discovery._files import HeadSetRecord, save_headset, save_per_item
+from vheads.discovery._scores import CORPUS_ABBREV, QUERIES, SOURCES, SettingScores, score_settings
+from vheads.discovery._selection import resolve_k, select_heads
+
+SYNTHETIC = ("comics", "photo")
+
+
+@dataclass
+class Corpus:
+    """Items of one corpus and query type, with the names a head-set file records."""
+
+    name: str  # setting's corpus name (comics, photo, coco, a strip folder's name)
+    abbrev: str  # setting-id part (cm, ph, co, …)
+    id: str  # provenance: synthetic:comics, strips:/abs/folder, coco:/abs/images
+    query: str
+    items: list[Item]
+
+
+def load_corpus(spec: str, query: str, n: int, seed: int = 0, panel_size: int = 224) -> Corpus:
+    """The ``n`` discovery items of corpus ``spec`` (see module docstring) for ``query``."""
+    if query not in QUERIES:
+        raise ValueError(f"unknown query type {query!r}; choose one of: {', '.join(QUERIES)}")
+    if spec in SYNTHETIC:
+        from vheads.data.synthetic import strip_items
+
+        return Corpus(spec, CORPUS_ABBREV[spec], f"synthetic:{spec}", query, strip_items(spec, query, n, seed))
+    kind, _, rest = spec.partition(":")
+    if kind == "strips" and rest:
+        from vheads.data.loaders import load_strip_folder, read_strip_index
+
+        folder = Path(rest)
+        data = read_strip_index(folder)
+        name = str(data.get("corpus") or folder.resolve().name)
+        items = load_strip_folder(folder, query, n, seed)
+        return Corpus(name, str(data.get("abbrev") or CORPUS_ABBREV.get(name, name[:2].lower())), f"strips:{folder.resolve()}", query, items)
+    if kind == "coco" and rest:
+        from vheads.data.loaders import load_coco_strips
+
+        images, _, ann = rest.partition(",")
+        items = load_coco_strips(images, query, n, seed, annotations=ann or None, panel_size=panel_size)
+        return Corpus("coco", "co", f"coco:{Path(images).resolve()}", query, items)
+    raise ValueError(
+        f"unknown corpus {spec!r}; use comics, photo (built-in), strips:FOLDER or coco:IMAGES[,ANNOTATIONS.json]"
+    )
+
+
+def _ids_hash(items: Sequence[Item]) -> str:
+    return "sha256:" + hashlib.sha256("\n".join(it.id for it in items).encode()).hexdigest()[:16]
+
+
+def headset_records(lm, corpora: Sequence[Corpus], scores: dict[str, SettingScores], k: int | None, mode: str, seed: int) -> list[HeadSetRecord]:
+    """One :class:`HeadSetRecord` per scored setting."""
+    by_key = {(c.name, c.query): c for c in corpora}
+    kk = resolve_k(lm.n_layers, lm.n_heads, k, mode)
+    model = {"id": lm.model_id, "revision": lm.revision, "fingerprint": lm.fingerprint, "n_layers": lm.n_layers, "n_heads": lm.n_heads}
+    records = []
+    for sid, sc in scores.items():
+        c = by_key[(sc.setting.corpus, sc.setting.query)]
+        corpus = {"id": c.id, "n_items": sc.n_items, "seed": seed, "item_ids": _ids_hash(c.items), "n_empty_answers": sc.n_empty_answers}
+        records.append(HeadSetRecord(select_heads(sc.scores, kk, mode), sc.setting, sc.scores, model, corpus, seed, kk, mode))
+    return records
+
+
+def discover_headsets(lm, corpora: Sequence[str] = SYNTHETIC, queries: Sequence[str] = QUERIES, sources: Sequence[str] = SOURCES,
+                      k: int | None = None, mode: str = "flat", n: int = 32, seed: int = 0, out: str | Path | None = None,
+                      max_new_tokens: int = 4, panel_size: int = 224, progress: bool = True) -> list[HeadSetRecord]:
+    """Run discovery for every corpus × query × source and (with ``out``) write the files.
+
+    All corpora are loaded and all settings scored before anything is written, so bad
+    input never leaves a partial run behind; each file is written atomically. Writes
+    ``{setting}.json`` (``{setting}.per-layer.json`` for per-layer selection) and the
+    per-item mass ``{setting}.items.npz`` that noise ceilings need.
+    """
+    resolve_k(lm.n_layers, lm.n_heads, k, mode)  # mode check before any work
+    loaded = [load_corpus(spec, q, n, seed, panel_size) for spec in dict.fromkeys(corpora) for q in dict.fromkeys(queries)]
+    seen: dict[str, str] = {}
+    for c in loaded:
+        if seen.setdefault(c.abbrev, c.id) != c.id:
+            raise ValueError(f"corpora {seen[c.abbrev]} and {c.id} share the setting-id abbreviation {c.abbrev!r}; set 'abbrev' in a strips.json")
+    scores = score_settings(lm, {(c.name, c.query): c.items for c in loaded}, sources, max_new_tokens,
+                            corpus_abbrev={c.name: c.abbrev for c in loaded}, progress=progress)
+    records = headset_records(lm, loaded, scores, k, mode, seed)
+    if out is not None:
+        out = Path(out)
+        for rec in records:
+            sid = rec.setting.id
+            npz = f"{sid}.items.npz"
+            save_per_item(out / npz, scores[sid].per_item, scores[sid].item_ids, lm.fingerprint)
+            rec.per_item_file = npz
+            save_headset(rec, out / (f"{sid}.json" if mode == "flat" else f"{sid}.per-layer.json"))
+    return records

@@ -1,0 +1,219 @@
+"""Head-set files: one JSON per discovered head-set, with its provenance.
+
+Schema ``vheads.headset/1`` (all keys required unless marked optional)::
+
+    {
+      "schema": "vheads.headset/1",
+      "vheads_version": "0.1.0",
+      "setting":   {"id": "cm-ref-qsp", "corpus": "comics", "corpus_abbrev": "cm",
+                    "query": "referring", "source": "qspan"},
+      "model":     {"id": "tiny", "revision": null, "fingerprint": "sha256:…",
+                    "n_layers": 4, "n_heads": 8},
+      "corpus":    {"id": "synthetic:comics", "n_items": 64, "seed": 0},
+      "seed": 0,
+      "selection": {"mode": "flat" | "per-layer", "k": 3},
+      "heads":       [[layer, head], …],     # by descending score, ties by (layer, head)
+      "head_scores": [s, …],                 # s[l,h] of each head, same order
+      "scores":      [[s[0,0], …], …],       # the full [L, H] discovery score
+      "per_item_file": "cm-ref-qsp.items.npz" | null   # optional: per-item mass [N, L, H]
+    }
+
+Floats are written with Python's shortest round-trip repr, so a file read back gives the
+same float64 scores bit for bit; no timestamps, so the same run writes the same bytes.
+Every write is atomic (temp file in the same folder + ``os.replace``): a failure never
+leaves a partial file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import vheads
+from vheads.discovery._scores import Setting
+from vheads.discovery._selection import MODES, ranked_heads
+from vheads.evaluation._headsets import HeadSet
+
+SCHEMA = "vheads.headset/1"
+
+
+@dataclass
+class HeadSetRecord:
+    """A discovered head-set with everything needed to trust and reuse it."""
+
+    headset: HeadSet
+    setting: Setting
+    scores: np.ndarray  # [L, H] float64
+    model: dict[str, Any]  # id, revision, fingerprint, n_layers, n_heads
+    corpus: dict[str, Any]  # id, n_items, seed
+    seed: int
+    k: int
+    mode: str
+    vheads_version: str = vheads.__version__
+    per_item_file: str | None = None
+    path: Path | None = None  # where it was read from / written to
+
+    @property
+    def ranked(self) -> list[tuple[int, int]]:
+        return ranked_heads(self.scores, self.headset)
+
+    def to_dict(self) -> dict[str, Any]:
+        ranked = self.ranked
+        return {
+            "schema": SCHEMA,
+            "vheads_version": self.vheads_version,
+            "setting": self.setting.to_dict(),
+            "model": dict(self.model),
+            "corpus": dict(self.corpus),
+            "seed": int(self.seed),
+            "selection": {"mode": self.mode, "k": int(self.k)},
+            "heads": [[int(l), int(h)] for l, h in ranked],
+            "head_scores": [float(self.scores[l, h]) for l, h in ranked],
+            "scores": [[float(v) for v in row] for row in self.scores],
+            "per_item_file": self.per_item_file,
+        }
+
+
+def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> Path:
+    """Write ``path`` through ``write(fileobj)`` into a temp file, then ``os.replace`` it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def save_headset(record: HeadSetRecord, path: str | Path) -> Path:
+    """Write ``record`` as a ``vheads.headset/1`` JSON file (atomically; validated first)."""
+    _validate(record.to_dict(), "the record to write")
+    text = _dumps(record.to_dict())
+    out = atomic_write(Path(path), lambda fh: fh.write(text))
+    record.path = out
+    return out
+
+
+def _dumps(d: dict[str, Any]) -> str:
+    """One line per key (the score matrix one line per layer): readable and diffable."""
+    lines = []
+    for key, v in d.items():
+        if key == "scores":
+            rows = ",\n  ".join(json.dumps(r, allow_nan=False) for r in v)
+            lines.append(f' "{key}": [\n  {rows}\n ]')
+        else:
+            lines.append(f" {json.dumps(key)}: {json.dumps(v, allow_nan=False)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def save_per_item(path: str | Path, per_item: np.ndarray, item_ids: list[str], fingerprint: str) -> Path:
+    """Per-item region mass ``[N, L, H]`` (for noise ceilings) as ``.npz``, atomically."""
+    arr = np.asarray(per_item, dtype=np.float64)
+    if arr.ndim != 3 or arr.shape[0] != len(item_ids):
+        raise ValueError(f"per-item scores must be [N, L, H] with N = {len(item_ids)} item ids, got {arr.shape}")
+    return atomic_write(
+        Path(path),
+        lambda fh: np.savez(fh, per_item=arr, item_ids=np.array(item_ids, dtype=str), fingerprint=np.array(fingerprint)),
+        mode="wb",
+    )
+
+
+def load_per_item(record: HeadSetRecord) -> np.ndarray:
+    """The per-item mass ``[N, L, H]`` saved next to a head-set file."""
+    if not record.per_item_file or record.path is None:
+        raise ValueError(
+            f"head-set {record.setting.id} has no per-item scores file; re-run `vheads discover` to get one "
+            "(noise ceilings need the per-item region mass)"
+        )
+    p = record.path.parent / record.per_item_file
+    if not p.exists():
+        raise FileNotFoundError(f"per-item scores {p} named by head-set file {record.path} is missing")
+    with np.load(p) as z:
+        arr = z["per_item"]
+        fp = str(z["fingerprint"])
+    if fp != record.model.get("fingerprint"):
+        raise ValueError(f"per-item scores {p} are from model {fp}, the head-set from {record.model.get('fingerprint')}")
+    L, H = record.scores.shape
+    if arr.ndim != 3 or arr.shape[1:] != (L, H) or arr.shape[0] != record.corpus.get("n_items"):
+        raise ValueError(f"per-item scores {p} have shape {arr.shape}; the head-set needs [{record.corpus.get('n_items')}, {L}, {H}]")
+    return arr
+
+
+def _validate(d: dict[str, Any], where: str) -> None:
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: a head-set file holds a JSON object, got {type(d).__name__}")
+    schema = d.get("schema")
+    if schema != SCHEMA:
+        raise ValueError(f"{where}: schema {schema!r} is not {SCHEMA!r} (not a vheads head-set file, or another version)")
+    missing = [k for k in ("setting", "model", "corpus", "seed", "selection", "heads", "head_scores", "scores") if k not in d]
+    if missing:
+        raise ValueError(f"{where}: missing keys {missing}")
+    for k in ("id", "fingerprint", "n_layers", "n_heads"):
+        if k not in d["model"]:
+            raise ValueError(f"{where}: model record lacks {k!r}")
+    scores = np.asarray(d["scores"], dtype=float)
+    L, H = d["model"]["n_layers"], d["model"]["n_heads"]
+    if scores.shape != (L, H):
+        raise ValueError(f"{where}: scores have shape {scores.shape}, the model record says {L} x {H}")
+    if not np.all(np.isfinite(scores)):
+        raise ValueError(f"{where}: scores hold non-finite values")
+    if d["selection"].get("mode") not in MODES:
+        raise ValueError(f"{where}: selection mode {d['selection'].get('mode')!r} is not one of {MODES}")
+    if len(d["heads"]) != len(d["head_scores"]):
+        raise ValueError(f"{where}: {len(d['heads'])} heads but {len(d['head_scores'])} head scores")
+    HeadSet(d["heads"], L, H)  # range and duplicate checks
+
+
+def load_headset(path: str | Path, lm=None, force: bool = False) -> HeadSetRecord:
+    """Read a head-set file. With ``lm`` (a :class:`~vheads.models.LoadedModel`), refuse a
+    head-set discovered on another model (different fingerprint) unless ``force``; a
+    head-set for another model *shape* is refused even when forced."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"head-set file {path} does not exist")
+    try:
+        d = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"head-set file {path} is not valid JSON: {e}") from None
+    _validate(d, f"head-set file {path}")
+    m = d["model"]
+    hs = HeadSet(d["heads"], m["n_layers"], m["n_heads"])
+    rec = HeadSetRecord(
+        headset=hs, setting=Setting.from_dict(d["setting"]), scores=np.asarray(d["scores"], dtype=np.float64),
+        model=m, corpus=d["corpus"], seed=d["seed"], k=d["selection"]["k"], mode=d["selection"]["mode"],
+        vheads_version=d.get("vheads_version", "?"), per_item_file=d.get("per_item_file"), path=path,
+    )
+    if lm is not None:
+        check_model(rec, lm, force)
+    return rec
+
+
+def check_model(rec: HeadSetRecord, lm, force: bool = False) -> None:
+    """Raise ``ValueError`` if ``rec`` was discovered on another model than ``lm``."""
+    hs_fp, lm_fp = rec.model["fingerprint"], lm.fingerprint
+    where = f" ({rec.path})" if rec.path else ""
+    if (rec.model["n_layers"], rec.model["n_heads"]) != (lm.n_layers, lm.n_heads):
+        raise ValueError(
+            f"head-set {rec.setting.id}{where} is for a model with {rec.model['n_layers']} layers x "
+            f"{rec.model['n_heads']} heads ({hs_fp}); {lm.model_id} has {lm.n_layers} x {lm.n_heads} ({lm_fp}): "
+            "it cannot be used even with force"
+        )
+    if hs_fp != lm_fp and not force:
+        raise ValueError(
+            f"head-set {rec.setting.id}{where} was discovered on model {rec.model['id']} ({hs_fp}), not on "
+            f"{lm.model_id} ({lm_fp}); discover heads on this model, or pass force=True / --force to use it anyway"
+        )

@@ -1,0 +1,40 @@
+"""Head-set selection from a discovery score: flat top-k or top-k per layer.
+
+Built on :class:`vheads.evaluation.HeadSet`; this module only fixes what ``k`` means when it
+is not given, and the rank order a head-set file lists its heads in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vheads.evaluation._headsets import HeadSet, default_k
+
+MODES = ("flat", "per-layer")
+
+
+def resolve_k(n_layers: int, n_heads: int, k: int | None, mode: str = "flat") -> int:
+    """``k`` when given; otherwise the seed's size scaled to the model.
+
+    ``flat``: :func:`default_k` (100 of 1,152 heads → ~8.7% of all heads).
+    ``per-layer``: the same share per layer, ``max(1, round(default_k / n_layers))`` heads of
+    every layer.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown selection mode {mode!r}; choose one of: {', '.join(MODES)}")
+    if k is not None:
+        return k
+    flat = default_k(n_layers, n_heads)
+    return flat if mode == "flat" else max(1, int(np.floor(flat / n_layers + 0.5)))
+
+
+def select_heads(scores: np.ndarray, k: int | None = None, mode: str = "flat") -> HeadSet:
+    """Top-k heads of ``scores [L, H]`` (``mode`` ``flat`` or ``per-layer``; ties by (layer, head))."""
+    L, H = np.asarray(scores).shape
+    return HeadSet.from_scores(scores, resolve_k(L, H, k, mode), per_layer=(mode == "per-layer"))
+
+
+def ranked_heads(scores: np.ndarray, heads: HeadSet) -> list[tuple[int, int]]:
+    """The heads of ``heads`` by descending score, ties by (layer, head)."""
+    s = np.asarray(scores)
+    return sorted(heads, key=lambda lh: (-s[lh], lh))

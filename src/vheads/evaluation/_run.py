@@ -1,0 +1,129 @@
+"""``evaluate_headsets``: test head-set files against random controls (the ``vheads evaluate`` command).
+
+For each head-set S and test, the controls are drawn (recorded seeds), S and all draws run
+in the same batched forwards over the same items, and the summary gives T_S with its 95%
+t-interval, each control family's mean and SD, z, the rank p and — over the family of
+head-sets tested together — Holm-adjusted p.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vheads._seeds import derived_seed
+from vheads.evaluation._controls import draw_controls, parse_control_spec
+from vheads.evaluation._headsets import HeadSet
+from vheads.evaluation._metrics import Outcomes, cers, ncs, ncs_grid, text_arm
+from vheads.evaluation._stats import holm, rank_p, t_interval, z_score
+
+TESTS = ("cers", "ncs", "ncs-grid", "text")
+
+
+@dataclass
+class HeadsetResult:
+    name: str  # setting id or file stem
+    test: str
+    t_s: float
+    ci: tuple[float, float]
+    controls: dict[str, dict] = field(default_factory=dict)  # name -> mean, sd, z, rank_p, holm_p, R, seed
+    outcomes: Outcomes | None = None
+    headset_ids: list[str] = field(default_factory=list)
+
+    def to_dict(self, per_item: bool = False) -> dict:
+        d = {"headset": self.name, "test": self.test, "T_S": self.t_s, "ci95": list(self.ci), "controls": self.controls}
+        if per_item and self.outcomes is not None:
+            d["per_item"] = {
+                "item_ids": self.outcomes.item_ids,
+                "values": {hid: self.outcomes.values[j].tolist() for j, hid in enumerate(self.headset_ids)},
+            }
+        return d
+
+
+def _items_for(test: str, n: int, seed: int):
+    from vheads.data.synthetic import kind_items
+
+    if test == "cers":
+        return {"items": kind_items("grid-neutral", n, seed)}
+    if test == "ncs":
+        return {"matched": kind_items("class-matched", n, seed), "mismatched": kind_items("class-mismatched", n, seed)}
+    if test == "ncs-grid":
+        return {"items": kind_items("grid-oracle", n, seed)}
+    if test == "text":
+        return {"items": kind_items("text", n, seed)}
+    raise ValueError(f"unknown test {test!r}; choose from {', '.join(TESTS)}")
+
+
+def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float, rows: str, seed: int, batch_size: int, progress: bool) -> Outcomes:
+    if test == "cers":
+        return cers(engine, sets["items"], headsets, beta, rows, seed=seed, batch_size=batch_size, progress=progress)
+    if test == "ncs":
+        return ncs(engine, sets["matched"], sets["mismatched"], headsets, rows=rows, batch_size=batch_size, progress=progress)
+    if test == "ncs-grid":
+        return ncs_grid(engine, sets["items"], headsets, rows, seed=seed, batch_size=batch_size, progress=progress)
+    return text_arm(engine, sets["items"], headsets, batch_size=batch_size, progress=progress)
+
+
+def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], controls: str = "layer-matched:100,any-layer:100",
+                      n: int = 24, beta: float = 1e4, rows: str = "all", seed: int = 0, batch_size: int = 128,
+                      progress: bool = True) -> list[HeadsetResult]:
+    """Test each named head-set with each test against the requested controls.
+
+    All arguments are checked before any forward pass: unknown tests, a bad control spec
+    (unknown name, R = 0), a non-finite β, a head-set of another model shape.
+    """
+    for t in tests:
+        if t not in TESTS:
+            raise ValueError(f"unknown test {t!r}; choose from {', '.join(TESTS)}")
+    if not np.isfinite(beta):
+        raise ValueError(f"beta must be finite, got {beta}")
+    requests = parse_control_spec(controls)
+    L, H = engine.shape
+    for name, S in headsets.items():
+        if (S.n_layers, S.n_heads) != (L, H):
+            raise ValueError(f"head-set {name!r} is for a {S.n_layers}x{S.n_heads} model; this model is {L}x{H}")
+    results: list[HeadsetResult] = []
+    for test in tests:
+        sets = _items_for(test, n, seed)
+        for name, S in headsets.items():
+            ids, hs, meta = ["S"], [S], {}
+            for req in requests:
+                cseed = derived_seed(seed, "control", name, req.name)
+                draws = draw_controls(req.name, S, req.R, cseed)
+                meta[req.name] = {"R": req.R, "seed": cseed}
+                for i, d in enumerate(draws):
+                    ids.append(f"{req.name}#{i}")
+                    hs.append(d)
+            out = run_test(engine, test, sets, hs, beta, rows, seed, batch_size, progress)
+            T = out.means()
+            ci = t_interval(out.values[0])
+            res = HeadsetResult(name, test if test != "ncs" else f"ncs-{rows}", float(T[0]), (ci.low, ci.high), outcomes=out, headset_ids=ids)
+            for req in requests:
+                idx = [j for j, h in enumerate(ids) if h.startswith(req.name + "#")]
+                tc = T[idx]
+                rp = rank_p(T[0], tc)
+                z = z_score(T[0], tc) if len(tc) > 1 else None
+                res.controls[req.name] = {**meta[req.name], "mean": float(tc.mean()), "sd": float(tc.std(ddof=1)) if len(tc) > 1 else float("nan"),
+                                          "z": None if z is None else float(z.z), "rank_p": float(rp.p)}
+            results.append(res)
+    # Holm over the family of head-sets tested together, per test and control
+    for test in {r.test for r in results}:
+        fam = [r for r in results if r.test == test]
+        for req in requests:
+            adj = holm([r.controls[req.name]["rank_p"] for r in fam])
+            for r, p in zip(fam, adj.p_adjusted):
+                r.controls[req.name]["holm_p"] = float(p)
+    return results
+
+
+def load_headset_files(paths: list[Path], lm, force: bool = False) -> dict[str, HeadSet]:
+    """Read head-set files for ``lm`` (another model's files are refused unless ``force``)."""
+    from vheads.discovery import load_headset
+
+    out = {}
+    for p in paths:
+        rec = load_headset(p, lm=lm, force=force)
+        out[rec.setting.id if rec.setting.id not in out else Path(p).stem] = rec.headset
+    return out

@@ -1,0 +1,7 @@
+"""The study runner: configuration, work units, results store, backends."""
+
+from vheads.study._config import DEFAULT_TOML, RunConfig, StudyConfig, config_from_dict, load_config
+from vheads.study._runner import StudyResult, run_study
+from vheads.study._store import Store
+
+__all__ = ["DEFAULT_TOML", "RunConfig", "Store", "StudyConfig", "StudyResult", "config_from_dict", "load_config", "run_study"]

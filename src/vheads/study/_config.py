@@ -1,0 +1,225 @@
+"""The study configuration: one validated object, loaded from TOML or built in code.
+
+``vheads study --print-config`` prints :data:`DEFAULT_TOML`, the documented default to
+start from. Unknown keys and wrong types are refused with the key's name before any work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from vheads.engine import ROW_GROUPS
+
+TESTS = ("cers", "ncs", "ncs-grid", "text")
+
+DEFAULT_TOML = '''\
+# vheads study configuration. Every key is optional; these are the defaults.
+
+model = "tiny"            # "tiny" (built-in), a local folder, or a hub id
+revision = ""             # hub revision (commit or tag); "" = main
+dtype = "float32"         # float32 | bfloat16 | float16
+device = "cpu"            # cpu | cuda | cuda:N
+
+# discovery: settings = corpora x queries x sources (12 in the full design)
+corpora = ["comics", "photo"]    # comics, photo (built-in), strips:FOLDER, coco:IMAGES[,ANNOTATIONS.json]
+queries = ["ordinal", "referring"]
+sources = ["last", "qspan", "out"]
+n_discovery = 48          # discovery items per corpus x query
+k = 0                     # head-set size; 0 = scaled to the model (100 of 1,152 heads)
+selection = "flat"        # flat | per-layer
+splits = 200              # half-splits for the noise ceilings
+
+# evaluation
+tests = ["cers", "ncs", "ncs-grid", "text"]
+n_eval = 24               # items per evaluation set
+beta = 10000.0            # steering strength
+row_groups = ["all", "image", "question", "last"]   # NCS is run at each (default mask: all rows)
+beta_sweep = [1.0, 10.0, 100.0, 1000.0, 10000.0]   # CERS of S over beta ([] to skip)
+k_sweep = [1, 2, 4, 8]    # CERS and NCS of the top-k heads over k ([] to skip)
+seed = 0
+
+[controls]                # control name = R draws per head-set
+layer-matched = 200
+any-layer = 200
+
+[run]
+backend = "local"         # local | ray
+ray_address = ""          # or the RAY_ADDRESS environment variable; "" = start a local cluster
+ray_workers = 2           # model replicas (actors); one per GPU where there are GPUs
+shard_size = 8            # evaluation items per work unit
+batch_size = 128          # head-sets per batched forward
+'''
+
+
+@dataclass
+class RunConfig:
+    backend: str = "local"
+    ray_address: str = ""
+    ray_workers: int = 2
+    shard_size: int = 8
+    batch_size: int = 128
+
+
+@dataclass
+class StudyConfig:
+    model: str = "tiny"
+    revision: str = ""
+    dtype: str = "float32"
+    device: str = "cpu"
+    corpora: list[str] = field(default_factory=lambda: ["comics", "photo"])
+    queries: list[str] = field(default_factory=lambda: ["ordinal", "referring"])
+    sources: list[str] = field(default_factory=lambda: ["last", "qspan", "out"])
+    n_discovery: int = 48
+    k: int = 0
+    selection: str = "flat"
+    splits: int = 200
+    tests: list[str] = field(default_factory=lambda: list(TESTS))
+    n_eval: int = 24
+    beta: float = 1e4
+    row_groups: list[str] = field(default_factory=lambda: list(ROW_GROUPS))
+    beta_sweep: list[float] = field(default_factory=lambda: [1.0, 10.0, 100.0, 1000.0, 10000.0])
+    k_sweep: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    seed: int = 0
+    controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 200, "any-layer": 200})
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def science_hash(self) -> str:
+        """Hash of everything that changes results (not the backend or batching)."""
+        d = self.to_dict()
+        d.pop("run")
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _type_name(t) -> str:
+    return getattr(t, "__name__", str(t))
+
+
+def _check(key: str, value: Any, default: Any) -> Any:
+    """Check ``value`` against the type of ``default``; ints are accepted for floats."""
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, str):
+        ok = isinstance(value, str)
+    elif isinstance(default, list):
+        ok = isinstance(value, list)
+        if ok and default:
+            proto = default[0]
+            value = [_check(f"{key}[{i}]", v, proto) for i, v in enumerate(value)]
+    elif isinstance(default, dict):
+        ok = isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
+    else:
+        ok = True
+    if not ok:
+        raise ValueError(f"config key {key!r}: expected {_type_name(type(default))}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def config_from_dict(data: dict[str, Any]) -> StudyConfig:
+    """Validate a parsed TOML table into a :class:`StudyConfig` (errors name the key)."""
+    base, run = StudyConfig(), RunConfig()
+    known = {f.name for f in fields(StudyConfig)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ValueError(f"unknown config key {key!r}; known keys: {', '.join(sorted(known))}")
+        if key == "run":
+            if not isinstance(value, dict):
+                raise ValueError(f"config key 'run' must be a table, got {value!r}")
+            run_known = {f.name for f in fields(RunConfig)}
+            rk = {}
+            for k2, v2 in value.items():
+                if k2 not in run_known:
+                    raise ValueError(f"unknown config key 'run.{k2}'; known keys: {', '.join(sorted(run_known))}")
+                rk[k2] = _check(f"run.{k2}", v2, getattr(run, k2))
+            kwargs["run"] = RunConfig(**rk)
+        else:
+            kwargs[key] = _check(key, value, getattr(base, key))
+    cfg = StudyConfig(**kwargs)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: StudyConfig) -> None:
+    """Semantic checks that need no model: names, ranges, folders."""
+    from vheads.discovery._scores import QUERIES, SOURCES
+    from vheads.evaluation import get_control
+
+    def bad(key, msg):
+        raise ValueError(f"config key {key!r}: {msg}")
+
+    for q in cfg.queries:
+        if q not in QUERIES:
+            bad("queries", f"unknown query type {q!r}; choose from {', '.join(QUERIES)}")
+    for s in cfg.sources:
+        if s not in SOURCES:
+            bad("sources", f"unknown attention source {s!r}; choose from {', '.join(SOURCES)}")
+    for t in cfg.tests:
+        if t not in TESTS:
+            bad("tests", f"unknown test {t!r}; choose from {', '.join(TESTS)}")
+    for g in cfg.row_groups:
+        if g not in ROW_GROUPS:
+            bad("row_groups", f"unknown row group {g!r}; choose from {', '.join(ROW_GROUPS)}")
+    for c in cfg.corpora:
+        kind, _, rest = c.partition(":")
+        if c in ("comics", "photo"):
+            continue
+        if kind in ("strips", "coco") and rest:
+            folder = Path(rest.split(",")[0])
+            if not folder.is_dir():
+                bad("corpora", f"corpus folder {str(folder)!r} does not exist")
+            continue
+        bad("corpora", f"unknown corpus {c!r}; use comics, photo, strips:FOLDER or coco:IMAGES[,ANNOTATIONS.json]")
+    if not cfg.corpora or not cfg.queries or not cfg.sources:
+        bad("corpora", "a study needs at least one corpus, query type and source")
+    for key in ("n_discovery", "n_eval", "splits"):
+        if getattr(cfg, key) < 2:
+            bad(key, f"must be at least 2, got {getattr(cfg, key)}")
+    if cfg.k < 0:
+        bad("k", f"must be 0 (scaled to the model) or positive, got {cfg.k}")
+    if cfg.selection not in ("flat", "per-layer"):
+        bad("selection", f"must be flat or per-layer, got {cfg.selection!r}")
+    if not (cfg.beta == cfg.beta and abs(cfg.beta) != float("inf")):
+        bad("beta", f"must be finite, got {cfg.beta}")
+    for name, R in cfg.controls.items():
+        try:
+            ctl = get_control(name)
+        except ValueError as e:
+            bad("controls", str(e))
+        if R < 1:
+            bad(f"controls.{name}", f"R must be at least 1, got {R}")
+        if not ctl.random and R != 1:
+            bad(f"controls.{name}", f"{name} is deterministic, so R must be 1, got {R}")
+    if cfg.run.backend not in ("local", "ray"):
+        bad("run.backend", f"must be local or ray, got {cfg.run.backend!r}")
+    if cfg.run.shard_size < 1 or cfg.run.batch_size < 1 or cfg.run.ray_workers < 1:
+        bad("run", "shard_size, batch_size and ray_workers must be positive")
+    if cfg.dtype not in ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16"):
+        bad("dtype", f"unknown dtype {cfg.dtype!r}")
+
+
+def load_config(path: str | Path | None = None, **overrides) -> StudyConfig:
+    """The default config, or the TOML file at ``path``, with ``overrides`` applied."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"config file {str(p)!r} does not exist")
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"config file {str(p)!r} is not valid TOML: {e}") from None
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    return config_from_dict(data)

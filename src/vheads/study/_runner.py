@@ -1,0 +1,196 @@
+"""``run_study``: discovery × evaluation × report, resumable, on any backend.
+
+Stages: discovery (one unit per corpus × query) → overlap and noise ceilings → head-sets
+and their random controls → evaluation (one unit per setting × test × item shard) →
+baseline audit → report. Every unit is committed to the store atomically; rerunning the
+same command into the same directory computes only what is missing, and a run directory
+made with a different configuration is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from vheads import __version__
+from vheads.evaluation import HeadSet, draw_controls
+from vheads.study._backends import make_backend
+from vheads.study._config import StudyConfig
+from vheads.study._store import Store
+from vheads._seeds import derived_seed
+
+
+@dataclass
+class StudyResult:
+    run_dir: Path
+    report: Path | None
+    seconds: dict[str, float]
+    units_computed: int
+
+
+def preflight_model(cfg: StudyConfig) -> dict:
+    """Check that the model exists and is a supported VLM, without loading weights."""
+    from transformers import AutoConfig
+
+    from vheads.models import adapter_for, resolve_model_path
+
+    path = resolve_model_path(cfg.model)
+    try:
+        mc = AutoConfig.from_pretrained(path, revision=cfg.revision or None)
+    except Exception as e:  # noqa: BLE001 - the message is what matters
+        raise ValueError(f"config key 'model': cannot load {cfg.model!r}: {str(e).splitlines()[0]}") from None
+    if getattr(mc, "vision_config", None) is None:
+        raise ValueError(f"config key 'model': {cfg.model!r} is not a vision-language model")
+    adapter_for(mc.model_type)
+    tc = getattr(mc, "text_config", mc)
+    return {"n_layers": tc.num_hidden_layers, "n_heads": tc.num_attention_heads}
+
+
+def _log(run_dir: Path, line: str) -> None:
+    with open(run_dir / "units.log", "a") as f:
+        f.write(line + "\n")
+
+
+def _commit(store: Store, run_dir: Path, res: dict) -> None:
+    payload = res["rows"]
+    for name, png in payload.get("strips", {}).items():
+        (run_dir / "strips").mkdir(exist_ok=True)
+        (run_dir / "strips" / f"{name}.png").write_bytes(png)
+    store.commit_unit(res["unit_id"], res["kind"], res["seconds"], payload["rows"])
+    _log(run_dir, f"done {res['unit_id']}")
+
+
+def _run_units(store, run_dir, backend, units, desc, progress) -> int:
+    done = store.done_units()
+    todo = [u for u in units if u["unit_id"] not in done]
+    bar = tqdm(total=len(units), initial=len(units) - len(todo), desc=desc, unit="unit", disable=not progress)
+    for res in backend.run(todo, on_start=lambda u: _log(run_dir, f"start {u['unit_id']}")):
+        _commit(store, run_dir, res)
+        bar.update(1)
+    bar.close()
+    return len(todo)
+
+
+def _overlap_stage(store: Store, cfg: StudyConfig) -> None:
+    from vheads.discovery import geometric_ceiling, split_half_ceiling
+
+    if "overlap" in store.done_units():
+        return
+    t0 = time.time()
+    disc = store.query("SELECT setting, k, headset FROM discovery ORDER BY setting")
+    ceil = {}
+    rows = {"ceilings": [], "overlap": []}
+    for sid, k, _ in disc:
+        per = np.array([json.loads(s) for (s,) in store.query("SELECT scores FROM item_scores WHERE setting=? ORDER BY item_id", sid)])
+        c = split_half_ceiling(per, k, cfg.splits, derived_seed(cfg.seed, "ceiling", sid), per_layer=cfg.selection == "per-layer")
+        ceil[sid] = c
+        rows["ceilings"].append((sid, k, c.mean, c.lo, c.hi, cfg.splits))
+    sets = {sid: {tuple(h) for h in json.loads(hs)} for sid, _, hs in disc}
+    for a, ka, _ in disc:
+        for b, _, _ in disc:
+            ov = len(sets[a] & sets[b])
+            g = geometric_ceiling(ceil[a], ceil[b])
+            rows["overlap"].append((a, b, ka, ov, ceil[a].mean, ceil[b].mean, g, ov / g if g > 0 else float("nan")))
+    store.commit_unit("overlap", "overlap", time.time() - t0, rows)
+
+
+def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> None:
+    from vheads.discovery._selection import select_heads
+
+    if "headsets" in store.done_units():
+        return
+    t0 = time.time()
+    L, H = shape
+    rows, fallbacks = [], {}
+    for sid, scores, heads in store.query("SELECT setting, scores, headset FROM discovery ORDER BY setting"):
+        S = HeadSet([tuple(h) for h in json.loads(heads)], L, H)
+        rows.append((sid, "S", "S", 0, cfg.seed, json.dumps([list(h) for h in S.heads])))
+        for name, R in cfg.controls.items():
+            seed = derived_seed(cfg.seed, "control", sid, name)
+            draws = draw_controls(name, S, R, seed)
+            if getattr(draws, "fallbacks", None):
+                fallbacks.setdefault(sid, []).extend(str(f) for f in draws.fallbacks)
+            for i, d in enumerate(draws):
+                rows.append((sid, f"{name}#{i}", name, i, seed, json.dumps([list(h) for h in d.heads])))
+        sc = np.array(json.loads(scores))
+        for kk in cfg.k_sweep:
+            if kk <= L * H:
+                Sk = select_heads(sc, kk, cfg.selection)
+                rows.append((sid, f"S@k={kk}", "S@k", kk, cfg.seed, json.dumps([list(h) for h in Sk.heads])))
+    store.commit_unit("headsets", "headsets", time.time() - t0, {"headsets": rows})
+    store.set_meta(control_fallbacks=json.dumps(fallbacks))
+
+
+def _eval_units(store: Store, cfg: StudyConfig) -> list[dict]:
+    units = []
+    settings = [s for (s,) in store.query("SELECT setting FROM discovery ORDER BY setting")]
+    for sid in settings:
+        hs = store.query("SELECT headset_id, heads FROM headsets WHERE setting=? ORDER BY control != 'S', control, draw", sid)
+        ids = [h for h, _ in hs]
+        heads = [json.loads(x) for _, x in hs]
+        for test in cfg.tests:
+            for lo in range(0, cfg.n_eval, cfg.run.shard_size):
+                hi = min(cfg.n_eval, lo + cfg.run.shard_size)
+                units.append({"unit_id": f"eval/{sid}/{test}/{lo}-{hi}", "kind": "eval", "setting": sid, "test": test,
+                              "shard": [lo, hi], "headset_ids": ids, "headsets": heads})
+    return units
+
+
+def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool = True, report: bool = True) -> StudyResult:
+    """Run (or resume) the whole study of ``cfg`` into ``out``; returns the report's path."""
+    run_dir = Path(out)
+    shape = preflight_model(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store = Store(run_dir)
+    have = store.get_meta("config_hash")
+    if have is not None and have != cfg.science_hash():
+        store.close()
+        raise ValueError(
+            f"{run_dir} holds a run of a different configuration (config hash {have}, this one "
+            f"{cfg.science_hash()}); choose a new --out directory or delete the old one"
+        )
+    if have is None:
+        store.set_meta(config=json.dumps(cfg.to_dict()), config_hash=cfg.science_hash(), vheads_version=__version__,
+                       model_id=cfg.model, n_layers=str(shape["n_layers"]), n_heads=str(shape["n_heads"]))
+    secs: dict[str, float] = {}
+    n_computed = 0
+    backend = make_backend(cfg.to_dict())
+    try:
+        t = time.time()
+        disc = [{"unit_id": f"discovery/{c}/{q}", "kind": "discovery", "corpus": c, "query": q} for c in cfg.corpora for q in cfg.queries]
+        n_computed += _run_units(store, run_dir, backend, disc, "discovery", progress)
+        secs["discovery"] = time.time() - t
+        t = time.time()
+        _overlap_stage(store, cfg)
+        secs["overlap"] = time.time() - t
+        t = time.time()
+        _headset_stage(store, cfg, (shape["n_layers"], shape["n_heads"]))
+        secs["controls"] = time.time() - t
+        t = time.time()
+        n_computed += _run_units(store, run_dir, backend, _eval_units(store, cfg), "evaluation", progress)
+        secs["evaluation"] = time.time() - t
+        t = time.time()
+        n_computed += _run_units(store, run_dir, backend, [{"unit_id": "audit", "kind": "audit"}], "audit", progress)
+        secs["audit"] = time.time() - t
+    finally:
+        backend.close()
+        store.close()
+    report_path = None
+    if report:
+        t = time.time()
+        report_path = build_report_if_available(run_dir)
+        secs["report"] = time.time() - t
+    return StudyResult(run_dir, report_path, secs, n_computed)
+
+
+def build_report_if_available(run_dir: Path) -> Path | None:
+    try:
+        from vheads.report import build_report
+    except ImportError:
+        return None
+    return build_report(run_dir)

@@ -1,0 +1,112 @@
+"""The results store of a study run: one SQLite file (WAL) in the run directory.
+
+Only the driver writes it. Each work unit's rows are written in one transaction together
+with the unit's row in ``units``, so a unit is either wholly stored or absent: a killed
+run resumes by skipping the units already there.
+
+Schema (version 1)
+------------------
+meta(key PRIMARY KEY, value)                      config (JSON), config_hash, vheads_version,
+                                                  model_id, model_fingerprint, n_layers, n_heads
+units(unit_id PRIMARY KEY, kind, finished, seconds)
+discovery(setting PRIMARY KEY, query, source, corpus, n_items, k, scores, headset)
+                                                  scores: JSON [L][H]; headset: JSON [[l, h], ...]
+item_scores(setting, item_id, scores)             per-item region mass, JSON [L][H] (for ceilings, figures)
+overlap(setting_a, setting_b, k, overlap, ceiling_a, ceiling_b, geo_ceiling, fraction)
+ceilings(setting, k, mean, lo, hi, splits)        half-split noise ceiling of one setting
+headsets(setting, headset_id, control, draw, seed, heads)
+                                                  control: 'S', a control name, or 'S@k=K' for the k sweep
+outcomes(unit_id, setting, test, headset_id, item_id, value)
+                                                  per-item outcome; test e.g. 'cers', 'cers-sym',
+                                                  'ncs-all', 'ncs-image', 'ncs-question', 'ncs-last',
+                                                  'ncs-grid', 'text', 'cers@beta=100', 'cers@k=8'
+arms(unit_id, setting, test, headset_id, item_id, arm, value)
+                                                  NCS arms: arm 'matched' / 'mismatched' drops
+audit(name PRIMARY KEY, n, mean_p_key, lo, hi, ok)
+strip_attention(setting, item_id, layer, head, masses)
+                                                  masses: JSON list of the mass on each panel, for figures
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS units(unit_id TEXT PRIMARY KEY, kind TEXT, finished REAL, seconds REAL);
+CREATE TABLE IF NOT EXISTS discovery(setting TEXT PRIMARY KEY, query TEXT, source TEXT, corpus TEXT,
+    n_items INTEGER, k INTEGER, scores TEXT, headset TEXT);
+CREATE TABLE IF NOT EXISTS item_scores(setting TEXT, item_id TEXT, scores TEXT, PRIMARY KEY(setting, item_id));
+CREATE TABLE IF NOT EXISTS overlap(setting_a TEXT, setting_b TEXT, k INTEGER, overlap INTEGER, ceiling_a REAL,
+    ceiling_b REAL, geo_ceiling REAL, fraction REAL, PRIMARY KEY(setting_a, setting_b, k));
+CREATE TABLE IF NOT EXISTS ceilings(setting TEXT, k INTEGER, mean REAL, lo REAL, hi REAL, splits INTEGER,
+    PRIMARY KEY(setting, k));
+CREATE TABLE IF NOT EXISTS headsets(setting TEXT, headset_id TEXT, control TEXT, draw INTEGER, seed INTEGER,
+    heads TEXT, PRIMARY KEY(setting, headset_id));
+CREATE TABLE IF NOT EXISTS outcomes(unit_id TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT,
+    value REAL, PRIMARY KEY(setting, test, headset_id, item_id));
+CREATE TABLE IF NOT EXISTS arms(unit_id TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT, arm TEXT,
+    value REAL, PRIMARY KEY(setting, test, headset_id, item_id, arm));
+CREATE TABLE IF NOT EXISTS audit(name TEXT PRIMARY KEY, n INTEGER, mean_p_key REAL, lo REAL, hi REAL, ok INTEGER);
+CREATE TABLE IF NOT EXISTS strip_attention(setting TEXT, item_id TEXT, layer INTEGER, head INTEGER, masses TEXT,
+    PRIMARY KEY(setting, item_id, layer, head));
+"""
+
+STORE_NAME = "results.sqlite"
+
+
+class Store:
+    """The results store of one run directory."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / STORE_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---- meta ------------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, **values) -> None:
+        with self.transaction():
+            for k, v in values.items():
+                self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, v if isinstance(v, str) else json.dumps(v)))
+
+    # ---- units -----------------------------------------------------------------------------
+    def done_units(self) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT unit_id FROM units")}
+
+    @contextmanager
+    def transaction(self):
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        else:
+            self.db.execute("COMMIT")
+
+    def commit_unit(self, unit_id: str, kind: str, seconds: float, rows: dict[str, list[tuple]]) -> None:
+        """Write ``rows`` (table -> tuples in column order) and mark the unit done, atomically."""
+        with self.transaction() as db:
+            for table, tuples in rows.items():
+                if not tuples:
+                    continue
+                marks = ",".join("?" * len(tuples[0]))
+                db.executemany(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", tuples)
+            db.execute("INSERT INTO units VALUES (?, ?, ?, ?)", (unit_id, kind, time.time(), seconds))
+
+    def query(self, sql: str, *args) -> list[tuple]:
+        return self.db.execute(sql, args).fetchall()

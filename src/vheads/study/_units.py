@@ -1,0 +1,173 @@
+"""Work units of a study and the code that computes one.
+
+A unit is a plain, JSON-serialisable dict (``unit_id``, ``kind`` and its parameters), so
+the same unit runs in-process or on a Ray actor; :class:`UnitComputer` holds one model
+replica and turns a unit into store rows. Items are rebuilt from (kind, n, seed) by the
+computer: generation is deterministic, so nothing large travels.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from vheads._seeds import derived_seed
+from vheads.evaluation import HeadSet
+from vheads.study._config import StudyConfig
+
+EVAL_SETS = {
+    "cers": ["grid-neutral"],
+    "ncs": ["class-matched", "class-mismatched"],
+    "ncs-grid": ["grid-oracle"],
+    "text": ["text"],
+}
+STRIP_FIGURE_ITEMS = 3  # strips per setting whose top heads' attention is stored for figures
+STRIP_FIGURE_HEADS = 4
+
+
+def eval_items(kind: str, n: int, seed: int):
+    from vheads.data.synthetic import kind_items
+
+    return kind_items(kind, n, derived_seed(seed, "eval", kind))
+
+
+class UnitComputer:
+    """Computes units on one model replica (built lazily, so it can live on a Ray actor)."""
+
+    def __init__(self, cfg: dict[str, Any]):
+        from vheads.study._config import config_from_dict
+
+        self.cfg: StudyConfig = config_from_dict({k: v for k, v in cfg.items()})
+        self._engine = None
+
+    @property
+    def engine(self):
+        if self._engine is None:
+            import torch
+
+            from vheads.engine import Engine
+            from vheads.models import load_model
+
+            if self.cfg.device == "cpu":
+                torch.set_num_threads(max(1, torch.get_num_threads()))
+            lm = load_model(self.cfg.model, self.cfg.revision or None, self.cfg.dtype, self.cfg.device)
+            self._engine = Engine(lm)
+        return self._engine
+
+    def compute(self, unit: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.time()
+        fn = {"discovery": self._discovery, "eval": self._eval, "audit": self._audit}[unit["kind"]]
+        rows = fn(unit)
+        return {"unit_id": unit["unit_id"], "kind": unit["kind"], "rows": rows, "seconds": time.time() - t0}
+
+    # ---- discovery -------------------------------------------------------------------------
+    def _discovery(self, unit):
+        import torch
+
+        from vheads.discovery import load_corpus, score_settings
+        from vheads.discovery._selection import resolve_k, select_heads
+        from vheads.engine import Capture, positions_mask
+
+        cfg, eng = self.cfg, self.engine
+        lm = eng.lm
+        corpus = load_corpus(unit["corpus"], unit["query"], cfg.n_discovery, derived_seed(cfg.seed, "discovery", unit["corpus"], unit["query"]))
+        scores = score_settings(lm, {(corpus.name, corpus.query): corpus.items}, cfg.sources,
+                                corpus_abbrev={corpus.name: corpus.abbrev}, progress=False, engine=eng)
+        k = resolve_k(lm.n_layers, lm.n_heads, cfg.k or None, cfg.selection)
+        rows: dict[str, list[tuple]] = {"discovery": [], "item_scores": [], "strip_attention": []}
+        strips = {}
+        for sid, sc in scores.items():
+            S = select_heads(sc.scores, k, cfg.selection)
+            rows["discovery"].append((sid, sc.setting.query, sc.setting.source, corpus.name, sc.n_items, k,
+                                      _json(sc.scores.tolist()), _json([list(h) for h in S.heads])))
+            rows["item_scores"] += [(sid, iid, _json(m.tolist())) for iid, m in zip(sc.item_ids, sc.per_item)]
+            # attention of the setting's top heads over the six panels of a few strips
+            top = sorted(S.heads, key=lambda h: -sc.scores[h])[:STRIP_FIGURE_HEADS]
+            span = {"last": "last", "qspan": "query", "out": "answer"}[sc.setting.source]
+            for item, answer in list(zip(corpus.items, sc.answers))[:STRIP_FIGURE_ITEMS]:
+                pr = lm.adapter.build(item, lm.processor, answer_text=answer or None) if sc.setting.source == "out" else lm.adapter.build(item, lm.processor)
+                if sc.setting.source == "out" and not answer:
+                    continue
+                T = pr.layout.n_tokens
+                names = sorted(item.regions)
+                groups = torch.stack([positions_mask(T, pr.layout.regions[n].positions) for n in names])[None]
+                res = eng.forward(pr, eng.plan(1, captures=[Capture(positions_mask(T, pr.layout.spans[span])[None], groups)]), logits_at=[])
+                m = res.captures["capture"][0].numpy()  # [L, H, panels]
+                for (l, h) in top:
+                    rows["strip_attention"].append((sid, item.id, l, h, _json(m[l, h].tolist())))
+                strips[item.id] = item.image
+        return {"rows": rows, "strips": {k: _png(v) for k, v in strips.items()}}
+
+    # ---- evaluation ------------------------------------------------------------------------
+    def _eval(self, unit):
+        from vheads.evaluation import cers, ncs, ncs_grid, text_arm
+
+        cfg, eng = self.cfg, self.engine
+        L, H = eng.shape
+        ids = unit["headset_ids"]
+        hsets = [HeadSet([tuple(h) for h in heads], L, H) for heads in unit["headsets"]]
+        lo, hi = unit["shard"]
+        sets = {kind: eval_items(kind, cfg.n_eval, cfg.seed)[lo:hi] for kind in EVAL_SETS[unit["test"]]}
+        bs = cfg.run.batch_size
+        out: dict[str, list[tuple]] = {"outcomes": [], "arms": []}
+        uid, setting = unit["unit_id"], unit["setting"]
+
+        def put(test, res, idx=None):
+            for j in range(len(hsets)) if idx is None else idx:
+                for i, iid in enumerate(res.item_ids):
+                    out["outcomes"].append((uid, setting, test, ids[j], iid, float(res.values[j, i])))
+
+        t = unit["test"]
+        if t == "cers":
+            put("cers", cers(eng, sets["grid-neutral"], hsets, cfg.beta, "all", seed=cfg.seed, batch_size=bs))
+            s_only = [ids.index("S")]
+            for b in cfg.beta_sweep:
+                r = cers(eng, sets["grid-neutral"], [hsets[s_only[0]]], b, "all", seed=cfg.seed)
+                for i, iid in enumerate(r.item_ids):
+                    out["outcomes"].append((uid, setting, f"cers@beta={b:g}", "S", iid, float(r.values[0, i])))
+        elif t == "ncs":
+            for g in cfg.row_groups:
+                res = ncs(eng, sets["class-matched"], sets["class-mismatched"], hsets if g == "all" else hsets, rows=g, batch_size=bs)
+                put(f"ncs-{g}", res)
+                for arm, key in (("matched", "drop_matched"), ("mismatched", "drop_mismatched")):
+                    items = sets[f"class-{arm}"]
+                    for j in range(len(hsets)):
+                        for i, it in enumerate(items):
+                            out["arms"].append((uid, setting, f"ncs-{g}", ids[j], it.id, arm, float(res.detail[key][j, i])))
+        elif t == "ncs-grid":
+            put("ncs-grid", ncs_grid(eng, sets["grid-oracle"], hsets, "all", seed=cfg.seed, batch_size=bs))
+        elif t == "text":
+            put("text", text_arm(eng, sets["text"], hsets, batch_size=bs))
+        else:
+            raise ValueError(f"unknown test {t!r}")
+        return {"rows": out}
+
+    # ---- audit -----------------------------------------------------------------------------
+    def _audit(self, unit):
+        from vheads.evaluation import baseline_audit
+
+        cfg = self.cfg
+        sets = {
+            "oracle": eval_items("grid-oracle", cfg.n_eval, cfg.seed),
+            "floor": eval_items("grid-blank", cfg.n_eval, cfg.seed),
+            "matched": eval_items("class-matched", cfg.n_eval, cfg.seed),
+            "mismatched": eval_items("class-mismatched", cfg.n_eval, cfg.seed),
+        }
+        rep = baseline_audit(self.engine, sets)
+        return {"rows": {"audit": [(n, r["n"], r["mean_p_key"], r["expected"][0], r["expected"][1], int(r["ok"])) for n, r in rep.items()]}}
+
+
+def _json(x) -> str:
+    import json
+
+    return json.dumps(x)
+
+
+def _png(img) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue()
