@@ -53,6 +53,7 @@ ray_address = ""          # or the RAY_ADDRESS environment variable; "" = start 
 ray_workers = 2           # model replicas (actors); one per GPU where there are GPUs
 shard_size = 8            # evaluation items per work unit
 batch_size = 128          # head-sets per batched forward
+torch_threads = 0         # CPU threads per model replica; 0 = all cores (same on every backend)
 '''
 
 
@@ -63,6 +64,7 @@ class RunConfig:
     ray_workers: int = 2
     shard_size: int = 8
     batch_size: int = 128
+    torch_threads: int = 0
 
 
 @dataclass

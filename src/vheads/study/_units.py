@@ -8,6 +8,7 @@ computer: generation is deterministic, so nothing large travels.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -51,7 +52,9 @@ class UnitComputer:
             from vheads.models import load_model
 
             if self.cfg.device == "cpu":
-                torch.set_num_threads(max(1, torch.get_num_threads()))
+                # the same thread count on every backend gives the same float reductions,
+                # hence bit-identical per-item results locally and on Ray actors
+                torch.set_num_threads(self.cfg.run.torch_threads or os.cpu_count() or 1)
             lm = load_model(self.cfg.model, self.cfg.revision or None, self.cfg.dtype, self.cfg.device)
             self._engine = Engine(lm)
         return self._engine

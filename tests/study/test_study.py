@@ -1,0 +1,135 @@
+"""The study runner: resume after kill -9, refusal of mixed configs, config errors, Ray = local."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vheads.study import Store, config_from_dict, load_config, run_study
+
+
+def small_config(model_dir, **over):
+    d = {
+        "model": str(model_dir), "corpora": ["comics"], "queries": ["ordinal"], "sources": ["last", "qspan"],
+        "n_discovery": 4, "n_eval": 4, "splits": 10, "tests": ["cers", "ncs"], "row_groups": ["all", "last"],
+        "controls": {"layer-matched": 3, "any-layer": 3}, "beta_sweep": [10.0], "k_sweep": [1],
+        "run": {"shard_size": 2, "batch_size": 16},
+    }
+    d.update(over)
+    return config_from_dict(d)
+
+
+def outcomes(run_dir):
+    s = Store(run_dir)
+    try:
+        return s.query("SELECT setting, test, headset_id, item_id, value FROM outcomes ORDER BY 1, 2, 3, 4")
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def reference_run(tiny_random_dirs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref")
+    res = run_study(small_config(tiny_random_dirs["qwen3_vl"]), out, progress=False, report=False)
+    return out, res
+
+
+def test_rerun_resumes_and_computes_nothing_twice(tiny_random_dirs, reference_run):
+    out, first = reference_run
+    assert first.units_computed > 0
+    before = outcomes(out)
+    again = run_study(small_config(tiny_random_dirs["qwen3_vl"]), out, progress=False, report=False)
+    assert again.units_computed == 0
+    assert outcomes(out) == before
+    assert len(before) > 0
+
+
+def test_a_different_config_is_refused_not_mixed(tiny_random_dirs, reference_run):
+    out, _ = reference_run
+    with pytest.raises(ValueError, match="different configuration"):
+        run_study(small_config(tiny_random_dirs["qwen3_vl"], n_eval=6), out, progress=False, report=False)
+
+
+def test_kill_9_then_rerun_equals_an_uninterrupted_run(tiny_random_dirs, reference_run, tmp_path):
+    ref_out, _ = reference_run
+    out = tmp_path / "killed"
+    cfg = small_config(tiny_random_dirs["qwen3_vl"]).to_dict()
+    script = (
+        "import json, sys; from vheads.study import config_from_dict, run_study; "
+        f"run_study(config_from_dict(json.loads({json.dumps(json.dumps(cfg))})), {str(out)!r}, progress=False, report=False)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = out / "units.log"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (log.exists() and "done" in log.read_text()):
+        time.sleep(0.05)
+    time.sleep(random.Random(os.getpid()).uniform(0, 1.5))  # a random moment after the first commit
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = {l.split()[1] for l in log.read_text().splitlines() if l.startswith("done")}
+    n_lines = len(log.read_text().splitlines())
+    assert done_before, "the run was killed before any unit committed"
+    run_study(config_from_dict(cfg), out, progress=False, report=False)
+    started_after = {l.split()[1] for l in log.read_text().splitlines()[n_lines:] if l.startswith("start")}
+    assert not (started_after & done_before), "a committed unit was computed again"
+    assert outcomes(out) == outcomes(ref_out)
+
+
+@pytest.mark.parametrize("over,match", [
+    ({"colour": 1}, "unknown config key 'colour'"),
+    ({"n_eval": "many"}, "config key 'n_eval': expected int"),
+    ({"run": {"backend": "spark"}}, "config key 'run.backend'"),
+    ({"corpora": ["strips:/no/such/folder"]}, "corpus folder '/no/such/folder' does not exist"),
+    ({"controls": {"layer-matched": 0}}, "R must be at least 1"),
+    ({"beta": float("inf")}, "config key 'beta'"),
+])
+def test_bad_config_is_one_error_naming_the_key(tiny_random_dirs, over, match):
+    with pytest.raises(ValueError, match=match):
+        small_config(tiny_random_dirs["qwen3_vl"], **over)
+
+
+def test_unknown_model_is_refused_before_any_work(tmp_path):
+    cfg = config_from_dict({"model": str(tmp_path / "nope")})
+    with pytest.raises(ValueError, match="config key 'model'"):
+        run_study(cfg, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_config_file_round_trip_and_errors(tmp_path):
+    from vheads.study import DEFAULT_TOML, StudyConfig
+
+    p = tmp_path / "c.toml"
+    p.write_text(DEFAULT_TOML)
+    assert load_config(p) == StudyConfig()
+    p.write_text("n_eval = [1")
+    with pytest.raises(ValueError, match="not valid TOML"):
+        load_config(p)
+    with pytest.raises(FileNotFoundError):
+        load_config(tmp_path / "missing.toml")
+
+
+def test_ray_backend_gives_the_same_per_item_results(tiny_random_dirs, reference_run, tmp_path):
+    pytest.importorskip("ray")
+    ref_out, _ = reference_run
+    cfg = small_config(tiny_random_dirs["qwen3_vl"], run={"shard_size": 2, "batch_size": 16, "backend": "ray", "ray_workers": 2})
+    run_study(cfg, tmp_path / "ray", progress=False, report=False)
+    import ray
+
+    ray.shutdown()
+    assert outcomes(tmp_path / "ray") == outcomes(ref_out)
+
+
+def test_export_writes_every_table(reference_run, tmp_path):
+    from vheads.study._export import TABLES, export_run
+
+    out, _ = reference_run
+    paths = export_run(out, "csv", tmp_path / "x")
+    assert {p.stem for p in paths} == set(TABLES)
+    lines = (tmp_path / "x" / "outcomes.csv").read_text().splitlines()
+    assert len(lines) == 1 + len(outcomes(out))
