@@ -189,8 +189,14 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
 
 
 def build_report_if_available(run_dir: Path) -> Path | None:
+    """Build the report; also leave ``report.png``, a screenshot, where Chromium exists."""
     try:
-        from vheads.report import build_report
+        from vheads.report import build_report, screenshot
     except ImportError:
         return None
-    return build_report(run_dir)
+    html = build_report(run_dir)
+    try:
+        screenshot(html, Path(run_dir) / "report.png")
+    except Exception:  # noqa: BLE001 - the screenshot is a convenience, never a failure
+        pass
+    return html

@@ -1,0 +1,16 @@
+"""The study report: tables, figures and the reporting protocol, from a run's results store.
+
+``build_report(run_dir)`` writes ``report.md``, a self-contained ``report.html`` and
+``figures/*.png``; ``screenshot(html, png)`` renders a page in headless Chromium.
+"""
+
+from vheads.report._build import build_report, build_sections
+from vheads.report._data import RunData, load_run
+from vheads.report._protocol import min_holm_p, protocol_checks, required_R
+from vheads.report._screenshot import screenshot
+from vheads.report._tables import TestStat, significance
+
+__all__ = [
+    "RunData", "TestStat", "build_report", "build_sections", "load_run", "min_holm_p", "protocol_checks",
+    "required_R", "screenshot", "significance",
+]

@@ -1,0 +1,288 @@
+"""Reading a run's results store into the shapes the report needs.
+
+Everything the report shows comes from ``results.sqlite`` (schema in
+:mod:`vheads.study._store`) and, for the strip figures, ``strips/<item_id>.png``. Ids:
+
+- head-set ids in ``outcomes``: ``S`` (the discovered set), ``<control>#<draw>`` (one
+  control draw, e.g. ``layer-matched#17``), ``S@k=K`` (the k-sweep set of size K); a
+  control of a k-sweep set may read ``<control>@k=K#<draw>``. A deterministic control may
+  carry no ``#draw`` (``sinks``).
+- test ids: ``cers``, ``ncs-all``, ``ncs-image``, …, ``text``, and sweep points
+  ``<test>@beta=B`` / ``<test>@k=K``.
+
+A head-set's statistic ``T`` is the mean over items of its per-item ``value``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vheads.study._store import STORE_NAME, Store
+
+_HEADSET_RE = re.compile(r"^(?P<name>[^@#]+)(?:@k=(?P<k>\d+))?(?:#(?P<draw>\d+))?$")
+_TEST_RE = re.compile(r"^(?P<base>[^@]+)(?:@(?P<param>[A-Za-z_]+)=(?P<value>.+))?$")
+
+
+@dataclass(frozen=True)
+class HeadSetId:
+    """A parsed head-set id: ``role`` is ``"S"`` or a control name; ``k`` set for k-sweep sets."""
+
+    raw: str
+    role: str
+    k: int | None
+    draw: int | None
+
+    @property
+    def is_s(self) -> bool:
+        return self.role == "S"
+
+
+def parse_headset_id(raw: str) -> HeadSetId:
+    m = _HEADSET_RE.match(raw)
+    if not m:
+        return HeadSetId(raw, raw, None, None)
+    k = m.group("k")
+    draw = m.group("draw")
+    return HeadSetId(raw, m.group("name"), int(k) if k else None, int(draw) if draw else None)
+
+
+@dataclass(frozen=True)
+class TestId:
+    """A parsed test id: ``cers@beta=100`` → base ``cers``, param ``beta``, value 100.0."""
+
+    raw: str
+    base: str
+    param: str | None
+    value: float | None
+
+
+def parse_test_id(raw: str) -> TestId:
+    m = _TEST_RE.match(raw)
+    if not m or not m.group("param"):
+        return TestId(raw, raw, None, None)
+    try:
+        value = float(m.group("value"))
+    except ValueError:
+        return TestId(raw, raw, None, None)
+    return TestId(raw, m.group("base"), m.group("param"), value)
+
+
+@dataclass
+class Cell:
+    """The outcomes of one (setting, test): S's per-item values and each control's draws.
+
+    ``s`` [n] per-item values of S (``None`` if S was not evaluated); ``controls`` maps a
+    control name to its draws' statistics ``T_r`` (one mean over items per draw, in draw
+    order).
+    """
+
+    s: np.ndarray | None = None
+    controls: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class RunData:
+    """Everything the report reads from one run directory."""
+
+    run_dir: Path
+    config: dict[str, Any]
+    meta: dict[str, Any]
+    settings: list[str]  # in display order
+    discovery: dict[str, dict[str, Any]]  # setting -> {query, source, corpus, n_items, k, scores [L,H], headset}
+    cells: dict[tuple[str, str], Cell]  # (setting, test id) -> Cell of main head-sets (no k-sweep sets)
+    ksweep: dict[tuple[str, str], dict[int, Cell]]  # (setting, base test) -> k -> Cell, from 'S@k=K' head-sets
+    headset_sizes: dict[tuple[str, str], int]  # (setting, headset role) -> heads in it (first draw)
+    arms: dict[tuple[str, str, str], np.ndarray]  # (setting, test, arm) -> per-item drops of S
+    overlap: list[dict[str, Any]]
+    ceilings: dict[str, dict[str, Any]]
+    audit: list[dict[str, Any]]
+    strip_attention: dict[str, dict[tuple[int, int], dict[str, list[float]]]]  # setting -> head -> item -> masses
+    nonfinite: int = 0  # outcome rows left out because their value was NaN/inf
+
+    @property
+    def model_id(self) -> str:
+        return str(self.meta.get("model_id") or cfg_get(self.config, "model") or "?")
+
+    @property
+    def shape(self) -> tuple[int | None, int | None]:
+        def as_int(v):
+            try:
+                return int(v)
+            except (TypeError, ValueError):
+                return None
+
+        return as_int(self.meta.get("n_layers")), as_int(self.meta.get("n_heads"))
+
+    @property
+    def tests(self) -> list[str]:
+        return sorted({t for (_, t) in self.cells})
+
+    def cell(self, setting: str, test: str) -> Cell | None:
+        return self.cells.get((setting, test))
+
+    def strip_png(self, item_id: str) -> Path | None:
+        p = self.run_dir / "strips" / f"{item_id}.png"
+        return p if p.is_file() else None
+
+
+def cfg_get(config: Any, *names: str, default: Any = None) -> Any:
+    """The first value found under any of ``names`` in a (possibly nested) config dict.
+
+    Keys compare with ``-``, ``_`` and spaces treated alike, top level first, then
+    breadth-first through nested tables, so ``n_items`` finds ``[evaluation] n-items``.
+    """
+    want = {_norm(n) for n in names}
+    queue = [config]
+    while queue:
+        nxt = []
+        for d in queue:
+            if not isinstance(d, dict):
+                continue
+            for k, v in d.items():
+                if _norm(k) in want:
+                    return v
+            nxt.extend(v for v in d.values() if isinstance(v, dict))
+        queue = nxt
+    return default
+
+
+def _norm(key: str) -> str:
+    return str(key).lower().replace("-", "_").replace(" ", "_")
+
+
+def _json(value: str | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except (TypeError, ValueError):
+        return value
+
+
+def _setting_order(ids: set[str], config_settings: Any) -> list[str]:
+    """Settings in the config's order where it lists them, the rest sorted by id."""
+    listed = []
+    if isinstance(config_settings, (list, tuple)):
+        for s in config_settings:
+            sid = s.get("id") if isinstance(s, dict) else s
+            if isinstance(sid, str) and sid in ids and sid not in listed:
+                listed.append(sid)
+    return listed + sorted(ids - set(listed))
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read ``run_dir/results.sqlite`` (read only; nothing is written)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / STORE_NAME).is_file():
+        raise FileNotFoundError(
+            f"no results store at {run_dir / STORE_NAME}; pass the run directory a `vheads study` wrote"
+        )
+    store = Store(run_dir)
+    try:
+        return _load(store, run_dir)
+    finally:
+        store.close()
+
+
+def _load(store: Store, run_dir: Path) -> RunData:
+    meta = {k: _json(v) for k, v in store.query("SELECT key, value FROM meta")}
+    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+
+    discovery = {}
+    for setting, query, source, corpus, n_items, k, scores, headset in store.query(
+        "SELECT setting, query, source, corpus, n_items, k, scores, headset FROM discovery"
+    ):
+        discovery[setting] = {
+            "query": query, "source": source, "corpus": corpus, "n_items": n_items, "k": k,
+            "scores": np.asarray(_json(scores), dtype=float) if scores else None,
+            "headset": [tuple(h) for h in (_json(headset) or [])],
+        }
+
+    # per-item values, grouped: (setting, test, headset_id) -> values in item order
+    per_item: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    nonfinite = 0
+    for setting, test, hid, value in store.query(
+        "SELECT setting, test, headset_id, value FROM outcomes ORDER BY setting, test, headset_id, item_id"
+    ):
+        if value is None or not np.isfinite(float(value)):
+            nonfinite += 1
+            continue
+        per_item[(setting, test, hid)].append(float(value))
+
+    cells: dict[tuple[str, str], Cell] = {}
+    ksweep: dict[tuple[str, str], dict[int, Cell]] = defaultdict(dict)
+    draws: dict[tuple[str, str, str, int | None], list[tuple[int, float]]] = defaultdict(list)
+    for (setting, test, hid), values in per_item.items():
+        h = parse_headset_id(hid)
+        x = np.asarray(values, dtype=float)
+        if h.k is not None:  # a k-sweep set or one of its controls
+            cell = ksweep[(setting, parse_test_id(test).base)].setdefault(h.k, Cell())
+            if h.is_s:
+                cell.s = x
+            else:
+                draws[(setting, test, h.role, h.k)].append((h.draw or 0, float(x.mean())))
+            continue
+        cell = cells.setdefault((setting, test), Cell())
+        if h.is_s:
+            cell.s = x
+        else:
+            draws[(setting, test, h.role, None)].append((h.draw or 0, float(x.mean())))
+    for (setting, test, role, k), ts in draws.items():
+        t = np.asarray([v for _, v in sorted(ts)], dtype=float)
+        if k is None:
+            cells[(setting, test)].controls[role] = t
+        else:
+            ksweep[(setting, parse_test_id(test).base)][k].controls[role] = t
+
+    headset_sizes: dict[tuple[str, str], int] = {}
+    for setting, hid, control, heads in store.query(
+        "SELECT setting, headset_id, control, heads FROM headsets ORDER BY setting, headset_id"
+    ):
+        role = parse_headset_id(hid).role if control in (None, "") else control
+        if parse_headset_id(hid).k is not None:
+            continue
+        headset_sizes.setdefault((setting, role), len(_json(heads) or []))
+    for setting, d in discovery.items():
+        headset_sizes.setdefault((setting, "S"), len(d["headset"]))
+
+    arm_values: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for setting, test, arm, value in store.query(
+        "SELECT setting, test, arm, value FROM arms WHERE headset_id='S' ORDER BY setting, test, arm, item_id"
+    ):
+        arm_values[(setting, test, arm)].append(float(value))
+    arms = {key: np.asarray(v, dtype=float) for key, v in arm_values.items()}
+
+    overlap = [
+        dict(zip(("a", "b", "k", "overlap", "ceiling_a", "ceiling_b", "geo_ceiling", "fraction"), row))
+        for row in store.query(
+            "SELECT setting_a, setting_b, k, overlap, ceiling_a, ceiling_b, geo_ceiling, fraction FROM overlap"
+        )
+    ]
+    ceilings = {
+        s: {"k": k, "mean": mean, "lo": lo, "hi": hi, "splits": splits}
+        for s, k, mean, lo, hi, splits in store.query("SELECT setting, k, mean, lo, hi, splits FROM ceilings")
+    }
+    audit = [
+        dict(zip(("name", "n", "mean_p_key", "lo", "hi", "ok"), row))
+        for row in store.query("SELECT name, n, mean_p_key, lo, hi, ok FROM audit ORDER BY rowid")
+    ]
+    strips: dict[str, dict[tuple[int, int], dict[str, list[float]]]] = defaultdict(lambda: defaultdict(dict))
+    for setting, item_id, layer, head, masses in store.query(
+        "SELECT setting, item_id, layer, head, masses FROM strip_attention ORDER BY setting, item_id"
+    ):
+        strips[setting][(int(layer), int(head))][item_id] = [float(m) for m in (_json(masses) or [])]
+
+    ids = set(discovery) | {s for (s, _) in cells} | {s for (s, _) in ksweep} | set(ceilings)
+    settings = _setting_order(ids, cfg_get(config, "settings"))
+    return RunData(
+        run_dir=run_dir, config=config, meta=meta, settings=settings, discovery=discovery, cells=cells,
+        ksweep=dict(ksweep), headset_sizes=headset_sizes, arms=arms, overlap=overlap, ceilings=ceilings,
+        audit=audit, strip_attention={s: dict(v) for s, v in strips.items()}, nonfinite=nonfinite,
+    )

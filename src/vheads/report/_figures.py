@@ -1,0 +1,261 @@
+"""The report's figures, each drawn with matplotlib (Agg) and returned as PNG bytes.
+
+- :func:`random_band_figure` — the seed's Figure 3: each setting's S (red diamond) against
+  the distribution of its control draws (dots, with a mean ± SD bar), one panel per test;
+- :func:`sweep_figure` — S and its controls against β or k, one panel per setting;
+- :func:`strip_figure` — a setting's top heads: their attention mass from the source rows
+  on each of a strip's six panels, drawn as bars under the strip image;
+- :func:`score_map_figure` — the layer × head map of discovery scores, S's heads ringed;
+- :func:`overlap_figure` — the seed's Figure 2 (via ``vheads.discovery``'s heatmap).
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from vheads.report._data import Cell, RunData, cfg_get, parse_test_id
+from vheads.report._tables import MAIN_CONTROLS, TEST_NAMES
+
+DPI = 110
+S_COLOR = "#c0392b"
+CONTROL_COLORS = {"layer-matched": "#2e6fb7", "any-layer": "#7f8c8d"}
+_OTHER_COLORS = ["#27ae60", "#8e44ad", "#d68910", "#16a085", "#a04000"]
+
+
+def _control_color(name: str, i: int = 0) -> str:
+    return CONTROL_COLORS.get(name, _OTHER_COLORS[i % len(_OTHER_COLORS)])
+
+
+def _png(fig) -> bytes:
+    """PNG bytes of a figure already laid out (tight_layout), then closed."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+# ---- Figure 3: S against its random band ----------------------------------------------------
+
+
+def random_band_figure(run: RunData, tests: list[str]) -> bytes | None:
+    tests = [t for t in tests if any((s, t) in run.cells for s in run.settings)]
+    if not tests:
+        return None
+    settings = [s for s in run.settings if any((s, t) in run.cells for t in tests)]
+    controls = [c for c in MAIN_CONTROLS if any(c in run.cells[(s, t)].controls
+                                                for t in tests for s in settings if (s, t) in run.cells)]
+    n = len(settings)
+    fig, axes = plt.subplots(1, len(tests), figsize=(5.2 * len(tests), 0.9 + 0.42 * n), squeeze=False, sharey=True)
+    rng = np.random.default_rng(0)  # jitter only
+    offsets = {c: (i - (len(controls) - 1) / 2) * 0.28 for i, c in enumerate(controls)}
+    for ax, t in zip(axes[0], tests):
+        for y, s in enumerate(settings):
+            cell = run.cells.get((s, t))
+            if cell is None:
+                continue
+            for c in controls:
+                v = cell.controls.get(c)
+                if v is None or not len(v):
+                    continue
+                yy = y + offsets[c]
+                col = _control_color(c)
+                ax.scatter(v, yy + rng.uniform(-0.07, 0.07, len(v)), s=7, color=col, alpha=0.35, lw=0)
+                sd = float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
+                ax.plot([v.mean() - sd, v.mean() + sd], [yy, yy], color=col, lw=3.5, alpha=0.9, solid_capstyle="butt")
+                ax.plot([v.mean()], [yy], "|", color="black", ms=9)
+            if cell.s is not None:
+                ax.scatter([cell.s.mean()], [y], marker="D", s=42, color=S_COLOR, zorder=5, edgecolor="white", lw=0.6)
+        ax.axvline(0, color="#999", lw=0.8, ls=":")
+        ax.set_title(TEST_NAMES.get(t, t), fontsize=10)
+        ax.set_xlabel("statistic T (mean over items)", fontsize=9)
+        ax.grid(axis="x", alpha=0.25)
+        ax.tick_params(labelsize=8)
+    axes[0][0].set_yticks(range(n), settings, fontsize=8.5, family="monospace")
+    axes[0][0].set_ylim(n - 0.5, -0.5)
+    handles = [plt.Line2D([], [], marker="D", ls="", color=S_COLOR, label="discovered S")]
+    handles += [plt.Line2D([], [], color=_control_color(c), lw=3.5, label=f"{c}: draws, mean ± SD") for c in controls]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8.5, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.45 / fig.get_figheight(), 1, 1))
+    return _png(fig)
+
+
+# ---- sweeps ---------------------------------------------------------------------------------
+
+
+def sweep_points(run: RunData, param: str) -> dict[tuple[str, str], dict[float, Cell]]:
+    """``(setting, base test) -> value -> Cell`` for a β (``param="beta"``) or k sweep.
+
+    Points come from tests ``<base>@<param>=v`` and, for k, from ``S@k=K`` head-sets; the
+    main test adds its own point (the config's β; the discovery k) when the sweep exists.
+    """
+    pts: dict[tuple[str, str], dict[float, Cell]] = {}
+    for (s, t), cell in run.cells.items():
+        tid = parse_test_id(t)
+        if tid.param == param:
+            pts.setdefault((s, tid.base), {})[tid.value] = cell
+    if param == "k":
+        for (s, base), by_k in run.ksweep.items():
+            for k, cell in by_k.items():
+                pts.setdefault((s, base), {}).setdefault(float(k), cell)
+    for (s, base), d in pts.items():
+        if param == "beta":
+            main = cfg_get(run.config, "beta")
+        else:
+            main = run.discovery.get(s, {}).get("k")
+        if isinstance(main, (int, float)) and (s, base) in run.cells and float(main) not in d:
+            d[float(main)] = run.cells[(s, base)]
+    return {key: d for key, d in pts.items() if len(d) >= 2}
+
+
+def sweep_figure(run: RunData, param: str) -> bytes | None:
+    pts = sweep_points(run, param)
+    if not pts:
+        return None
+    keys = sorted(pts, key=lambda k: (k[1], run.settings.index(k[0]) if k[0] in run.settings else 99))
+    ncol = min(4, len(keys))
+    nrow = -(-len(keys) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.4 * ncol, 2.5 * nrow), squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, (s, base) in zip(axes.flat, keys):
+        xs = sorted(pts[(s, base)])
+        cells = [pts[(s, base)][x] for x in xs]
+        names = sorted({c for cell in cells for c in cell.controls},
+                       key=lambda c: (MAIN_CONTROLS.index(c) if c in MAIN_CONTROLS else 9, c))
+        for i, c in enumerate(names):
+            cx = [x for x, cell in zip(xs, cells) if c in cell.controls]
+            v = [cell.controls[c] for cell in cells if c in cell.controls]
+            col = _control_color(c, i)
+            ax.fill_between(cx, [a.min() for a in v], [a.max() for a in v], color=col, alpha=0.18, lw=0)
+            ax.plot(cx, [a.mean() for a in v], "-o", color=col, lw=1.3, ms=2.5, label=f"{c} mean [min, max]")
+        sx = [x for x, cell in zip(xs, cells) if cell.s is not None]
+        ax.plot(sx, [cell.s.mean() for cell in cells if cell.s is not None], "o-", color=S_COLOR, lw=1.8, ms=4,
+                label="S")
+        if param == "beta":
+            ax.set_xscale("log")
+        ax.axhline(0, color="#999", lw=0.7, ls=":")
+        ax.set_title(f"{s} · {TEST_NAMES.get(base, base)}", fontsize=8.5)
+        ax.set_xlabel("β" if param == "beta" else "k (heads)", fontsize=8)
+        ax.tick_params(labelsize=7.5)
+        ax.grid(alpha=0.25)
+    h, lab = axes.flat[0].get_legend_handles_labels()
+    fig.legend(h, lab, loc="lower center", ncol=len(h), fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.35 / fig.get_figheight(), 1, 1))
+    return _png(fig)
+
+
+# ---- attention over strips -----------------------------------------------------------------
+
+
+def top_strip_heads(run: RunData, setting: str, n_heads: int) -> list[tuple[int, int]]:
+    """The setting's heads with stored strip attention, best discovery score first."""
+    heads = list(run.strip_attention.get(setting, {}))
+    scores = run.discovery.get(setting, {}).get("scores")
+    if scores is not None and scores.ndim == 2:
+        heads.sort(key=lambda lh: -scores[lh] if lh[0] < scores.shape[0] and lh[1] < scores.shape[1] else 0)
+    return heads[:n_heads]
+
+
+def strip_figure(run: RunData, setting: str, n_heads: int = 3, n_items: int = 3) -> bytes | None:
+    """For up to ``n_items`` strips: the strip image (or six empty panels where
+    ``strips/<item>.png`` is missing) and, under it, one row of six bars per top head — the
+    head's attention mass from the source rows on each panel, aligned with the panels
+    (red: the panel with the most mass). Drawn on one axes in data coordinates: item j
+    spans x ∈ [7j, 7j + 6], one unit per panel."""
+    heads = top_strip_heads(run, setting, n_heads)
+    if not heads:
+        return None
+    by_head = run.strip_attention[setting]
+    items = [i for i in sorted(by_head[heads[0]]) if all(i in by_head[h] for h in heads)][:n_items]
+    if not items:
+        return None
+    scores = run.discovery.get(setting, {}).get("scores")
+    ymax = max(max(by_head[h][i], default=0.0) for h in heads for i in items) or 1.0
+    row_h, gap, img_h = 1.0, 0.35, 1.0  # bar-row height, gap between rows, strip height (panel = 1 x 1)
+    fig, ax = plt.subplots(figsize=(0.3 * (7 * len(items)) + 1.0, 0.3 * (img_h + 1.0 + len(heads) * (row_h + gap)) + 0.4))
+    for j, item in enumerate(items):
+        x0 = 7 * j
+        png = run.strip_png(item)
+        if png is not None:
+            ax.imshow(plt.imread(png), extent=(x0, x0 + 6, 0, img_h), interpolation="nearest", zorder=1)
+        else:
+            for p in range(6):
+                ax.add_patch(plt.Rectangle((x0 + p + 0.04, 0.04), 0.92, img_h - 0.08, fc="#eee", ec="#bbb"))
+        for p in range(6):
+            ax.text(x0 + p + 0.5, img_h + 0.12, str(p + 1), ha="center", va="bottom", fontsize=6.5, color="#666")
+        ax.text(x0 + 3, img_h + 0.55, item if png is not None else f"{item} (no image)", ha="center", va="bottom",
+                fontsize=7.5, family="monospace")
+        for i, h in enumerate(heads):
+            base = -(i + 1) * (row_h + gap)
+            m = np.asarray(by_head[h][item], dtype=float)
+            best = int(np.argmax(m)) if len(m) else -1
+            ax.add_patch(plt.Rectangle((x0, base), 6, row_h, fc="#f7f8fa", ec="#dde1e6", lw=0.6, zorder=0))
+            ax.bar(x0 + np.arange(len(m)) + 0.5, m / ymax * row_h, width=0.78, bottom=base,
+                   color=["#c0392b" if p == best else "#5d8fc9" for p in range(len(m))], zorder=2)
+            if j == 0:
+                sc = f"  s={scores[h]:.3f}" if scores is not None and scores.ndim == 2 else ""
+                ax.text(-0.25, base + row_h / 2, f"L{h[0]} H{h[1]}{sc}", ha="right", va="center", fontsize=7.5)
+    ax.set_xlim(-0.2, 7 * len(items) - 0.8)
+    ax.set_ylim(-len(heads) * (row_h + gap) - 0.1, img_h + 1.0)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(f"{setting}: top heads' attention on each panel (bar height: mass, scale max {ymax:.3f})",
+                 fontsize=8.5, loc="left")
+    fig.tight_layout(pad=0.3)
+    return _png(fig)
+
+
+# ---- layer × head score map ------------------------------------------------------------------
+
+
+def score_map_figure(run: RunData) -> bytes | None:
+    settings = [s for s in run.settings if run.discovery.get(s, {}).get("scores") is not None
+                and run.discovery[s]["scores"].ndim == 2]
+    if not settings:
+        return None
+    vmax = max(float(np.max(run.discovery[s]["scores"])) for s in settings) or 1.0
+    ncol = min(4, len(settings))
+    nrow = -(-len(settings) // ncol)
+    L, H = run.discovery[settings[0]]["scores"].shape
+    w = 3.2 * ncol
+    h = nrow * (0.8 + 3.0 * min(1.6, L / max(H, 1)) * 0.6)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(w, h), squeeze=False, layout="constrained")
+    for ax in axes.flat[len(settings):]:
+        ax.set_visible(False)
+    im = None
+    for ax, s in zip(axes.flat, settings):
+        sc = run.discovery[s]["scores"]
+        im = ax.imshow(sc, cmap="magma", vmin=0, vmax=vmax, aspect="auto", interpolation="nearest")
+        hs = run.discovery[s]["headset"]
+        if hs:
+            ax.scatter([h for _, h in hs], [l for l, _ in hs], s=10, facecolor="none", edgecolor="#37d67a", lw=0.8)
+        ax.set_title(f"{s}", fontsize=8.5, family="monospace")
+        ax.set_xlabel("head", fontsize=7.5)
+        ax.set_ylabel("layer", fontsize=7.5)
+        ax.tick_params(labelsize=6.5)
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="discovery score (region mass)")
+    return _png(fig)
+
+
+# ---- Figure 2: overlap heatmap -------------------------------------------------------------
+
+
+def overlap_figure(run: RunData, labels: list[str], matrix: np.ndarray, k: int | None) -> bytes:
+    from vheads.discovery._overlap import Ceiling, plot_overlap_heatmap
+
+    ceilings = None
+    if all(s in run.ceilings for s in labels):
+        ceilings = [Ceiling(run.ceilings[s]["mean"], run.ceilings[s]["lo"], run.ceilings[s]["hi"], np.array([]),
+                            run.ceilings[s]["k"]) for s in labels]
+    with tempfile.TemporaryDirectory() as d:
+        path = plot_overlap_heatmap(np.nan_to_num(matrix), labels, Path(d) / "overlap.png", k=k, ceilings=ceilings)
+        return path.read_bytes()

@@ -1,0 +1,179 @@
+"""The reporting protocol: what every visual-head result should state, filled in from a run,
+with a warning wherever the run falls short.
+
+The checklist follows the seed paper's recommendations: name the query type, the
+attention source and the corpus (they move the head-set more than anything else); give
+k; test against layer-matched random controls with enough draws R that the rank p can
+reach significance after Holm over the family of settings tested together; state β and
+the row groups; audit the evaluation sets' baselines.
+
+Why R matters: with R controls the rank p is at least ``1/(R+1)``, and Holm over a
+family of m settings multiplies the smallest p by m, so **no** Holm-adjusted p can fall
+below ``min(1, m/(R+1))``. The run needs ``R ≥ ceil(m/α) − 1`` (239 for m = 12, α = 0.05).
+"""
+
+from __future__ import annotations
+
+import math
+
+from vheads.report._data import RunData, cfg_get
+from vheads.report._doc import Check
+from vheads.report._tables import ALPHA, MAIN_CONTROLS, ROW_GROUP_TESTS, audit_flags, holm_family
+
+MAIN_TESTS = ("cers", "ncs-all")
+
+
+def min_holm_p(m: int, R: int) -> float:
+    """Smallest Holm-adjusted p a family of m rank p's with R controls each can reach: every
+    S above all its controls gives p = 1/(R+1) for all m, and Holm gives them m/(R+1)."""
+    return min(1.0, m / (R + 1))
+
+
+def required_R(m: int, alpha: float = ALPHA) -> int:
+    """Smallest R with ``m / (R + 1) ≤ alpha``."""
+    return max(1, math.ceil(m / alpha - 1e-9) - 1)
+
+
+def _join(values) -> str:
+    vals = [str(v) for v in values if v not in (None, "")]
+    return ", ".join(dict.fromkeys(vals)) if vals else "not recorded"
+
+
+def _configured_R(run: RunData, control: str) -> int | None:
+    controls = cfg_get(run.config, "controls")
+    if isinstance(controls, dict):
+        v = controls.get(control)
+        if isinstance(v, dict):
+            v = cfg_get(v, "R", "draws", "n")
+        try:
+            return int(v) if v is not None else None
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _fallbacks(run: RunData) -> list[str]:
+    """Layer-matched fallbacks recorded in ``meta`` (any key naming 'fallback')."""
+    out = []
+    for key, value in run.meta.items():
+        if "fallback" not in key.lower() or value in (None, "", [], {}):
+            continue
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if v in (None, "", [], {}):
+                    continue
+                items = v if isinstance(v, list) else [v]
+                out += [f"{k}: {x}" for x in items]
+        elif isinstance(value, list):
+            out += [str(x) for x in value]
+        else:
+            out.append(str(value))
+    return out
+
+
+def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
+    """The filled-in checklist; ``Check.warning`` is set where the run falls short."""
+    checks: list[Check] = []
+    L, H = run.shape
+    checks.append(Check("Model", f"{run.model_id}" + (f" ({L} layers × {H} heads = {L * H} heads)" if L and H else "")))
+
+    disc = run.discovery
+    none = "no discovery recorded in the store" if not disc else None
+    checks.append(Check("Query type", _join(d["query"] for d in disc.values()), none))
+    checks.append(Check("Attention source", _join(d["source"] for d in disc.values()), none))
+    corpora = [f"{d['corpus']} (N={d['n_items']})" for d in disc.values()]
+    checks.append(Check("Discovery corpus (items per setting)", _join(corpora), none))
+    ks = sorted({d["k"] for d in disc.values() if d["k"] is not None})
+    k_text = _join(ks)
+    if ks and L and H:
+        k_text += f" ({100 * ks[0] / (L * H):.1f}% of heads" + (")" if len(ks) == 1 else ", smallest k)")
+    checks.append(Check("Head-set size k (flat top-k)", k_text, none))
+    checks.append(Check("Settings", f"{len(run.settings)}: {', '.join(run.settings)}" if run.settings else "none"))
+
+    # evaluation items
+    tests_present = [t for t in MAIN_TESTS if any((s, t) in run.cells for s in run.settings)]
+    n_items = {t: sorted({len(run.cells[(s, t)].s) for s in run.settings
+                          if (s, t) in run.cells and run.cells[(s, t)].s is not None}) for t in tests_present}
+    few = [t for t, ns in n_items.items() if ns and ns[0] < 2]
+    checks.append(Check(
+        "Evaluation items N per test",
+        "; ".join(f"{t}: {_join(ns)}" for t, ns in n_items.items()) or "no CERS / NCS outcomes",
+        (f"{', '.join(few)} has fewer than 2 items for some setting: no t-interval" if few else
+         None if tests_present else "no CERS or NCS outcome of the discovered set is stored"),
+    ))
+
+    if run.nonfinite:
+        checks.append(Check("Non-finite outcomes", f"{run.nonfinite} outcome rows",
+                            f"{run.nonfinite} outcome value(s) are NaN or infinite and were left out of every statistic"))
+
+    # controls, R, rank-p floor, Holm family
+    fam = holm_family(run)
+    for c in MAIN_CONTROLS:
+        Rs = sorted({len(run.cells[(s, t)].controls[c]) for t in tests_present for s in run.settings
+                     if (s, t) in run.cells and c in run.cells[(s, t)].controls})
+        want = _configured_R(run, c)
+        if not Rs:
+            warn = (f"no {c} controls stored" + (f" (the config asks for R={want})" if want else "")
+                    + ("; S cannot be told apart from random heads of the same layers" if c == "layer-matched" else ""))
+            checks.append(Check(f"Controls: {c}", "none", warn if (c == "layer-matched" or want) else None))
+            continue
+        R = Rs[0]
+        short = f"only R={R} draws stored where the config asks for {want} (an unfinished run?)" if want and R < want else None
+        checks.append(Check(f"Controls: {c}, R", _join(Rs) + (f" (config: {want})" if want else ""), short))
+        checks.append(Check(f"Rank-p floor ({c})", f"1/(R+1) = {1 / (R + 1):.4f}"))
+        m = max(len([s for s in run.settings if (s, t) in run.cells and c in run.cells[(s, t)].controls
+                     and (fam is None or s in fam)]) for t in tests_present)
+        floor = min_holm_p(m, R)
+        warn = None
+        if floor > alpha:
+            warn = (f"R={R} is too small for any Holm-adjusted p to fall under {alpha}: over a family of {m} the "
+                    f"smallest possible adjusted p is {m}/(R+1) = {floor:.3f}; use R ≥ {required_R(m, alpha)}")
+        checks.append(Check(f"Holm family ({c})", f"{m} settings (per test); smallest possible adjusted p "
+                            f"m/(R+1) = {floor:.4f}", warn))
+    fallbacks = _fallbacks(run)
+    checks.append(Check("Layer-matched fallbacks", "; ".join(fallbacks) if fallbacks else "none recorded",
+                        (f"{len(fallbacks)} fallback(s): those draws do not keep S's per-layer counts"
+                         if fallbacks else None)))
+    other = sorted({c for cell in run.cells.values() for c in cell.controls if c not in MAIN_CONTROLS})
+    checks.append(Check("Other controls", _join(other) if other else "none"))
+
+    # beta, sweeps, row groups
+    beta = cfg_get(run.config, "beta")
+    betas = sorted({v for (_, t) in run.cells for v in [_param(t, "beta")] if v is not None})
+    checks.append(Check("Steering strength β", (str(beta) if beta is not None else "not recorded")
+                        + (f"; sweep: {', '.join(f'{b:g}' for b in betas)}" if betas else "")))
+    ksweep = sorted({k for cells in run.ksweep.values() for k in cells}
+                    | {int(v) for (_, t) in run.cells for v in [_param(t, "k")] if v is not None})
+    checks.append(Check("k sweep", ", ".join(map(str, ksweep)) if ksweep else "none"))
+    groups_present = [g for t, g in ROW_GROUP_TESTS.items() if any((s, t) in run.cells for s in run.settings)]
+    want_groups = cfg_get(run.config, "row_groups")
+    missing = []
+    if isinstance(want_groups, (list, tuple)):
+        missing = [g for g in want_groups if f"ncs-{g}" not in {t for (_, t) in run.cells}]
+    checks.append(Check("Row groups (NCS mask rows)", _join(groups_present) if groups_present else "none",
+                        f"configured row group(s) without results: {', '.join(map(str, missing))}" if missing else None))
+
+    # audit, ceilings, seeds
+    if not run.audit:
+        checks.append(Check("Baseline audit", "not run", "no baseline audit stored: a test on an evaluation set "
+                            "whose baseline is off (oracle not ≈ 1, floor not ≈ 0.25) is uninterpretable"))
+    else:
+        bad = audit_flags(run)
+        checks.append(Check("Baseline audit", ", ".join(f"{r['name']} {r['mean_p_key']:.3f}" for r in run.audit),
+                            ("outside the expected range: " + ", ".join(
+                                f"{r['name']} = {r['mean_p_key']:.3f} (expected [{r['lo']:.2f}, {r['hi']:.2f}])"
+                                for r in bad)) if bad else None))
+    if run.overlap or run.ceilings:
+        splits = _join(sorted({c["splits"] for c in run.ceilings.values()}))
+        checks.append(Check("Overlap noise ceilings", f"{len(run.ceilings)} settings, splits: {splits}",
+                            "overlaps are reported without split-half noise ceilings" if not run.ceilings else None))
+    seeds = cfg_get(run.config, "seeds", "seed")
+    checks.append(Check("Seeds", str(seeds) if seeds is not None else "not recorded in the config"))
+    return checks
+
+
+def _param(test: str, name: str) -> float | None:
+    from vheads.report._data import parse_test_id
+
+    t = parse_test_id(test)
+    return t.value if t.param == name else None

@@ -1,0 +1,385 @@
+"""The report's tables, computed from a :class:`RunData` with ``vheads.evaluation``'s
+statistics (nothing re-implemented here):
+
+- **significance** (the seed's Table 3 layout): per setting × test, ``T_S`` with its 95%
+  t-interval over items, and per control type the controls' mean ± SD over draws, z,
+  the rank p ``(1 + #{T_r ≥ T_S}) / (R + 1)`` and the Holm-adjusted p over the family of
+  settings (one family per test and control type);
+- overlap with split-half ceilings (Table 20), NCS per row group (Table 13), NCS arms
+  (Table 11), generic-damage controls (Table 12), the baseline audit (Table 22).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vheads.evaluation import Interval, RankP, holm, rank_p, t_interval, z_score
+from vheads.report._data import Cell, RunData, cfg_get
+from vheads.report._doc import Table
+
+ALPHA = 0.05
+MAIN_CONTROLS = ("layer-matched", "any-layer")
+TEST_NAMES = {
+    "cers": "CERS (steerability)", "cers-sym": "CERS, symmetric", "ncs-all": "NCS (necessity)", "ncs": "NCS (necessity)",
+    "ncs-image": "NCS, image rows", "ncs-question": "NCS, question/option rows", "ncs-last": "NCS, last row",
+    "ncs-grid": "NCS_grid (region contrast)", "text": "text-arm drop",
+}
+ROW_GROUP_TESTS = {"ncs-all": "all rows", "ncs-image": "image rows", "ncs-question": "question/option rows",
+                   "ncs-last": "last row"}
+
+
+# ---- number formatting ----------------------------------------------------------------------
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and np.isnan(x)):
+        return "–"
+    if np.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    text = f"{x:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text  # no "-0.000"
+
+
+def fmt_p(p: float | None) -> str:
+    if p is None:
+        return "–"
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def fmt_ci(iv: Interval | None, s: np.ndarray | None = None) -> str:
+    if iv is not None:
+        return f"{fmt(iv.mean)} [{fmt(iv.low)}, {fmt(iv.high)}]"
+    if s is not None and len(s):
+        return f"{fmt(float(np.mean(s)))} [n={len(s)}]"
+    return "–"
+
+
+# ---- significance (Table 3) ----------------------------------------------------------------
+
+
+@dataclass
+class ControlStat:
+    """S against the R draws of one control type."""
+
+    control: str
+    t: np.ndarray  # [R] the draws' statistics
+    mean: float
+    sd: float | None  # None for R < 2
+    z: float | None
+    rank: RankP | None
+    p_holm: float | None = None  # None when S is outside the Holm family
+    reject: bool = False
+
+    @property
+    def R(self) -> int:
+        return len(self.t)
+
+
+@dataclass
+class TestStat:
+    """One setting × test: S's statistic and interval, and its comparison with each control type."""
+
+    setting: str
+    test: str
+    s: np.ndarray | None
+    interval: Interval | None
+    controls: dict[str, ControlStat] = field(default_factory=dict)
+
+    @property
+    def t_s(self) -> float | None:
+        return None if self.s is None or not len(self.s) else float(np.mean(self.s))
+
+
+def compare(cell: Cell, setting: str, test: str) -> TestStat:
+    """S of one cell against each of its control types (no Holm yet)."""
+    s = cell.s
+    interval = t_interval(s) if s is not None and len(s) >= 2 else None
+    st = TestStat(setting, test, s, interval)
+    t_s = st.t_s
+    for name, t in cell.controls.items():
+        if not len(t):
+            continue
+        sd = float(np.std(t, ddof=1)) if len(t) >= 2 else None
+        z = z_score(t_s, t).z if (t_s is not None and len(t) >= 2) else None
+        rank = rank_p(t_s, t) if t_s is not None else None
+        st.controls[name] = ControlStat(name, t, float(np.mean(t)), sd, z, rank)
+    return st
+
+
+def holm_family(run: RunData) -> list[str] | None:
+    """Settings the config names as the Holm family, or ``None`` (all settings tested together)."""
+    fam = cfg_get(run.config, "holm_family")
+    if isinstance(fam, (list, tuple)) and all(isinstance(s, str) for s in fam):
+        return list(fam)
+    return None
+
+
+def significance(run: RunData, test: str, alpha: float = ALPHA, adjust: bool = True,
+                 controls: tuple[str, ...] = MAIN_CONTROLS) -> list[TestStat]:
+    """Every setting's :class:`TestStat` for ``test``, with Holm-adjusted rank p's.
+
+    Holm runs once per control type over the family: the settings (of the config's
+    ``holm_family`` if it lists setting ids, else all settings) that have S and that
+    control type for this test; only the control types in ``controls`` are adjusted.
+    ``adjust=False`` leaves ``p_holm`` unset.
+    """
+    stats = [compare(run.cells[(s, test)], s, test) for s in run.settings if (s, test) in run.cells]
+    if not adjust:
+        return stats
+    listed = holm_family(run)
+    for c in controls:
+        members = [st for st in stats if c in st.controls and st.controls[c].rank is not None
+                   and (listed is None or st.setting in listed)]
+        if not members:
+            continue
+        h = holm([st.controls[c].rank.p for st in members], alpha=alpha)
+        for st, p_adj, rej in zip(members, h.p_adjusted, h.reject):
+            st.controls[c].p_holm = float(p_adj)
+            st.controls[c].reject = bool(rej)
+    return stats
+
+
+def _control_order(name: str) -> tuple[int, str]:
+    return (MAIN_CONTROLS.index(name) if name in MAIN_CONTROLS else len(MAIN_CONTROLS), name)
+
+
+def significance_table(run: RunData, tests: list[str], title: str, caption: str,
+                       controls: tuple[str, ...] = MAIN_CONTROLS) -> Table | None:
+    """Table 3 layout: settings as rows; per test, S [95% CI] and per control type
+    ``mean ± SD``, ``z`` and ``p (Holm)``. ``**`` marks Holm-adjusted p ≤ 0.05; ``*`` on S
+    marks significance against the first control type shown (layer-matched)."""
+    tests = [t for t in tests if any((s, t) in run.cells for s in run.settings)]
+    if not tests:
+        return None
+    per_test = {t: {st.setting: st for st in significance(run, t, controls=controls)} for t in tests}
+    shown = {t: [c for c in controls if any(c in st.controls for st in per_test[t].values())] for t in tests}
+    columns, groups = ["Setting"], [("", 1)]
+    for t in tests:
+        cols = ["S [95% CI]"]
+        for c in shown[t]:
+            R = max(st.controls[c].R for st in per_test[t].values() if c in st.controls)
+            cols += [f"{c} (R={R}) mean ± SD", "z", "p (Holm)"]
+        columns += cols
+        groups.append((TEST_NAMES.get(t, t), len(cols)))
+    rows = []
+    for s in run.settings:
+        if not any(s in per_test[t] for t in tests):
+            continue
+        row = [s]
+        for t in tests:
+            st = per_test[t].get(s)
+            if st is None:
+                row += ["–"] * (1 + 3 * len(shown[t]))
+                continue
+            first = next((st.controls[c] for c in shown[t] if c in st.controls), None)
+            mark = "*" if first is not None and first.reject else ""
+            row.append(fmt_ci(st.interval, st.s) + mark)
+            for c in shown[t]:
+                cs = st.controls.get(c)
+                if cs is None:
+                    row += ["–", "–", "–"]
+                    continue
+                row.append(f"{fmt(cs.mean)} ± {fmt(cs.sd)}")
+                row.append(fmt(cs.z, 1))
+                p = fmt_p(cs.rank.p) if cs.rank else "–"
+                ph = fmt_p(cs.p_holm) if cs.p_holm is not None else "n/a"
+                row.append(f"{p} (**{ph}**)" if cs.reject else f"{p} ({ph})")
+        rows.append(row)
+    return Table(title, columns, rows, caption, groups)
+
+
+# ---- NCS per row group, arms --------------------------------------------------------------
+
+
+def row_group_table(run: RunData) -> Table | None:
+    """Seed Tables 5/13: NCS of S when the image mask acts only at one group of rows; per
+    row group S [95% CI], the first main control's mean and the rank p against it."""
+    tests = [t for t in ROW_GROUP_TESTS if any((s, t) in run.cells for s in run.settings)]
+    if not any(t != "ncs-all" for t in tests):  # only the default mask: Table 3 shows it
+        return None
+    stats = {t: {st.setting: st for st in significance(run, t, adjust=False)} for t in tests}
+    control = next((c for c in MAIN_CONTROLS if any(c in st.controls for d in stats.values() for st in d.values())),
+                   None)
+    sub = ["S [95% CI]"] + (["ctrl", "p"] if control else [])
+    columns, groups, rows = ["Setting"], [("", 1)], []
+    for t in tests:
+        columns += sub
+        groups.append((ROW_GROUP_TESTS[t], len(sub)))
+    for s in run.settings:
+        if not any(s in stats[t] for t in tests):
+            continue
+        row = [s]
+        for t in tests:
+            st = stats[t].get(s)
+            if st is None:
+                row += ["–"] * len(sub)
+                continue
+            row.append(fmt_ci(st.interval, st.s))
+            if control:
+                cs = st.controls.get(control)
+                at_floor = cs is not None and cs.rank is not None and cs.rank.n_at_least == 0
+                p = fmt_p(cs.rank.p) if cs is not None and cs.rank else "–"
+                row += [fmt(cs.mean) if cs else "–", f"**{p}**" if at_floor else p]
+        rows.append(row)
+    return Table("NCS per row group (seed Tables 5 and 13)", columns, rows,
+                 f"S with a 95% t-interval over items; ctrl: mean of the {control or 'control'} draws; p: rank p "
+                 "(one-sided, floor 1/(R+1), not adjusted); bold: S above every control draw.", groups)
+
+
+def arms_table(run: RunData) -> Table | None:
+    """Seed Table 11: NCS of S split into its matched and mismatched drops."""
+    rows = []
+    for s in run.settings:
+        for t in sorted({t for (ss, t, _) in run.arms if ss == s}):
+            m, mm = run.arms.get((s, t, "matched")), run.arms.get((s, t, "mismatched"))
+            if m is None or mm is None:
+                continue
+            ncs = float(np.mean(m) - np.mean(mm))
+            rows.append([s, t, fmt_ci(t_interval(m) if len(m) >= 2 else None, m),
+                         fmt_ci(t_interval(mm) if len(mm) >= 2 else None, mm), fmt(ncs)])
+    if not rows:
+        return None
+    return Table("NCS split into its arms (seed Table 11)", ["Setting", "Test", "Matched drop [95% CI]",
+                 "Mismatched drop [95% CI]", "NCS"], rows,
+                 "Drops are P_base(key) − P_masked(key) of the discovered set; NCS = mean matched drop − mean "
+                 "mismatched drop. Generic damage moves both arms alike and cancels.", text_cols=2)
+
+
+# ---- generic-damage controls ----------------------------------------------------------------
+
+
+def generic_damage_table(run: RunData) -> Table | None:
+    """Seed Table 12: S against every control type on NCS, CERS and the text arm.
+
+    Shown when the run has a text arm or any control beyond layer-matched / any-layer.
+    A control with R draws shows the mean over draws (and [min, max] for R > 1).
+    """
+    tests = [t for t in ("ncs-all", "ncs", "cers", "text") if any((s, t) in run.cells for s in run.settings)]
+    extra = {c for (s, t), cell in run.cells.items() if t in tests for c in cell.controls if c not in MAIN_CONTROLS}
+    if "text" not in tests and not extra:
+        return None
+    columns = ["Setting", "Head-set", "Heads"] + [TEST_NAMES.get(t, t) for t in tests]
+    rows = []
+    for s in run.settings:
+        cells = {t: run.cells.get((s, t)) for t in tests}
+        if not any(cells.values()):
+            continue
+        roles = ["S"] + sorted({c for cell in cells.values() if cell for c in cell.controls}, key=_control_order)
+        for role in roles:
+            row = [s if role == "S" else "", "discovered (S)" if role == "S" else role,
+                   str(run.headset_sizes.get((s, role), "–"))]
+            for t in tests:
+                cell = cells[t]
+                if cell is None:
+                    row.append("–")
+                elif role == "S":
+                    row.append(fmt(float(np.mean(cell.s))) if cell.s is not None else "–")
+                elif role in cell.controls:
+                    v = cell.controls[role]
+                    row.append(fmt(float(v.mean())) + (f" [{fmt(v.min())}, {fmt(v.max())}]" if len(v) > 1 else ""))
+                else:
+                    row.append("–")
+            rows.append(row)
+    return Table("Generic-damage controls (seed Table 12)", columns, rows,
+                 "Each control type's statistic (mean over its draws, [min, max] over draws). The text arm is "
+                 "the drop in P(key) on text-solvable items when the head-set is hidden from the text tokens: a "
+                 "set that is merely generically important hurts there too.", text_cols=2)
+
+
+# ---- overlap and ceilings -------------------------------------------------------------------
+
+_PARTS = ("corpus", "query type", "attention source")
+
+
+def what_changes(a: str, b: str) -> str:
+    pa, pb = a.split("-"), b.split("-")
+    if len(pa) != 3 or len(pb) != 3:
+        return "–"
+    diff = [name for name, x, y in zip(_PARTS, pa, pb) if x != y]
+    return diff[0] if len(diff) == 1 else " + ".join(diff) if diff else "same"
+
+
+def overlap_matrix(run: RunData) -> tuple[list[str], np.ndarray, int | None] | None:
+    """``M[i, j] = |S_i ∩ S_j|``: from the stored ``overlap`` table, else from the head-sets."""
+    settings = [s for s in run.settings if s in run.discovery and run.discovery[s]["headset"]]
+    if len(settings) < 2:
+        return None
+    idx = {s: i for i, s in enumerate(settings)}
+    m = np.full((len(settings), len(settings)), np.nan)
+    for i, s in enumerate(settings):
+        m[i, i] = len(run.discovery[s]["headset"])
+    for a, b in itertools.combinations(settings, 2):
+        m[idx[a], idx[b]] = m[idx[b], idx[a]] = len(set(run.discovery[a]["headset"]) & set(run.discovery[b]["headset"]))
+    for r in run.overlap:
+        if r["a"] in idx and r["b"] in idx and r["a"] != r["b"]:
+            m[idx[r["a"]], idx[r["b"]]] = m[idx[r["b"]], idx[r["a"]]] = r["overlap"]
+    ks = {run.discovery[s]["k"] for s in settings}
+    return settings, m, ks.pop() if len(ks) == 1 else None
+
+
+def overlap_table(run: RunData) -> Table | None:
+    """Seed Table 20: overlap of two settings that differ in one factor, the geometric-mean
+    ceiling, and the overlap as a fraction of it. Pairs differing in several factors are
+    left to the heatmap."""
+    if not run.overlap:
+        return None
+    order = {s: i for i, s in enumerate(run.settings)}
+    single = [r for r in run.overlap if what_changes(r["a"], r["b"]) in _PARTS]
+    shown = single if single else run.overlap
+    shown = sorted(shown, key=lambda r: (_PARTS.index(w) if (w := what_changes(r["a"], r["b"])) in _PARTS else 9,
+                                         order.get(r["a"], 99), order.get(r["b"], 99)))
+    rows = [[f"{r['a']} vs. {r['b']}", what_changes(r["a"], r["b"]), str(r["k"]), str(r["overlap"]),
+             fmt(r["ceiling_a"], 1), fmt(r["ceiling_b"], 1), fmt(r["geo_ceiling"], 1), fmt(r["fraction"], 2)]
+            for r in shown]
+    left_out = len(run.overlap) - len(shown)
+    return Table("Top-k overlap against the noise ceiling (seed Table 20)",
+                 ["Pair", "What changes", "k", "Shared heads", "Ceiling A", "Ceiling B", "Geo-mean ceiling",
+                  "Fraction"], rows,
+                 "Ceiling: mean overlap of two random halves of one setting's discovery items (split-half noise "
+                 "ceiling); geo-mean ceiling = sqrt(ceiling A · ceiling B); fraction = shared / geo-mean ceiling. "
+                 "A fraction near 1 means the two settings find the same heads up to sampling noise."
+                 + (f" {left_out} pairs that differ in more than one factor are in the heatmap only." if left_out else ""),
+                 text_cols=2)
+
+
+def ceilings_table(run: RunData) -> Table | None:
+    if not run.ceilings:
+        return None
+    rows = [[s, str(c["k"]), f"{fmt(c['mean'], 1)} [{fmt(c['lo'], 1)}, {fmt(c['hi'], 1)}]", str(c["splits"])]
+            for s in run.settings if (c := run.ceilings.get(s))]
+    return Table("Split-half noise ceilings", ["Setting", "k", "Ceiling mean [2.5, 97.5 pct]", "Splits"], rows,
+                 "Overlap of the top-k heads of two random halves of the discovery items, over the splits.")
+
+
+# ---- audit ---------------------------------------------------------------------------------
+
+
+def audit_flags(run: RunData) -> list[dict]:
+    """Audit rows whose mean P(key) lies outside the expected range (or stored as not ok)."""
+    out = []
+    for r in run.audit:
+        inside = r["lo"] is None or r["hi"] is None or (r["lo"] <= r["mean_p_key"] <= r["hi"])
+        if not inside or r["ok"] in (0, False):
+            out.append(r)
+    return out
+
+
+def audit_table(run: RunData) -> Table | None:
+    if not run.audit:
+        return None
+    flagged = {id(r) for r in audit_flags(run)}
+    rows, flag_rows = [], set()
+    for i, r in enumerate(run.audit):
+        bad = id(r) in flagged
+        mean = fmt(r["mean_p_key"])
+        rows.append([r["name"], str(r["n"]), f"**{mean}**" if bad else mean, f"[{fmt(r['lo'], 2)}, {fmt(r['hi'], 2)}]",
+                     "OUTSIDE expected range" if bad else "ok"])
+        if bad:
+            flag_rows.add(i)
+    return Table("Baseline audit (seed Table 22)", ["Evaluation set", "n", "mean P(key)", "Expected", "Flag"], rows,
+                 "No intervention. oracle: target cell named in the prompt (expect ≈ 1); floor: blank image "
+                 "(expect 0.25); matched: the image shows the keyed class (high); mismatched: the keyed option "
+                 "is wrong (low); leak: matched questions with the image blanked (chance).", flagged_rows=flag_rows)

@@ -1,0 +1,102 @@
+"""Known-answer tests of the causal protocol.
+
+Null: a head-set drawn at random is exchangeable with its layer-matched controls, so its
+rank p is uniform and lands on the floor 1/(R+1) no more often than chance.
+Planted: in a model where every head outside S has its output projection zeroed, S is
+provably the only route from the image to the answer (attention is the only operation
+that moves information between positions), so hiding S from the image must beat every
+layer-matched control (whose heads contribute nothing), and steering S must move P(c).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from vheads.data.synthetic import kind_items
+from vheads.engine import Engine
+from vheads.evaluation import HeadSet, cers, layer_matched_controls, ncs, rank_p
+
+
+def test_random_head_sets_are_not_at_the_rank_p_floor_more_often_than_chance(tmp_path):
+    # layers wide enough that "S excluded" barely changes the control pool (with 4 heads a
+    # layer, S is the best of its layer 1 time in 4, far above 1/(R+1))
+    from vheads.models import load_model
+    from vheads.models.tiny_random import build_tiny_random
+
+    eng = Engine(load_model(str(build_tiny_random("qwen3_vl", tmp_path / "m", heads=16, kv_heads=4, layers=2))))
+    L, H = eng.shape
+    rng = np.random.default_rng(0)
+    R, n_sets = 19, 20
+    headsets, groups = [], []
+    for s in range(n_sets):
+        S = HeadSet([(l, int(rng.integers(H))) for l in range(L)], L, H)
+        draws = layer_matched_controls(S, R, seed=s)
+        groups.append(len(headsets))
+        headsets += [S, *draws]
+    matched = kind_items("class-matched", 4, 1)
+    mismatched = kind_items("class-mismatched", 4, 1)
+    T = ncs(eng, matched, mismatched, headsets, batch_size=200).means()
+    at_floor = sum(rank_p(T[g], T[g + 1 : g + 1 + R]).p <= 1 / (R + 1) + 1e-12 for g in groups)
+    # P(Binomial(20, 0.05) >= 5) ~ 0.003
+    assert at_floor <= 4, at_floor
+
+
+def _planted(lm, S: HeadSet):
+    """Zero the output-projection columns of every head outside S (a copy of the model)."""
+    import copy
+
+    lm2 = copy.copy(lm)
+    lm2.model = copy.deepcopy(lm.model)
+    layers = lm2.model.model.language_model.layers
+    hd = lm.head_dim
+    keep = S.as_mask()
+    with torch.no_grad():
+        for l, layer in enumerate(layers):
+            W = layer.self_attn.o_proj.weight  # [hidden, H * hd]
+            for h in range(lm.n_heads):
+                if not keep[l, h]:
+                    W[:, h * hd : (h + 1) * hd] = 0
+    return lm2
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from vheads.models import load_model
+
+    try:
+        return load_model("tiny")
+    except FileNotFoundError:
+        pytest.skip("the built-in tiny model is not built")
+
+
+def _top_image_heads(eng, per_layer: int) -> HeadSet:
+    """The heads of each layer with the most attention from the last row to the image."""
+    from vheads.engine import Capture, positions_mask
+
+    L, H = eng.shape
+    mass = np.zeros((L, H))
+    for it in kind_items("class-matched", 8, 5):
+        pr = eng.lm.adapter.build(it, eng.lm.processor)
+        T = pr.layout.n_tokens
+        cap = Capture(positions_mask(T, pr.layout.spans["last"])[None], positions_mask(T, pr.layout.image_positions)[None, None])
+        mass += eng.forward(pr, eng.plan(1, captures=[cap]), logits_at=[]).captures["capture"][0, :, :, 0].numpy()
+    heads = [(l, int(h)) for l in range(L) for h in np.argsort(-mass[l])[:per_layer]]
+    return HeadSet(heads, L, H)
+
+
+def test_planted_head_set_reaches_the_rank_p_floor_and_steers(tiny):
+    S = _top_image_heads(Engine(tiny), per_layer=3)
+    eng = Engine(_planted(tiny, S))
+    R = 100
+    controls = list(layer_matched_controls(S, R, seed=0))
+    matched = kind_items("class-matched", 12, 3)
+    mismatched = kind_items("class-mismatched", 12, 3)
+    out = ncs(eng, matched, mismatched, [S, *controls], batch_size=101)
+    T = out.means()
+    base = out.detail["drop_matched"][0]
+    assert T[0] > 0.1, f"hiding the only image route should cost the matched arm; NCS_S = {T[0]:.3f}"
+    assert np.allclose(T[1:], 0, atol=1e-6)  # controls' heads write nothing
+    assert rank_p(T[0], T[1:]).p == pytest.approx(1 / (R + 1))
+    grids = kind_items("grid-neutral", 12, 4)
+    c = cers(eng, grids, [S, *controls[:10]], beta=1e4).means()
+    assert c[0] > 0.05 and c[0] > c[1:].max(), c

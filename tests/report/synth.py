@@ -1,0 +1,106 @@
+"""A synthetic results store with known values, written row by row (no model involved)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+
+from vheads.study._store import Store
+
+L, H, K = 4, 8, 4
+CORPORA = {"cm": "comics", "ph": "photo"}
+QUERIES = {"ord": "ordinal", "ref": "referring"}
+SOURCES = {"last": "last", "qsp": "qspan", "out": "out"}
+SETTINGS = [f"{c}-{q}-{s}" for c in CORPORA for q in QUERIES for s in SOURCES]  # 12
+
+
+def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12, tests=("cers", "ncs-all"),
+             row_groups: bool = True, text: bool = True, extra_controls: bool = True, sweeps: bool = True,
+             overlap: bool = True, audit: str | None = "ok", strips: bool = True, any_layer: bool = True,
+             config_R: int | None = None, seed: int = 0, meta_extra: dict | None = None) -> Path:
+    """Write a store into ``run_dir``. ``audit``: 'ok', 'bad' (oracle out of range) or None."""
+    rng = np.random.default_rng(seed)
+    store = Store(run_dir)
+    controls = {"layer-matched": R} | ({"any-layer": R} if any_layer else {})
+    config = {"model": "tiny", "corpora": list(CORPORA.values()), "settings": list(settings), "k": K,
+              "controls": {c: (config_R or r) for c, r in controls.items()}, "n_items": n_items, "seeds": {"controls": 7},
+              "beta": 10000.0,
+              "row_groups": ["all", "image", "question", "last"] if row_groups else ["all"] if "ncs-all" in tests else []}
+    store.set_meta(config=config, model_id="vheads/tiny-test", n_layers=L, n_heads=H, **(meta_extra or {}))
+
+    rows: dict[str, list[tuple]] = {k: [] for k in ("discovery", "overlap", "ceilings", "headsets", "outcomes",
+                                                   "arms", "audit", "strip_attention")}
+    heads = {}
+    for s in settings:
+        c, q, src = s.split("-")
+        scores = rng.uniform(0, 0.2, size=(L, H))
+        order = np.argsort(-scores, axis=None)[:K]
+        hs = [[int(i // H), int(i % H)] for i in order]
+        heads[s] = {tuple(h) for h in hs}
+        rows["discovery"].append((s, QUERIES[q], SOURCES[src], CORPORA[c], 50, K, json.dumps(scores.tolist()),
+                                  json.dumps(hs)))
+        rows["headsets"].append((s, "S", "S", 0, 0, json.dumps(hs)))
+        if overlap:
+            rows["ceilings"].append((s, K, 3.5, 3.0, 4.0, 200))
+        if strips:
+            for (l, h) in hs[:3]:
+                for it in range(3):
+                    m = rng.dirichlet(np.ones(6)) * 0.5
+                    rows["strip_attention"].append((s, f"strip{it}", l, h, json.dumps(m.tolist())))
+
+    items = [f"item{i:03d}" for i in range(n_items)]
+    all_controls = dict(controls)
+    if extra_controls:
+        all_controls |= {"sinks": 1, "text-heavy": 1}
+    test_list = list(tests)
+    if row_groups:
+        test_list += ["ncs-image", "ncs-question", "ncs-last"]
+    if text:
+        test_list += ["text"]
+    if sweeps:
+        test_list += [f"cers@beta={b}" for b in (1, 10, 100)]
+    for si, s in enumerate(settings):
+        for test in test_list:
+            effect = 0.02 * si
+            s_vals = effect + rng.normal(0, 0.05, n_items)
+            rows["outcomes"] += [(f"u-{s}-{test}", s, test, "S", it, float(v)) for it, v in zip(items, s_vals)]
+            for c, r in all_controls.items():
+                for d in range(r):
+                    hid = f"{c}#{d}"
+                    v = rng.normal(0, 0.05, n_items) + rng.normal(0, 0.02)
+                    rows["outcomes"] += [(f"u-{s}-{test}", s, test, hid, it, float(x)) for it, x in zip(items, v)]
+                    if test == test_list[0]:
+                        rows["headsets"].append((s, hid, c, d, 7, json.dumps(sorted(heads[s]))))
+            if test == "ncs-all":
+                for arm, shift in (("matched", 0.05), ("mismatched", 0.0)):
+                    rows["arms"] += [(f"u-{s}-{test}", s, test, "S", it, arm, float(shift + rng.normal(0, 0.03)))
+                                     for it in items]
+        if sweeps:
+            for k in (2, 8):
+                rows["outcomes"] += [(f"u-{s}-k{k}", s, "cers", f"S@k={k}", it, float(rng.normal(0.01 * k, 0.05)))
+                                     for it in items]
+    if overlap:
+        for a, b in itertools.combinations(settings, 2):
+            ov = len(heads[a] & heads[b])
+            rows["overlap"].append((a, b, K, ov, 3.5, 3.5, 3.5, ov / 3.5))
+    if audit:
+        oracle = 0.97 if audit == "ok" else 0.55
+        rows["audit"] += [("oracle", 40, oracle, 0.9, 1.0, int(0.9 <= oracle <= 1.0)),
+                          ("floor", 40, 0.26, 0.15, 0.35, 1), ("matched", 40, 0.95, 0.9, 1.0, 1),
+                          ("mismatched", 40, 0.2, 0.0, 0.45, 1)]
+    store.commit_unit("synthetic", "synthetic", 0.0, rows)
+    store.close()
+    if strips:
+        from PIL import Image
+
+        (run_dir / "strips").mkdir(exist_ok=True)
+        for it in range(3):
+            arr = np.zeros((32, 192, 3), dtype=np.uint8)
+            for p in range(6):
+                arr[:, p * 32:(p + 1) * 32] = rng.integers(40, 220, 3)
+                arr[8:24, p * 32 + 8:p * 32 + 24] = 255 - arr[0, p * 32]
+            Image.fromarray(arr).save(run_dir / "strips" / f"strip{it}.png")
+    return run_dir
