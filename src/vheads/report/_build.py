@@ -152,6 +152,13 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     if b:
         sections.append(Section("sweeps", "β and k sweeps", HOW["sweeps"], b))
 
+    from vheads.report._extras import HOW as HOW_CMP
+    from vheads.report._extras import comparison_tables
+
+    b = comparison_tables(run.run_dir, run.settings)
+    if b:
+        sections.append(Section("comparisons", "Comparing head-sets and settings", HOW_CMP, b))
+
     at = T.audit_table(run)
     if at:
         sections.append(Section("audit", "Baseline audit", HOW["audit"], [at]))

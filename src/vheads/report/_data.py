@@ -211,6 +211,8 @@ def _load(store: Store, run_dir: Path) -> RunData:
     for setting, test, hid, value in store.query(
         "SELECT setting, test, headset_id, value FROM outcomes ORDER BY setting, test, headset_id, item_id"
     ):
+        if "&" in setting:  # head-set algebra pseudo-settings: see vheads.report._extras
+            continue
         if value is None or not np.isfinite(float(value)):
             nonfinite += 1
             continue
@@ -246,7 +248,7 @@ def _load(store: Store, run_dir: Path) -> RunData:
         "SELECT setting, headset_id, control, heads FROM headsets ORDER BY setting, headset_id"
     ):
         role = parse_headset_id(hid).role if control in (None, "") else control
-        if parse_headset_id(hid).k is not None:
+        if parse_headset_id(hid).k is not None or "&" in setting:
             continue
         headset_sizes.setdefault((setting, role), len(_json(heads) or []))
     for setting, d in discovery.items():

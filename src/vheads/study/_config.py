@@ -42,6 +42,7 @@ row_groups = ["all", "image", "question", "last"]   # NCS is run at each (defaul
 beta_sweep = [1.0, 10.0, 100.0, 1000.0, 10000.0]   # CERS of S over beta ([] to skip)
 k_sweep = [1, 2, 4, 8]    # CERS and NCS of the top-k heads over k ([] to skip)
 seed = 0
+algebra_controls = 100    # layer-matched draws for the shared / only-one head-sets of ordinal vs referring (0 = skip)
 
 [controls]                # control name = R draws per head-set
 layer-matched = 200
@@ -87,6 +88,7 @@ class StudyConfig:
     beta_sweep: list[float] = field(default_factory=lambda: [1.0, 10.0, 100.0, 1000.0, 10000.0])
     k_sweep: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     seed: int = 0
+    algebra_controls: int = 100
     controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 200, "any-layer": 200})
     run: RunConfig = field(default_factory=RunConfig)
 

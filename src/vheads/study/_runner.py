@@ -99,6 +99,23 @@ def _overlap_stage(store: Store, cfg: StudyConfig) -> None:
     store.commit_unit("overlap", "overlap", time.time() - t0, rows)
 
 
+def _heads_json(hs: HeadSet) -> str:
+    return json.dumps([list(h) for h in hs.heads])
+
+
+def algebra_pairs(settings: list[str]) -> list[tuple[str, str]]:
+    """Pairs of settings that differ only in query type (same corpus and source): the
+    seed's Table 15 compares the heads they share with the heads only one of them has."""
+    pairs = []
+    for a in settings:
+        ca, qa, sa = a.split("-", 2)
+        for b in settings:
+            cb, qb, sb = b.split("-", 2)
+            if ca == cb and sa == sb and qa == "ord" and qb == "ref":
+                pairs.append((a, b))
+    return pairs
+
+
 def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> None:
     from vheads.discovery._selection import select_heads
 
@@ -106,38 +123,62 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> No
         return
     t0 = time.time()
     L, H = shape
+    inputs = {}
+    for key in ("image_mass", "sink_mass"):
+        v = store.get_meta(key)
+        if v is not None:
+            inputs[key] = np.array(json.loads(v))
     rows, fallbacks = [], {}
+    discovered = {}
     for sid, scores, heads in store.query("SELECT setting, scores, headset FROM discovery ORDER BY setting"):
         S = HeadSet([tuple(h) for h in json.loads(heads)], L, H)
-        rows.append((sid, "S", "S", 0, cfg.seed, json.dumps([list(h) for h in S.heads])))
+        discovered[sid] = S
+        rows.append((sid, "S", "S", 0, cfg.seed, _heads_json(S)))
         for name, R in cfg.controls.items():
             seed = derived_seed(cfg.seed, "control", sid, name)
-            draws = draw_controls(name, S, R, seed)
+            draws = draw_controls(name, S, R, seed, **inputs)
             if getattr(draws, "fallbacks", None):
                 fallbacks.setdefault(sid, []).extend(str(f) for f in draws.fallbacks)
             for i, d in enumerate(draws):
-                rows.append((sid, f"{name}#{i}", name, i, seed, json.dumps([list(h) for h in d.heads])))
+                rows.append((sid, f"{name}#{i}", name, i, seed, _heads_json(d)))
         sc = np.array(json.loads(scores))
         for kk in cfg.k_sweep:
             if kk <= L * H:
                 Sk = select_heads(sc, kk, cfg.selection)
                 rows.append((sid, f"S@k={kk}", "S@k", kk, cfg.seed, json.dumps([list(h) for h in Sk.heads])))
+    # head-set algebra: shared heads and heads only one setting has, each with
+    # same-size layer-matched controls (pseudo-setting "A&B")
+    if cfg.algebra_controls:
+        for a, b in algebra_pairs(sorted(discovered)):
+            pid = f"{a}&{b}"
+            parts = {"shared": discovered[a] & discovered[b], f"only:{a}": discovered[a] - discovered[b], f"only:{b}": discovered[b] - discovered[a]}
+            for part, hs in parts.items():
+                if not len(hs):
+                    continue
+                rows.append((pid, part, "S", 0, cfg.seed, _heads_json(hs)))
+                seed = derived_seed(cfg.seed, "algebra", pid, part)
+                for i, d in enumerate(draw_controls("layer-matched", hs, cfg.algebra_controls, seed)):
+                    rows.append((pid, f"{part}/layer-matched#{i}", f"{part}/layer-matched", i, seed, _heads_json(d)))
     store.commit_unit("headsets", "headsets", time.time() - t0, {"headsets": rows})
     store.set_meta(control_fallbacks=json.dumps(fallbacks))
 
 
 def _eval_units(store: Store, cfg: StudyConfig) -> list[dict]:
     units = []
-    settings = [s for (s,) in store.query("SELECT setting FROM discovery ORDER BY setting")]
+    settings = [s for (s,) in store.query("SELECT DISTINCT setting FROM headsets ORDER BY setting")]
     for sid in settings:
         hs = store.query("SELECT headset_id, heads FROM headsets WHERE setting=? ORDER BY control != 'S', control, draw", sid)
         ids = [h for h, _ in hs]
         heads = [json.loads(x) for _, x in hs]
-        for test in cfg.tests:
+        algebra = "&" in sid
+        for test in (["ncs"] if algebra else cfg.tests):
+            if algebra and "ncs" not in cfg.tests:
+                continue
             for lo in range(0, cfg.n_eval, cfg.run.shard_size):
                 hi = min(cfg.n_eval, lo + cfg.run.shard_size)
                 units.append({"unit_id": f"eval/{sid}/{test}/{lo}-{hi}", "kind": "eval", "setting": sid, "test": test,
-                              "shard": [lo, hi], "headset_ids": ids, "headsets": heads})
+                              "shard": [lo, hi], "headset_ids": ids, "headsets": heads,
+                              "row_groups": ["all"] if algebra else None})
     return units
 
 
@@ -166,6 +207,7 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
         n_computed += _run_units(store, run_dir, backend, disc, "discovery", progress)
         secs["discovery"] = time.time() - t
         t = time.time()
+        n_computed += _run_units(store, run_dir, backend, [{"unit_id": "image-mass", "kind": "image-mass"}], "attention", progress)
         _overlap_stage(store, cfg)
         secs["overlap"] = time.time() - t
         t = time.time()

@@ -61,7 +61,7 @@ class UnitComputer:
 
     def compute(self, unit: dict[str, Any]) -> dict[str, Any]:
         t0 = time.time()
-        fn = {"discovery": self._discovery, "eval": self._eval, "audit": self._audit}[unit["kind"]]
+        fn = {"discovery": self._discovery, "eval": self._eval, "audit": self._audit, "image-mass": self._image_mass}[unit["kind"]]
         rows = fn(unit)
         return {"unit_id": unit["unit_id"], "kind": unit["kind"], "rows": rows, "seconds": time.time() - t0}
 
@@ -131,7 +131,7 @@ class UnitComputer:
                 for i, iid in enumerate(r.item_ids):
                     out["outcomes"].append((uid, setting, f"cers@beta={b:g}", "S", iid, float(r.values[0, i])))
         elif t == "ncs":
-            for g in cfg.row_groups:
+            for g in unit.get("row_groups") or cfg.row_groups:
                 res = ncs(eng, sets["class-matched"], sets["class-mismatched"], hsets if g == "all" else hsets, rows=g, batch_size=bs)
                 put(f"ncs-{g}", res)
                 for arm, key in (("matched", "drop_matched"), ("mismatched", "drop_mismatched")):
@@ -146,6 +146,28 @@ class UnitComputer:
         else:
             raise ValueError(f"unknown test {t!r}")
         return {"rows": out}
+
+    # ---- baseline attention per head --------------------------------------------------------
+    def _image_mass(self, unit):
+        """Per-head baseline attention from the last prompt row, on the CERS grids: mass on
+        all image tokens (for attention-matched and text-heavy controls, and the Spearman of
+        a control's image attention against its CERS) and on the first token (sinks)."""
+        import torch
+
+        from vheads.engine import Capture, positions_mask
+
+        eng = self.engine
+        image = sink = 0.0
+        items = eval_items("grid-neutral", self.cfg.n_eval, self.cfg.seed)
+        for it in items:
+            pr = eng.lm.adapter.build(it, eng.lm.processor)
+            T = pr.layout.n_tokens
+            groups = torch.stack([positions_mask(T, pr.layout.image_positions), positions_mask(T, [0])])[None]
+            m = eng.forward(pr, eng.plan(1, captures=[Capture(positions_mask(T, pr.layout.spans["last"])[None], groups)]), logits_at=[]).captures["capture"][0]
+            image = image + m[..., 0].double().numpy() / len(items)
+            sink = sink + m[..., 1].double().numpy() / len(items)
+        meta = [("image_mass", _json(image.tolist())), ("sink_mass", _json(sink.tolist()))]
+        return {"rows": {"meta": meta}}
 
     # ---- audit -----------------------------------------------------------------------------
     def _audit(self, unit):
