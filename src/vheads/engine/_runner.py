@@ -49,7 +49,8 @@ class Engine:
         With ``prefix_reuse`` and a plan whose actions all start at row p > 0, the prefix
         [0, p) — system prompt and image — runs once
         (only when p lies after the last image token) with batch 1 and its KV cache is
-        shared by every batch row. ``logits_at`` limits the returned logits to those
+        shared by every batch row. A plan of batch 1 runs in one plain pass: there is
+        nothing to share, and the cache would only add to peak memory. ``logits_at`` limits the returned logits to those
         absolute positions (all of the computed ones by default).
         """
         batch = plan.batch_size if plan is not None else 1
@@ -59,7 +60,8 @@ class Engine:
         pos = self.lm.adapter.position_ids(model, {k: v.to(self.lm.device) for k, v in prompt.inputs.items()})
         # the prefix must hold every image token: the suffix runs without pixel values
         img_end = int(prompt.layout.image_positions.max()) + 1 if len(prompt.layout.image_positions) else 0
-        if prefix_reuse and plan is not None and max(img_end, 1) <= p < T:
+        # batch 1 shares nothing: a prefix pass would only add a KV cache to peak memory
+        if prefix_reuse and batch > 1 and max(img_end, 1) <= p < T:
             with active_plan(None):
                 pre = self._inputs_for(prompt, 1)
                 pre_in = {k: (v[:, :p] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v) for k, v in pre.items()}

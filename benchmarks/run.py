@@ -1,0 +1,181 @@
+"""vheads benchmarks: ratios measured side by side in one run.
+
+    python benchmarks/run.py [--quick] [--json PATH] [--only capture|evaluation|study]
+
+Runs on CUDA + bf16 when a GPU is there, else CPU + fp32 (the same command either way),
+on a random-initialised Qwen3-VL with the 2B language-model layout (28 layers × 16 heads
+/ 8 KV heads; width cut on CPU, as printed) and on the built-in tiny model when it loads.
+Prints one row per comparison with its target and the command that reproduces it; the
+JSON holds one entry per row: name, ratio, target, better, met, raw, command.
+See benchmarks/README.md for what each row means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
+
+import torch  # noqa: E402
+
+from benchmarks import _setup, bench_capture, bench_evaluation, bench_study  # noqa: E402
+
+CAPTURE_TIME_TARGET = 1.1
+CAPTURE_MEMORY_TARGET = 1.05
+QUESTION_ROWS_TARGET = 30.0
+ALL_ROWS_TARGET = 3.0  # on GPU; the CPU figure is reported without a verdict
+
+
+def params(device: str, quick: bool) -> dict:
+    if device == "cuda":
+        p = dict(lengths=[256, 1024, 4096], repeats=5, items=4, image_tokens=1024, baseline_sample=8, batched_sample=64, batch_size=64)
+        if quick:
+            p.update(repeats=3, items=1, baseline_sample=4)
+        return p
+    if quick:
+        return dict(lengths=[256, 1024], repeats=3, items=1, image_tokens=1024, baseline_sample=2, batched_sample=8, batch_size=64)
+    return dict(lengths=[256, 1024, 4096], repeats=3, items=2, image_tokens=1024, baseline_sample=4, batched_sample=16, batch_size=64)
+
+
+def entry(name, ratio, target, better, raw, command, note=""):
+    met = None
+    if target is not None and ratio is not None:
+        met = bool(ratio <= target) if better == "lower" else bool(ratio >= target)
+    return {"name": name, "ratio": ratio, "target": target, "better": better, "met": met, "raw": raw, "command": command, "note": note}
+
+
+def capture_entries(res: dict, model: str, cmd: str, quick: bool) -> list[dict]:
+    out = []
+    top = max(res)
+    for T, r in sorted(res.items()):
+        plain, cap, eager = r["plain"], r["capture"], r["eager"]
+        at_target = T == top
+        note = "target is stated at T=4096; --quick stops earlier" if at_target and quick else ""
+        raw = {"tokens": T, "plain": plain, "capture": cap}
+        out.append(entry(f"{model} capture time / plain, T={T}", cap["time_s"] / plain["time_s"],
+                         CAPTURE_TIME_TARGET if at_target else None, "lower", raw, cmd, note))
+        out.append(entry(f"{model} capture peak mem / plain, T={T}", cap["peak_mb"] / plain["peak_mb"],
+                         CAPTURE_MEMORY_TARGET if at_target else None, "lower", raw, cmd, note))
+        if "skipped" in eager:
+            out.append(entry(f"{model} eager+output_attentions time / plain, T={T}", None, None, "lower", {"tokens": T, "eager": eager}, cmd, eager["skipped"]))
+        else:
+            raw_e = {"tokens": T, "plain": plain, "eager": eager}
+            out.append(entry(f"{model} eager+output_attentions time / plain, T={T}", eager["time_s"] / plain["time_s"], None, "lower", raw_e, cmd))
+            out.append(entry(f"{model} eager+output_attentions peak mem / plain, T={T}", eager["peak_mb"] / plain["peak_mb"], None, "lower", raw_e, cmd))
+    return out
+
+
+def evaluation_entries(res: dict, model: str, cmd: str, device: str) -> list[dict]:
+    q, a = res["question"], res["all"]
+    n = f"64 head-sets × {q['items']} item(s), {q['image_tokens']} image tokens, prompt {q['prompt_tokens']} tokens"
+    gpu = device == "cuda"
+    return [
+        entry(f"{model} eval mask@question: per-head-set / batched+reuse",
+              q["baseline_s"] / q["reuse_s"], QUESTION_ROWS_TARGET, "higher", q, cmd, n),
+        entry(f"{model} eval mask@question: per-head-set / batched",
+              q["baseline_s"] / q["batched_s"], None, "higher", q, cmd),
+        entry(f"{model} eval mask@all: per-head-set / batched",
+              a["baseline_s"] / a["batched_s"], ALL_ROWS_TARGET if gpu else None, "higher", a, cmd,
+              n + ("" if gpu else "; target (≥3×) applies on GPU, CPU figure reported")),
+    ]
+
+
+def print_table(entries: list[dict]) -> None:
+    w = max(len(e["name"]) for e in entries)
+    print(f"\n{'comparison':<{w}}  {'ratio':>8}  {'target':>8}  met")
+    print("-" * (w + 26))
+    for e in entries:
+        ratio = "—" if e["ratio"] is None else f"{e['ratio']:.2f}×"
+        target = "" if e["target"] is None else ("≤" if e["better"] == "lower" else "≥") + f"{e['target']:g}×"
+        met = {True: "yes", False: "NO", None: ""}[e["met"]]
+        print(f"{e['name']:<{w}}  {ratio:>8}  {target:>8}  {met}")
+        if e["note"]:
+            print(f"{'':<4}note: {e['note']}")
+        print(f"{'':<4}reproduce: {e['command']}")
+
+
+def bench_model(name, lm, model_dir, spec_line, args, p, device, dtype, log) -> list[dict]:
+    from vheads.engine import Engine
+
+    log(f"[{name}] {spec_line}")
+    eng = Engine(lm)
+    q = " --quick" if args.quick else ""
+    model_flag = " --model tiny" if name == "tiny" else ""
+    entries = []
+    if args.only in (None, "capture"):
+        lengths = args.lengths or p["lengths"]
+        res = bench_capture.run(lm, eng, model_dir, lengths, p["repeats"], device, dtype, log)
+        cmd = f"python benchmarks/run.py{q}{model_flag} --only capture --lengths {' '.join(map(str, lengths))}"
+        entries += capture_entries(res, name, cmd, args.quick)
+    if args.only in (None, "evaluation"):
+        items = args.items or p["items"]
+        res = bench_evaluation.run(lm, eng, items, p["image_tokens"], p["baseline_sample"], p["batched_sample"], p["batch_size"], device, log)
+        cmd = f"python benchmarks/run.py{q}{model_flag} --only evaluation --items {items}"
+        entries += evaluation_entries(res, name, cmd, device)
+    return entries
+
+
+def main(argv=None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="shorter prompts, fewer repeats and samples (a few minutes on a 2-core CPU)")
+    ap.add_argument("--json", type=Path, help="write the entries here")
+    ap.add_argument("--only", choices=["capture", "evaluation", "study"])
+    ap.add_argument("--model", choices=["random", "tiny", "both"], default="both", help="random 2B-layout Qwen3-VL, the built-in tiny model, or both")
+    ap.add_argument("--lengths", type=int, nargs="+", help="capture prompt lengths (tokens)")
+    ap.add_argument("--items", type=int, help="evaluation items")
+    args = ap.parse_args(argv)
+
+    device, dtype = _setup.device_and_dtype()
+    p = params(device, args.quick)
+    t0 = time.perf_counter()
+
+    def log(msg):
+        print(f"[{time.perf_counter() - t0:6.0f}s] {msg}", flush=True)
+
+    machine = torch.cuda.get_device_name() if device == "cuda" else f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+    log(f"device {device} ({machine}), dtype {dtype}, torch {torch.__version__}")
+    entries: list[dict] = []
+    study = None
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.model in ("random", "both") and args.only != "study":
+            spec = _setup.model_spec(device, args.quick)
+            model_dir = _setup.build(spec, f"{tmp}/random")
+            lm = _setup.load(model_dir, device, dtype)
+            entries += bench_model("random-2B-layout", lm, model_dir, spec.describe(), args, p, device, dtype, log)
+            del lm
+        if args.model in ("tiny", "both") and args.only != "study":
+            try:
+                lm = _setup.load("tiny", device, dtype)
+            except Exception as e:  # noqa: BLE001 - the built-in model may not exist yet
+                log(f"[tiny] skipped: the built-in tiny model does not load ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
+            else:
+                tiny_p = dict(p, lengths=[min(256, p["lengths"][0])], image_tokens=256)
+                entries += bench_model("tiny", lm, "tiny", f"built-in tiny model, {lm.n_layers} layers × {lm.n_heads} heads", args, tiny_p, device, dtype, log)
+    if args.only in (None, "study"):
+        study = bench_study.run(log, quick=args.quick)
+        if not study["available"]:
+            log(f"  study: {study['why']}")
+    if entries:
+        print_table(entries)
+    if study is not None:
+        print("\nstudy (time per stage): " + (study["why"] if not study["available"] else json.dumps(study)))
+        print("    reproduce: python benchmarks/run.py --only study")
+    if args.json:
+        payload = entries + ([{"name": "study time per stage", "ratio": None, "target": None, "better": "lower", "met": None,
+                               "raw": study, "command": "python benchmarks/run.py --only study", "note": ""}] if study is not None else [])
+        args.json.write_text(json.dumps(payload, indent=1, default=float))
+        log(f"wrote {args.json}")
+    log("done")
+    return entries
+
+
+if __name__ == "__main__":
+    main()
