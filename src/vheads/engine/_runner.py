@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import contextlib
+import dataclasses
+
 import torch
 from transformers import DynamicCache
 
@@ -30,17 +33,39 @@ class Engine:
         return self.lm.n_layers, self.lm.n_heads
 
     def _inputs_for(self, prompt: Prompt, batch: int) -> dict[str, torch.Tensor]:
+        """Model inputs for ``batch`` copies of ``prompt``; pixel inputs are laid out for a
+        single vision pass (see :meth:`_shared_vision`)."""
         dev = self.lm.device
-        inputs = {}
-        for k, v in prompt.inputs.items():
-            if k in ("pixel_values", "image_grid_thw"):
-                inputs[k] = torch.cat([v] * batch) if batch > 1 else v
-            else:
-                inputs[k] = v.expand(batch, *v.shape[1:]) if batch > 1 else v
-            inputs[k] = inputs[k].to(dev)
+        inputs = {k: v.expand(batch, *v.shape[1:]) if batch > 1 else v
+                  for k, v in prompt.inputs.items() if k not in ("pixel_values", "image_grid_thw")}
+        pixel = {k: v for k, v in prompt.inputs.items() if k in ("pixel_values", "image_grid_thw")}
+        if pixel and batch > 1:
+            pixel = self.lm.adapter.batch_pixel_inputs(pixel, batch)
+        inputs.update(pixel)
+        inputs = {k: v.to(dev) for k, v in inputs.items()}
         if "pixel_values" in inputs:
             inputs["pixel_values"] = inputs["pixel_values"].to(self.lm.model.dtype)
         return inputs
+
+    @contextlib.contextmanager
+    def _shared_vision(self, batch: int):
+        """Run the vision tower once for ``batch`` copies of one image and repeat its output
+        (every tensor of it along dim 0): the copies are identical, so is their encoding."""
+        if batch <= 1:
+            yield
+            return
+        module = self.lm.adapter.vision_module(self.lm.model)
+        original = module.forward
+
+        def once(*args, **kwargs):
+            a, k = self.lm.adapter.single_vision_call(args, kwargs, batch)
+            return _repeat_batch(original(*a, **k), batch)
+
+        module.forward = once
+        try:
+            yield
+        finally:
+            del module.forward  # back to the class's forward
 
     @torch.no_grad()
     def forward(self, prompt: Prompt, plan: ProbePlan | None = None, prefix_reuse: bool = True, logits_at: list[int] | None = None) -> ForwardResult:
@@ -79,18 +104,17 @@ class Engine:
             if "mm_token_type_ids" in full:
                 suf["mm_token_type_ids"] = full["mm_token_type_ids"][:, p:]
             with active_plan(plan) as results:
-                out = model(**suf, cache=shared, use_cache=True)
+                out = model(**suf, cache=shared, use_cache=True, logits_to_keep=_keep(logits_at, p, T))
             logits, computed = out.logits, list(range(p, T))
         else:
             inputs = self._inputs_for(prompt, batch)
             if pos is not None:
                 inputs["position_ids"] = pos.expand(*pos.shape[:-2], batch, T) if pos.dim() == 3 else pos.expand(batch, T)
-            with active_plan(plan) as results:
-                out = model(**inputs, use_cache=False)
+            with active_plan(plan) as results, self._shared_vision(batch if "pixel_values" in inputs else 1):
+                out = model(**inputs, use_cache=False, logits_to_keep=_keep(logits_at, 0, T))
             logits, computed = out.logits, list(range(T))
         if logits_at is not None:
-            where = [computed.index(i) for i in logits_at]
-            logits = logits[:, where]
+            logits = logits[:, : len(logits_at)]  # the LM head ran on exactly these rows
         return ForwardResult(logits=logits.float(), captures=dict(results))
 
     def letter_probs(self, logits_last: torch.Tensor) -> torch.Tensor:
@@ -101,3 +125,30 @@ class Engine:
     def plan(self, batch: int, interventions: list[Intervention] = (), captures: list[Capture] = ()) -> ProbePlan:
         L, H = self.shape
         return ProbePlan(batch, L, H, list(interventions), list(captures))
+
+
+def _keep(logits_at: list[int] | None, start: int, end: int):
+    """``logits_to_keep`` for a forward computing positions [start, end): the LM head runs
+    only on the requested rows (a [B, T, vocab] tensor is gigabytes on a real model)."""
+    if logits_at is None:
+        return 0  # all rows
+    if not logits_at:
+        return 1
+    for i in logits_at:
+        if not start <= i < end:
+            raise ValueError(f"logits requested at position {i}, outside the computed positions {start}..{end - 1}")
+    return torch.tensor([i - start for i in logits_at])
+
+
+def _repeat_batch(out, batch: int):
+    """Every tensor in ``out`` (a tensor, tuple, list, dict or ModelOutput) repeated ``batch``
+    times along dim 0."""
+    if isinstance(out, torch.Tensor):
+        return out.repeat(batch, *([1] * (out.dim() - 1)))
+    if isinstance(out, (list, tuple)) and not hasattr(out, "keys"):
+        return type(out)(_repeat_batch(x, batch) for x in out)
+    if dataclasses.is_dataclass(out) and hasattr(out, "keys"):  # transformers ModelOutput
+        return type(out)(**{k: _repeat_batch(v, batch) for k, v in out.items()})
+    if isinstance(out, dict):
+        return {k: _repeat_batch(v, batch) for k, v in out.items()}
+    return out

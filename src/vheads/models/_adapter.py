@@ -67,6 +67,20 @@ class Adapter:
     def text_config(self, model):
         return getattr(model.config, "text_config", model.config)
 
+    # ---- one vision pass for a batch of copies of one prompt ---------------------------------
+    def vision_module(self, model):
+        """The vision tower module whose output is repeated for a batch of identical images."""
+        raise NotImplementedError
+
+    def batch_pixel_inputs(self, inputs: dict[str, torch.Tensor], batch: int) -> dict[str, torch.Tensor]:
+        """Pixel inputs for ``batch`` copies of one prompt, as the model's forward expects
+        them when the vision tower is run once (see :func:`vheads.engine` runner)."""
+        raise NotImplementedError
+
+    def single_vision_call(self, args: tuple, kwargs: dict, batch: int) -> tuple[tuple, dict]:
+        """The vision tower call for one copy, from the call the model makes for ``batch``."""
+        raise NotImplementedError
+
     # ---- shared ------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
         return {

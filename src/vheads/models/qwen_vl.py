@@ -38,6 +38,19 @@ class QwenVLAdapter(Adapter):
         boxes = grid_token_boxes(rows, cols, sx, sy)
         return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}, rows, cols, boxes
 
+    def vision_module(self, model):
+        return model.model.visual
+
+    def batch_pixel_inputs(self, inputs, batch):
+        # patches of one copy; one grid row per copy (the model splits the tower's output
+        # by grid rows, so it sees `batch` images)
+        return {"pixel_values": inputs["pixel_values"], "image_grid_thw": inputs["image_grid_thw"].repeat(batch, 1)}
+
+    def single_vision_call(self, args, kwargs, batch):
+        kwargs = dict(kwargs)
+        grid = kwargs.pop("grid_thw") if "grid_thw" in kwargs else args[1]
+        return (args[0],), {**kwargs, "grid_thw": grid[: len(grid) // batch]}
+
     def extra_inputs(self, input_ids, image_mask):
         return {"mm_token_type_ids": image_mask.to(torch.int32)}
 

@@ -36,24 +36,25 @@ splits = 200              # half-splits for the noise ceilings
 
 # evaluation
 tests = ["cers", "ncs", "ncs-grid", "text"]
-n_eval = 24               # items per evaluation set
+n_eval = 16               # items per evaluation set
 beta = 10000.0            # steering strength
 row_groups = ["all", "image", "question", "last"]   # NCS is run at each (default mask: all rows)
+row_group_controls = ["layer-matched"]   # controls run at the row groups other than "all"
 beta_sweep = [1.0, 10.0, 100.0, 1000.0, 10000.0]   # CERS of S over beta ([] to skip)
 k_sweep = [1, 2, 4, 8]    # CERS and NCS of the top-k heads over k ([] to skip)
 seed = 0
 algebra_controls = 100    # layer-matched draws for the shared / only-one head-sets of ordinal vs referring (0 = skip)
 
 [controls]                # control name = R draws per head-set
-layer-matched = 200
-any-layer = 200
+layer-matched = 249       # R >= 239 lets a Holm-adjusted p over 12 settings fall under 0.05
+any-layer = 99
 
 [run]
 backend = "local"         # local | ray
 ray_address = ""          # or the RAY_ADDRESS environment variable; "" = start a local cluster
 ray_workers = 2           # model replicas (actors); one per GPU where there are GPUs
 shard_size = 8            # evaluation items per work unit
-batch_size = 128          # head-sets per batched forward
+batch_size = 256          # head-sets per batched forward
 torch_threads = 0         # CPU threads per model replica; 0 = all cores (same on every backend)
 '''
 
@@ -64,7 +65,7 @@ class RunConfig:
     ray_address: str = ""
     ray_workers: int = 2
     shard_size: int = 8
-    batch_size: int = 128
+    batch_size: int = 256
     torch_threads: int = 0
 
 
@@ -82,14 +83,15 @@ class StudyConfig:
     selection: str = "flat"
     splits: int = 200
     tests: list[str] = field(default_factory=lambda: list(TESTS))
-    n_eval: int = 24
+    n_eval: int = 16
     beta: float = 1e4
     row_groups: list[str] = field(default_factory=lambda: list(ROW_GROUPS))
+    row_group_controls: list[str] = field(default_factory=lambda: ["layer-matched"])
     beta_sweep: list[float] = field(default_factory=lambda: [1.0, 10.0, 100.0, 1000.0, 10000.0])
     k_sweep: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     seed: int = 0
     algebra_controls: int = 100
-    controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 200, "any-layer": 200})
+    controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99})
     run: RunConfig = field(default_factory=RunConfig)
 
     def to_dict(self) -> dict[str, Any]:
@@ -173,6 +175,9 @@ def validate(cfg: StudyConfig) -> None:
     for t in cfg.tests:
         if t not in TESTS:
             bad("tests", f"unknown test {t!r}; choose from {', '.join(TESTS)}")
+    for c in cfg.row_group_controls:
+        if c not in cfg.controls:
+            bad("row_group_controls", f"{c!r} is not one of the configured controls ({', '.join(cfg.controls)})")
     for g in cfg.row_groups:
         if g not in ROW_GROUPS:
             bad("row_groups", f"unknown row group {g!r}; choose from {', '.join(ROW_GROUPS)}")

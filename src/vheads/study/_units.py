@@ -132,13 +132,17 @@ class UnitComputer:
                     out["outcomes"].append((uid, setting, f"cers@beta={b:g}", "S", iid, float(r.values[0, i])))
         elif t == "ncs":
             for g in unit.get("row_groups") or cfg.row_groups:
-                res = ncs(eng, sets["class-matched"], sets["class-mismatched"], hsets if g == "all" else hsets, rows=g, batch_size=bs)
-                put(f"ncs-{g}", res)
-                for arm, key in (("matched", "drop_matched"), ("mismatched", "drop_mismatched")):
-                    items = sets[f"class-{arm}"]
-                    for j in range(len(hsets)):
-                        for i, it in enumerate(items):
-                            out["arms"].append((uid, setting, f"ncs-{g}", ids[j], it.id, arm, float(res.detail[key][j, i])))
+                # per-row-group NCS (beyond the default all-row mask) runs S against the
+                # row_group_controls only: it locates the effect, Table 3 tests it
+                keep = list(range(len(hsets))) if g == "all" else [
+                    j for j, h in enumerate(ids) if h == "S" or h.startswith("S@") or h.split("#")[0] in cfg.row_group_controls]
+                res = ncs(eng, sets["class-matched"], sets["class-mismatched"], [hsets[j] for j in keep], rows=g, batch_size=bs)
+                for jj, j in enumerate(keep):
+                    for i, iid in enumerate(res.item_ids):
+                        out["outcomes"].append((uid, setting, f"ncs-{g}", ids[j], iid, float(res.values[jj, i])))
+                    for arm, key in (("matched", "drop_matched"), ("mismatched", "drop_mismatched")):
+                        for i, it in enumerate(sets[f"class-{arm}"]):
+                            out["arms"].append((uid, setting, f"ncs-{g}", ids[j], it.id, arm, float(res.detail[key][jj, i])))
         elif t == "ncs-grid":
             put("ncs-grid", ncs_grid(eng, sets["grid-oracle"], hsets, "all", seed=cfg.seed, batch_size=bs))
         elif t == "text":
