@@ -131,6 +131,14 @@ class RunData:
         p = self.run_dir / "strips" / f"{item_id}.png"
         return p if p.is_file() else None
 
+    def strip_meta(self, item_id: str) -> dict | None:
+        """``strips/<item>.json``: the strip's question, asked panel and answer, if stored."""
+        p = self.run_dir / "strips" / f"{item_id}.json"
+        try:
+            return json.loads(p.read_text()) if p.is_file() else None
+        except (OSError, ValueError):
+            return None
+
 
 def cfg_get(config: Any, *names: str, default: Any = None) -> Any:
     """The first value found under any of ``names`` in a (possibly nested) config dict.

@@ -169,7 +169,8 @@ def strip_figure(run: RunData, setting: str, n_heads: int = 3, n_items: int = 3)
     """For up to ``n_items`` strips: the strip image (or six empty panels where
     ``strips/<item>.png`` is missing) and, under it, one row of six bars per top head — the
     head's attention mass from the source rows on each panel, aligned with the panels
-    (red: the panel with the most mass). Drawn on one axes in data coordinates: item j
+    (red: the panel with the most mass; a black frame marks the panel the question asks
+    about, where ``strips/<item>.json`` records it). Drawn on one axes in data coordinates: item j
     spans x ∈ [7j, 7j + 6], one unit per panel."""
     heads = top_strip_heads(run, setting, n_heads)
     if not heads:
@@ -192,8 +193,14 @@ def strip_figure(run: RunData, setting: str, n_heads: int = 3, n_items: int = 3)
                 ax.add_patch(plt.Rectangle((x0 + p + 0.04, 0.04), 0.92, img_h - 0.08, fc="#eee", ec="#bbb"))
         for p in range(6):
             ax.text(x0 + p + 0.5, img_h + 0.12, str(p + 1), ha="center", va="bottom", fontsize=6.5, color="#666")
-        ax.text(x0 + 3, img_h + 0.55, item if png is not None else f"{item} (no image)", ha="center", va="bottom",
+        meta = run.strip_meta(item)
+        label = meta["question"] if meta else _short(item)
+        ax.text(x0 + 3, img_h + 0.55, label if png is not None else f"{label} (no image)", ha="center", va="bottom",
                 fontsize=7.5, family="monospace")
+        target = meta.get("target") if meta else None
+        if target and target.startswith("panel") and target[5:].isdigit():  # outline the asked panel
+            p = int(target[5:]) - 1
+            ax.add_patch(plt.Rectangle((x0 + p, 0), 1, img_h, fill=False, ec="#111", lw=2.2, zorder=3))
         for i, h in enumerate(heads):
             base = -(i + 1) * (row_h + gap)
             m = np.asarray(by_head[h][item], dtype=float)
@@ -259,3 +266,8 @@ def overlap_figure(run: RunData, labels: list[str], matrix: np.ndarray, k: int |
     with tempfile.TemporaryDirectory() as d:
         path = plot_overlap_heatmap(np.nan_to_num(matrix), labels, Path(d) / "overlap.png", k=k, ceilings=ceilings)
         return path.read_bytes()
+
+
+def _short(item_id: str, width: int = 26) -> str:
+    """An item id short enough to sit above its strip (the tail is the distinctive part)."""
+    return item_id if len(item_id) <= width else "…" + item_id[-(width - 1):]

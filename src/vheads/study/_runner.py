@@ -61,6 +61,8 @@ def _commit(store: Store, run_dir: Path, res: dict) -> None:
     for name, png in payload.get("strips", {}).items():
         (run_dir / "strips").mkdir(exist_ok=True)
         (run_dir / "strips" / f"{name}.png").write_bytes(png)
+    for name, meta in payload.get("strip_meta", {}).items():
+        (run_dir / "strips" / f"{name}.json").write_text(json.dumps(meta))
     store.commit_unit(res["unit_id"], res["kind"], res["seconds"], payload["rows"])
     _log(run_dir, f"done {res['unit_id']}")
 

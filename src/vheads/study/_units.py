@@ -100,8 +100,9 @@ class UnitComputer:
                 m = res.captures["capture"][0].numpy()  # [L, H, panels]
                 for (l, h) in top:
                     rows["strip_attention"].append((sid, item.id, l, h, _json(m[l, h].tolist())))
-                strips[item.id] = item.image
-        return {"rows": rows, "strips": {k: _png(v) for k, v in strips.items()}}
+                strips[item.id] = item
+        return {"rows": rows, "strips": {k: _png(v.image) for k, v in strips.items()},
+                "strip_meta": {k: {"question": v.question, "target": v.target, "answer": v.answer} for k, v in strips.items()}}
 
     # ---- evaluation ------------------------------------------------------------------------
     def _eval(self, unit):
