@@ -31,6 +31,8 @@ def discover(
     panel_size: Annotated[int, typer.Option(help="COCO panel side in pixels")] = 224,
     device: Annotated[str, typer.Option(help="torch device")] = "cpu",
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
+    with_overlap: Annotated[bool, typer.Option("--overlap", help="then print the overlap matrix with half-split ceilings and write overlap.png")] = False,
+    splits: Annotated[int, typer.Option(help="half-splits for the noise ceilings (with --overlap)")] = 200,
 ) -> list[Path]:
     """Rank heads under every corpus × query × source setting and write one head-set file each."""
     from vheads.models import load_model
@@ -46,6 +48,10 @@ def discover(
         for r in records:
             top = ", ".join(f"L{l}H{h}" for l, h in r.ranked[:5]) + (" …" if len(r.headset) > 5 else "")
             typer.echo(f"{r.setting.id:<14} k={r.k:<3} n={r.corpus['n_items']:<4} {top}  -> {r.path}")
+    if with_overlap:
+        if not json_out:
+            typer.echo("")
+        overlap(paths, splits=splits, seed=seed, json_out=json_out, figure=Path(out) / "overlap.png")
     return paths
 
 
