@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -77,20 +76,12 @@ def evaluate(
     json_out: Annotated[bool, typer.Option("--json", help="machine-readable output with per-item outcomes")] = False,
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
-    from vheads.engine import Engine, ROW_GROUPS
-    from vheads.evaluation import parse_control_spec
-    from vheads.evaluation._run import TESTS, evaluate_headsets, load_headset_files
+    from vheads.engine import Engine
+    from vheads.evaluation._run import check_request, evaluate_headsets, load_headset_files
     from vheads.models import load_model
 
     # every argument is checked before the model is loaded
-    _fail_clearly(parse_control_spec, controls)
-    for t in test:
-        if t not in TESTS:
-            _die(f"unknown test {t!r}; choose from {', '.join(TESTS)}")
-    if rows not in ROW_GROUPS:
-        _die(f"unknown row group {rows!r}; choose from {', '.join(ROW_GROUPS)}")
-    if not math.isfinite(beta):
-        _die(f"--beta must be finite, got {beta}")
+    _fail_clearly(check_request, test, controls, beta, rows)
     for p in headset:
         if not p.is_file():
             _die(f"head-set file {str(p)!r} does not exist")
@@ -118,15 +109,13 @@ def audit(
     json_out: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Baseline audit of the evaluation sets: oracle, floor, matched, mismatched, leak."""
-    from vheads.data.synthetic import kind_items
     from vheads.engine import Engine
     from vheads.evaluation import baseline_audit
+    from vheads.evaluation._run import audit_sets
     from vheads.models import load_model
 
     lm = _fail_clearly(load_model, model)
-    sets = {"oracle": kind_items("grid-oracle", n, seed), "floor": kind_items("grid-blank", n, seed),
-            "matched": kind_items("class-matched", n, seed), "mismatched": kind_items("class-mismatched", n, seed)}
-    rep = baseline_audit(Engine(lm), sets)
+    rep = baseline_audit(Engine(lm), audit_sets(n, lambda kind: seed))
     if json_out:
         typer.echo(json.dumps(rep, indent=1))
         return

@@ -29,7 +29,6 @@ panel's label is its dominant category's name. Images are drawn without replacem
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from vheads._io import read_json
 from vheads.data._items import Item
 
 QUERIES = ("ordinal", "referring")
@@ -98,10 +98,7 @@ def read_strip_index(folder: str | Path, index: str = STRIP_INDEX) -> dict:
         raise FileNotFoundError(f"strip folder {folder} does not exist")
     if not path.is_file():
         raise FileNotFoundError(f"strip folder {folder} has no {index} (a JSON of panel boxes and labels)")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from None
+    data = read_json(path)
     strips = data.get("strips") if isinstance(data, dict) else None
     if not isinstance(strips, list):
         raise ValueError(f"{path}: expected an object with a list under 'strips'")
@@ -182,10 +179,7 @@ def load_coco_strips(images: str | Path, query: str, n: int | None = None, seed:
     ann_path = Path(annotations) if annotations else find_coco_annotations(images)
     if not ann_path.is_file():
         raise FileNotFoundError(f"COCO annotations file {ann_path} does not exist")
-    try:
-        coco = json.loads(ann_path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{ann_path} is not valid JSON: {e}") from None
+    coco = read_json(ann_path)
     for key in ("images", "annotations", "categories"):
         if not isinstance(coco.get(key), list):
             raise ValueError(f"{ann_path} is not a COCO instances file: no {key!r} list")

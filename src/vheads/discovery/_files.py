@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 import vheads
+from vheads._io import read_json
 from vheads.discovery._scores import Setting
 from vheads.discovery._selection import MODES, ranked_heads
 from vheads.evaluation._headsets import HeadSet
@@ -185,10 +186,7 @@ def load_headset(path: str | Path, lm=None, force: bool = False) -> HeadSetRecor
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"head-set file {path} does not exist")
-    try:
-        d = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"head-set file {path} is not valid JSON: {e}") from None
+    d = read_json(path, f"head-set file {path}")
     _validate(d, f"head-set file {path}")
     m = d["model"]
     hs = HeadSet(d["heads"], m["n_layers"], m["n_heads"])

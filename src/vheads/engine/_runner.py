@@ -82,7 +82,10 @@ class Engine:
         T = prompt.layout.n_tokens
         p = plan.first_row() if plan is not None else 0
         model = self.lm.model
-        pos = self.lm.adapter.position_ids(model, {k: v.to(self.lm.device) for k, v in prompt.inputs.items()})
+        if not prompt._positions_known:
+            prompt.position_ids = self.lm.adapter.position_ids(model, {k: v.to(self.lm.device) for k, v in prompt.inputs.items()})
+            prompt._positions_known = True
+        pos = prompt.position_ids
         # the prefix must hold every image token: the suffix runs without pixel values
         img_end = int(prompt.layout.image_positions.max()) + 1 if len(prompt.layout.image_positions) else 0
         # batch 1 shares nothing: a prefix pass would only add a KV cache to peak memory

@@ -84,12 +84,18 @@ def cers(engine: Engine, items: list[Item], headsets: list[HeadSet], beta: float
     return Outcomes("cers-sym" if symmetric else "cers", vals, [it.id for it in items], {})
 
 
-def _drops(engine, items, headsets, action, batch_size, progress, desc):
-    """``P_base(key) − P_masked(key)`` per head-set and item."""
+def _drops(engine, items, headsets, action, batch_size, progress, desc, cache=None):
+    """``P_base(key) − P_masked(key)`` per head-set and item.
+
+    ``cache`` (a dict the caller keeps) holds each item's prompt and baseline P by item id,
+    so NCS at several row groups builds and runs the unmasked prompt once per item."""
+    cache = {} if cache is None else cache
     drops = np.zeros((len(headsets), len(items)))
     for i, it in enumerate(tqdm(items, desc=desc, disable=not progress)):
-        pr = engine.lm.adapter.build(it, engine.lm.processor)
-        base = option_probs(engine, pr, [], None)[0]
+        if it.id not in cache:
+            pr = engine.lm.adapter.build(it, engine.lm.processor)
+            cache[it.id] = (pr, option_probs(engine, pr, [], None)[0])
+        pr, base = cache[it.id]
         masked = option_probs(engine, pr, headsets, action, batch_size)
         k = _letter(it)
         drops[:, i] = base[k] - masked[:, k]
@@ -97,19 +103,20 @@ def _drops(engine, items, headsets, action, batch_size, progress, desc):
 
 
 def ncs(engine: Engine, matched: list[Item], mismatched: list[Item], headsets: list[HeadSet], rows: str = "all",
-        keys: str = "image", batch_size: int = 64, progress: bool = False) -> Outcomes:
+        keys: str = "image", batch_size: int = 64, progress: bool = False, cache: dict | None = None) -> Outcomes:
     """Necessity with matched and mismatched arms.
 
     ``drop = P_base(key) − P_masked(key)``, mask = S hidden from ``keys`` (default all image
     tokens) at ``rows`` (default all rows); ``NCS = mean drop_matched − mean drop_mismatched``
     (generic damage cancels). ``values`` holds the matched drops minus the mismatched arm's
     mean drop per head-set, so the item mean of ``values`` is NCS; both arms are in ``detail``.
+    Pass the same ``cache`` dict to calls on the same items to reuse their baselines.
     """
     _check_items(matched, "NCS matched arm")
     _check_items(mismatched, "NCS mismatched arm")
     action = Action("mask", rows=rows, keys=keys)
-    dm = _drops(engine, matched, headsets, action, batch_size, progress, "NCS matched")
-    dx = _drops(engine, mismatched, headsets, action, batch_size, progress, "NCS mismatched")
+    dm = _drops(engine, matched, headsets, action, batch_size, progress, "NCS matched", cache)
+    dx = _drops(engine, mismatched, headsets, action, batch_size, progress, "NCS mismatched", cache)
     values = dm - dx.mean(axis=1, keepdims=True)
     return Outcomes(f"ncs-{rows}", values, [it.id for it in matched], {"drop_matched": dm, "drop_mismatched": dx})
 

@@ -8,6 +8,7 @@ head-sets tested together — Holm-adjusted p.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,28 +43,58 @@ class HeadsetResult:
         return d
 
 
-def _items_for(test: str, n: int, seed: int):
+#: the item kinds each test runs on
+TEST_SETS: dict[str, tuple[str, ...]] = {
+    "cers": ("grid-neutral",),
+    "ncs": ("class-matched", "class-mismatched"),
+    "ncs-grid": ("grid-oracle",),
+    "text": ("text",),
+}
+TESTS = tuple(TEST_SETS)
+#: the baseline audit's sets (DESIGN.md "Baseline audit"); the leak set is derived from "matched"
+AUDIT_SETS: dict[str, str] = {"oracle": "grid-oracle", "floor": "grid-blank", "matched": "class-matched", "mismatched": "class-mismatched"}
+
+
+def item_sets(kinds: Iterable[str], n: int, seed_of: Callable[[str], int]) -> dict[str, list]:
+    """``{kind: n synthetic items}``, each kind generated from ``seed_of(kind)``."""
     from vheads.data.synthetic import kind_items
 
+    return {kind: kind_items(kind, n, seed_of(kind)) for kind in kinds}
+
+
+def audit_sets(n: int, seed_of: Callable[[str], int]) -> dict[str, list]:
+    """The audit's evaluation sets by audit name (oracle, floor, matched, mismatched)."""
+    items = item_sets(AUDIT_SETS.values(), n, seed_of)
+    return {name: items[kind] for name, kind in AUDIT_SETS.items()}
+
+
+def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float, rows: str, seed: int, batch_size: int,
+             progress: bool = False, cache: dict | None = None) -> Outcomes:
+    """Run ``test`` on ``sets`` (``{kind: items}``, kinds as in :data:`TEST_SETS`)."""
     if test == "cers":
-        return {"items": kind_items("grid-neutral", n, seed)}
+        return cers(engine, sets["grid-neutral"], headsets, beta, rows, seed=seed, batch_size=batch_size, progress=progress)
     if test == "ncs":
-        return {"matched": kind_items("class-matched", n, seed), "mismatched": kind_items("class-mismatched", n, seed)}
+        return ncs(engine, sets["class-matched"], sets["class-mismatched"], headsets, rows=rows, batch_size=batch_size,
+                   progress=progress, cache=cache)
     if test == "ncs-grid":
-        return {"items": kind_items("grid-oracle", n, seed)}
+        return ncs_grid(engine, sets["grid-oracle"], headsets, rows, seed=seed, batch_size=batch_size, progress=progress)
     if test == "text":
-        return {"items": kind_items("text", n, seed)}
+        return text_arm(engine, sets["text"], headsets, batch_size=batch_size, progress=progress)
     raise ValueError(f"unknown test {test!r}; choose from {', '.join(TESTS)}")
 
 
-def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float, rows: str, seed: int, batch_size: int, progress: bool) -> Outcomes:
-    if test == "cers":
-        return cers(engine, sets["items"], headsets, beta, rows, seed=seed, batch_size=batch_size, progress=progress)
-    if test == "ncs":
-        return ncs(engine, sets["matched"], sets["mismatched"], headsets, rows=rows, batch_size=batch_size, progress=progress)
-    if test == "ncs-grid":
-        return ncs_grid(engine, sets["items"], headsets, rows, seed=seed, batch_size=batch_size, progress=progress)
-    return text_arm(engine, sets["items"], headsets, batch_size=batch_size, progress=progress)
+def check_request(tests: Iterable[str], controls: str, beta: float, rows: str) -> list:
+    """Validate an evaluation request before any work; returns the parsed control requests."""
+    from vheads.engine import ROW_GROUPS
+
+    for t in tests:
+        if t not in TESTS:
+            raise ValueError(f"unknown test {t!r}; choose from {', '.join(TESTS)}")
+    if rows not in ROW_GROUPS:
+        raise ValueError(f"unknown row group {rows!r}; choose from {', '.join(ROW_GROUPS)}")
+    if not np.isfinite(beta):
+        raise ValueError(f"beta must be finite, got {beta}")
+    return parse_control_spec(controls)
 
 
 def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], controls: str = "layer-matched:100,any-layer:100",
@@ -74,19 +105,14 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
     All arguments are checked before any forward pass: unknown tests, a bad control spec
     (unknown name, R = 0), a non-finite β, a head-set of another model shape.
     """
-    for t in tests:
-        if t not in TESTS:
-            raise ValueError(f"unknown test {t!r}; choose from {', '.join(TESTS)}")
-    if not np.isfinite(beta):
-        raise ValueError(f"beta must be finite, got {beta}")
-    requests = parse_control_spec(controls)
+    requests = check_request(tests, controls, beta, rows)
     L, H = engine.shape
     for name, S in headsets.items():
         if (S.n_layers, S.n_heads) != (L, H):
             raise ValueError(f"head-set {name!r} is for a {S.n_layers}x{S.n_heads} model; this model is {L}x{H}")
     results: list[HeadsetResult] = []
     for test in tests:
-        sets = _items_for(test, n, seed)
+        sets = item_sets(TEST_SETS[test], n, lambda kind: seed)
         for name, S in headsets.items():
             ids, hs, meta = ["S"], [S], {}
             for req in requests:

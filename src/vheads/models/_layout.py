@@ -79,6 +79,10 @@ class Prompt:
     inputs: dict[str, torch.Tensor]
     layout: TokenLayout
     text: str
+    #: the full prompt's position ids, filled by the engine on first use (None: not yet, or
+    #: plain 1-D positions); a prompt is run many times, one head-set batch after another
+    position_ids: torch.Tensor | None = field(default=None, repr=False)
+    _positions_known: bool = field(default=False, repr=False)
 
 
 def char_span_to_positions(offsets: list[tuple[int, int]], start: int, end: int) -> list[int]:

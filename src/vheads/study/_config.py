@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vheads.engine import ROW_GROUPS
-
-TESTS = ("cers", "ncs", "ncs-grid", "text")
+from vheads.evaluation._run import TESTS
 
 DEFAULT_TOML = '''\
 # vheads study configuration. Every key is optional; these are the defaults.

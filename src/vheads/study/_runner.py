@@ -79,7 +79,7 @@ def _run_units(store, run_dir, backend, units, desc, progress) -> int:
 
 
 def _overlap_stage(store: Store, cfg: StudyConfig) -> None:
-    from vheads.discovery import geometric_ceiling, split_half_ceiling
+    from vheads.discovery import geometric_ceiling, overlap_fraction, split_half_ceiling
 
     if "overlap" in store.done_units():
         return
@@ -96,8 +96,8 @@ def _overlap_stage(store: Store, cfg: StudyConfig) -> None:
     for a, ka, _ in disc:
         for b, _, _ in disc:
             ov = len(sets[a] & sets[b])
-            g = geometric_ceiling(ceil[a], ceil[b])
-            rows["overlap"].append((a, b, ka, ov, ceil[a].mean, ceil[b].mean, g, ov / g if g > 0 else float("nan")))
+            rows["overlap"].append((a, b, ka, ov, ceil[a].mean, ceil[b].mean, geometric_ceiling(ceil[a], ceil[b]),
+                                    overlap_fraction(ov, ceil[a], ceil[b])))
     store.commit_unit("overlap", "overlap", time.time() - t0, rows)
 
 
@@ -172,10 +172,9 @@ def _eval_units(store: Store, cfg: StudyConfig) -> list[dict]:
         hs = store.query("SELECT headset_id, heads FROM headsets WHERE setting=? ORDER BY control != 'S', control, draw", sid)
         ids = [h for h, _ in hs]
         heads = [json.loads(x) for _, x in hs]
-        algebra = "&" in sid
-        for test in (["ncs"] if algebra else cfg.tests):
-            if algebra and "ncs" not in cfg.tests:
-                continue
+        algebra = "&" in sid  # shared / only-one head-sets: NCS at all rows only
+        tests = [t for t in cfg.tests if t == "ncs"] if algebra else cfg.tests
+        for test in tests:
             for lo in range(0, cfg.n_eval, cfg.run.shard_size):
                 hi = min(cfg.n_eval, lo + cfg.run.shard_size)
                 units.append({"unit_id": f"eval/{sid}/{test}/{lo}-{hi}", "kind": "eval", "setting": sid, "test": test,

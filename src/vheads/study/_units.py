@@ -16,22 +16,16 @@ import numpy as np
 
 from vheads._seeds import derived_seed
 from vheads.evaluation import HeadSet
+from vheads.evaluation._run import TEST_SETS, audit_sets, item_sets, run_test
 from vheads.study._config import StudyConfig
 
-EVAL_SETS = {
-    "cers": ["grid-neutral"],
-    "ncs": ["class-matched", "class-mismatched"],
-    "ncs-grid": ["grid-oracle"],
-    "text": ["text"],
-}
 STRIP_FIGURE_ITEMS = 3  # strips per setting whose top heads' attention is stored for figures
 STRIP_FIGURE_HEADS = 4
 
 
-def eval_items(kind: str, n: int, seed: int):
-    from vheads.data.synthetic import kind_items
-
-    return kind_items(kind, n, derived_seed(seed, "eval", kind))
+def eval_seed(seed: int):
+    """The study's evaluation items of each kind come from their own derived seed."""
+    return lambda kind: derived_seed(seed, "eval", kind)
 
 
 class UnitComputer:
@@ -106,50 +100,45 @@ class UnitComputer:
 
     # ---- evaluation ------------------------------------------------------------------------
     def _eval(self, unit):
-        from vheads.evaluation import cers, ncs, ncs_grid, text_arm
-
         cfg, eng = self.cfg, self.engine
         L, H = eng.shape
         ids = unit["headset_ids"]
         hsets = [HeadSet([tuple(h) for h in heads], L, H) for heads in unit["headsets"]]
         lo, hi = unit["shard"]
-        sets = {kind: eval_items(kind, cfg.n_eval, cfg.seed)[lo:hi] for kind in EVAL_SETS[unit["test"]]}
+        test = unit["test"]
+        if test not in TEST_SETS:
+            raise ValueError(f"unknown test {test!r}")
+        sets = {k: v[lo:hi] for k, v in item_sets(TEST_SETS[test], cfg.n_eval, eval_seed(cfg.seed)).items()}
         bs = cfg.run.batch_size
         out: dict[str, list[tuple]] = {"outcomes": [], "arms": []}
         uid, setting = unit["unit_id"], unit["setting"]
 
-        def put(test, res, idx=None):
-            for j in range(len(hsets)) if idx is None else idx:
+        def put(test_id, res, which):
+            """Rows of ``res`` (one per entry of ``which``, indices into ``ids``)."""
+            for jj, j in enumerate(which):
                 for i, iid in enumerate(res.item_ids):
-                    out["outcomes"].append((uid, setting, test, ids[j], iid, float(res.values[j, i])))
+                    out["outcomes"].append((uid, setting, test_id, ids[j], iid, float(res.values[jj, i])))
 
-        t = unit["test"]
-        if t == "cers":
-            put("cers", cers(eng, sets["grid-neutral"], hsets, cfg.beta, "all", seed=cfg.seed, batch_size=bs))
-            s_only = [ids.index("S")]
-            for b in cfg.beta_sweep:
-                r = cers(eng, sets["grid-neutral"], [hsets[s_only[0]]], b, "all", seed=cfg.seed)
-                for i, iid in enumerate(r.item_ids):
-                    out["outcomes"].append((uid, setting, f"cers@beta={b:g}", "S", iid, float(r.values[0, i])))
-        elif t == "ncs":
+        every = list(range(len(hsets)))
+        if test == "ncs":
+            cache: dict = {}  # prompts and unmasked baselines, shared by the row groups
             for g in unit.get("row_groups") or cfg.row_groups:
                 # per-row-group NCS (beyond the default all-row mask) runs S against the
                 # row_group_controls only: it locates the effect, Table 3 tests it
-                keep = list(range(len(hsets))) if g == "all" else [
+                keep = every if g == "all" else [
                     j for j, h in enumerate(ids) if h == "S" or h.startswith("S@") or h.split("#")[0] in cfg.row_group_controls]
-                res = ncs(eng, sets["class-matched"], sets["class-mismatched"], [hsets[j] for j in keep], rows=g, batch_size=bs)
+                res = run_test(eng, "ncs", sets, [hsets[j] for j in keep], cfg.beta, g, cfg.seed, bs, cache=cache)
+                put(f"ncs-{g}", res, keep)
                 for jj, j in enumerate(keep):
-                    for i, iid in enumerate(res.item_ids):
-                        out["outcomes"].append((uid, setting, f"ncs-{g}", ids[j], iid, float(res.values[jj, i])))
                     for arm, key in (("matched", "drop_matched"), ("mismatched", "drop_mismatched")):
                         for i, it in enumerate(sets[f"class-{arm}"]):
                             out["arms"].append((uid, setting, f"ncs-{g}", ids[j], it.id, arm, float(res.detail[key][jj, i])))
-        elif t == "ncs-grid":
-            put("ncs-grid", ncs_grid(eng, sets["grid-oracle"], hsets, "all", seed=cfg.seed, batch_size=bs))
-        elif t == "text":
-            put("text", text_arm(eng, sets["text"], hsets, batch_size=bs))
-        else:
-            raise ValueError(f"unknown test {t!r}")
+            return {"rows": out}
+        put(test, run_test(eng, test, sets, hsets, cfg.beta, "all", cfg.seed, bs), every)
+        if test == "cers":
+            s_only = [ids.index("S")]
+            for b in cfg.beta_sweep:
+                put(f"cers@beta={b:g}", run_test(eng, "cers", sets, [hsets[s_only[0]]], b, "all", cfg.seed, bs), s_only)
         return {"rows": out}
 
     # ---- baseline attention per head --------------------------------------------------------
@@ -163,7 +152,7 @@ class UnitComputer:
 
         eng = self.engine
         image = sink = 0.0
-        items = eval_items("grid-neutral", self.cfg.n_eval, self.cfg.seed)
+        items = item_sets(["grid-neutral"], self.cfg.n_eval, eval_seed(self.cfg.seed))["grid-neutral"]
         for it in items:
             pr = eng.lm.adapter.build(it, eng.lm.processor)
             T = pr.layout.n_tokens
@@ -178,13 +167,7 @@ class UnitComputer:
     def _audit(self, unit):
         from vheads.evaluation import baseline_audit
 
-        cfg = self.cfg
-        sets = {
-            "oracle": eval_items("grid-oracle", cfg.n_eval, cfg.seed),
-            "floor": eval_items("grid-blank", cfg.n_eval, cfg.seed),
-            "matched": eval_items("class-matched", cfg.n_eval, cfg.seed),
-            "mismatched": eval_items("class-mismatched", cfg.n_eval, cfg.seed),
-        }
+        sets = audit_sets(self.cfg.n_eval, eval_seed(self.cfg.seed))
         rep = baseline_audit(self.engine, sets)
         return {"rows": {"audit": [(n, r["n"], r["mean_p_key"], r["expected"][0], r["expected"][1], int(r["ok"])) for n, r in rep.items()]}}
 
