@@ -32,7 +32,10 @@ def test_discover_then_overlap(small_qwen_dir, tmp_path):
     assert r.exit_code == 0, r.output
     rep = json.loads(r.stdout)
     assert rep["settings"] == ["cm-ord-last", "cm-ord-qsp", "fx-ord-last", "fx-ord-qsp"]
-    assert [rep["overlap"][i][i] for i in range(4)] == [2] * 4
+    assert [rep["overlap_all_items"][i][i] for i in range(4)] == [2] * 4
+    pairs = {(p["a"], p["b"]): p for p in rep["pairs"]}
+    assert len(pairs) == 6 == len(rep["pairs"])  # each unordered pair once
+    assert pairs[("cm-ord-last", "cm-ord-qsp")]["same_items"] and not pairs[("cm-ord-last", "fx-ord-last")]["same_items"]
     assert 0 <= rep["ceilings"]["cm-ord-qsp"]["mean"] <= 2 and rep["ceilings"]["cm-ord-qsp"]["splits"] == 20
     assert fig.stat().st_size > 1000
 

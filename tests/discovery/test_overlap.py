@@ -8,6 +8,7 @@ import pytest
 
 from vheads.discovery import (
     geometric_ceiling, overlap_curve, overlap_fraction, overlap_matrix, select_heads, split_half_ceiling,
+    split_half_overlap,
 )
 from vheads.discovery._overlap import Ceiling
 
@@ -75,3 +76,56 @@ def test_overlap_curve_is_topk_overlap_for_each_k():
 def test_too_few_items_for_a_ceiling_is_refused():
     with pytest.raises(ValueError, match="at least 2 items"):
         split_half_ceiling(np.zeros((1, 2, 2)), k=1)
+
+
+# ---- overlap at half size against the ceiling (seed Table 20) ------------------------------
+
+def _planted(n, signal, rng, L=6, H=8, noise=1.0):
+    """Per-item mass [n, L, H]: heads in ``signal`` carry +1 on average, every head noise."""
+    x = rng.normal(0.0, noise, size=(n, L, H))
+    for l, h in signal:
+        x[:, l, h] += 1.0
+    return x
+
+
+def test_half_overlap_of_a_setting_with_itself_is_its_ceiling_split_for_split():
+    x = np.random.default_rng(5).random((9, 3, 4))
+    c = split_half_ceiling(x, k=4, splits=40, seed=7)
+    h = split_half_overlap(x, x, k=4, splits=40, seed=7, same_items=True)
+    assert np.array_equal(c.values, h.values)
+
+
+def test_half_overlap_one_split_matches_hand_computation():
+    rng = np.random.default_rng(6)
+    a, b = rng.random((7, 3, 4)), rng.random((5, 3, 4))
+    h = split_half_overlap(a, b, k=3, splits=1, seed=11)
+    r = np.random.default_rng(11)
+    pa, pb = r.permutation(7), r.permutation(5)
+    assert h.values[0] == len(_topk(a[pa[:3]].mean(0), 3) & _topk(b[pb[2:]].mean(0), 3))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fraction_is_near_one_for_identical_settings_and_the_all_items_overlap_is_biased(seed):
+    """Two settings that measure the same thing (same planted heads, independent items):
+    the half-size fraction sits at 1 up to noise, while the all-items overlap over the
+    half-size ceiling — the old estimate — exceeds it."""
+    rng = np.random.default_rng(100 + seed)
+    signal = [(l, h) for l in range(6) for h in range(8) if (l * 8 + h) % 4 == 0]  # 12 heads
+    a, b = _planted(40, signal, rng, noise=2.5), _planted(40, signal, rng, noise=2.5)
+    k = 12
+    ca, cb = split_half_ceiling(a, k, 100, seed=1), split_half_ceiling(b, k, 100, seed=2)
+    half = split_half_overlap(a, b, k, 100, seed=3)
+    frac = overlap_fraction(half.mean, ca, cb)
+    assert 0.8 <= frac <= 1.2
+    full = len(_topk(a.mean(0), k) & _topk(b.mean(0), k))
+    assert full / geometric_ceiling(ca, cb) > frac
+
+
+def test_fraction_is_near_zero_for_disjoint_settings():
+    rng = np.random.default_rng(9)
+    heads = [(l, h) for l in range(6) for h in range(8)]
+    sa, sb = heads[:10], heads[20:30]
+    a, b = _planted(40, sa, rng, noise=0.5), _planted(40, sb, rng, noise=0.5)
+    ca, cb = split_half_ceiling(a, 10, 50, seed=1), split_half_ceiling(b, 10, 50, seed=2)
+    frac = overlap_fraction(split_half_overlap(a, b, 10, 50, seed=3).mean, ca, cb)
+    assert frac < 0.15

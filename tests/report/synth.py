@@ -85,7 +85,8 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
     if overlap:
         for a, b in itertools.combinations(settings, 2):
             ov = len(heads[a] & heads[b])
-            rows["overlap"].append((a, b, K, ov, 3.5, 3.5, 3.5, ov / 3.5))
+            half = 0.8 * ov
+            rows["overlap"].append((a, b, K, ov, half, half - 1, half + 1, 0, 3.5, 3.5, 3.5, half / 3.5))
     if audit:
         oracle = 0.97 if audit == "ok" else 0.55
         rows["audit"] += [("oracle", 40, oracle, 0.9, 1.0, int(0.9 <= oracle <= 1.0)),

@@ -12,7 +12,7 @@
 from vheads.discovery._discover import Corpus, discover_headsets, headset_records, load_corpus
 from vheads.discovery._files import SCHEMA, HeadSetRecord, check_model, load_headset, load_per_item, save_headset, save_per_item
 from vheads.discovery._overlap import (
-    Ceiling, OverlapReport, geometric_ceiling, overlap_curve, overlap_fraction, overlap_matrix, overlap_report,
+    Ceiling, OverlapReport, PairOverlap, pair_overlap, split_half_overlap, geometric_ceiling, overlap_curve, overlap_fraction, overlap_matrix, overlap_report,
     plot_overlap_heatmap, split_half_ceiling, topk_overlap,
 )
 from vheads.discovery._scores import (
@@ -22,7 +22,7 @@ from vheads.discovery._scores import (
 from vheads.discovery._selection import MODES, ranked_heads, resolve_k, select_heads
 
 __all__ = [
-    "CORPUS_ABBREV", "Ceiling", "Corpus", "HeadSetRecord", "MODES", "OverlapReport", "QUERY_ABBREV", "SCHEMA",
+    "CORPUS_ABBREV", "Ceiling", "Corpus", "HeadSetRecord", "MODES", "OverlapReport", "PairOverlap", "pair_overlap", "split_half_overlap", "QUERY_ABBREV", "SCHEMA",
     "SOURCES", "SOURCE_ABBREV", "Setting", "SettingScores", "check_model", "discover_headsets", "geometric_ceiling",
     "greedy_answer", "headset_records", "item_region_mass", "load_corpus", "load_headset", "load_per_item",
     "overlap_curve", "overlap_fraction", "overlap_matrix", "overlap_report", "plot_overlap_heatmap", "ranked_heads",

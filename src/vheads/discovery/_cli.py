@@ -62,7 +62,8 @@ def overlap(
     json_out: Annotated[bool, typer.Option("--json", help="print machine-readable JSON")] = False,
     figure: Annotated[Optional[Path], typer.Option(help="write the overlap heatmap here (.png/.pdf/.svg)")] = None,  # noqa: UP007
 ):
-    """Top-k overlap matrix of head-sets, split-half noise ceilings and overlap as a fraction of them."""
+    """Top-k overlap matrix of head-sets, split-half noise ceilings, and each pair's overlap at half size as a
+    fraction of their geometric-mean ceiling (both taken at the same number of items)."""
     records = [load_headset(p) for p in headsets]
     rep = overlap_report(records, splits, seed, progress=not json_out)
     if figure is not None:
@@ -81,11 +82,10 @@ def overlap(
     typer.echo("\nceilings:")
     for i, c in zip(rep.ids, rep.ceilings):
         typer.echo(f"  {i:<{w}} {c.mean:.2f} [{c.lo:.1f}, {c.hi:.1f}]")
-    typer.echo("\noverlap / geometric-mean ceiling:")
-    n = len(rep.ids)
-    for a in range(n):
-        for b in range(a + 1, n):
-            typer.echo(f"  {rep.ids[a]} vs {rep.ids[b]}: {int(rep.matrix[a, b])} / {rep.geo_ceiling[a, b]:.2f} = {rep.fraction[a, b]:.2f}")
+    typer.echo(f"\noverlap at half size (mean [2.5, 97.5] over {splits} splits) / geometric-mean ceiling = fraction:")
+    for p in rep.pairs:
+        typer.echo(f"  {p.a} vs {p.b}: {p.half.mean:.2f} [{p.half.lo:.1f}, {p.half.hi:.1f}] / {p.geo_ceiling:.2f} = "
+                   f"{p.fraction:.2f}   (all items: {p.all_items})")
     if figure is not None:
         typer.echo(f"\nfigure: {figure}")
     return rep

@@ -133,8 +133,9 @@ def save_per_item(path: str | Path, per_item: np.ndarray, item_ids: list[str], f
     )
 
 
-def load_per_item(record: HeadSetRecord) -> np.ndarray:
-    """The per-item mass ``[N, L, H]`` saved next to a head-set file."""
+def load_per_item(record: HeadSetRecord, with_ids: bool = False):
+    """The per-item mass ``[N, L, H]`` saved next to a head-set file (and, with
+    ``with_ids``, the item ids of its rows: ``(per_item, ids)``)."""
     if not record.per_item_file or record.path is None:
         raise ValueError(
             f"head-set {record.setting.id} has no per-item scores file; re-run `vheads discover` to get one "
@@ -146,12 +147,13 @@ def load_per_item(record: HeadSetRecord) -> np.ndarray:
     with np.load(p) as z:
         arr = z["per_item"]
         fp = str(z["fingerprint"])
+        ids = [str(i) for i in z["item_ids"]] if "item_ids" in z else None
     if fp != record.model.get("fingerprint"):
         raise ValueError(f"per-item scores {p} are from model {fp}, the head-set from {record.model.get('fingerprint')}")
     L, H = record.scores.shape
     if arr.ndim != 3 or arr.shape[1:] != (L, H) or arr.shape[0] != record.corpus.get("n_items"):
         raise ValueError(f"per-item scores {p} have shape {arr.shape}; the head-set needs [{record.corpus.get('n_items')}, {L}, {H}]")
-    return arr
+    return (arr, ids) if with_ids else arr
 
 
 def _validate(d: dict[str, Any], where: str) -> None:

@@ -6,8 +6,17 @@
   repeat ``splits`` times (default 200, seeded). Reported as the mean and the 2.5–97.5
   percentiles (numpy's default linear interpolation). It is the overlap two settings that
   measure *the same thing* would reach with half the items each.
-- **Geometric-mean ceiling** of a pair: ``sqrt(ceiling_A · ceiling_B)`` (means), and the
-  overlap as a fraction of it (the seed's Table 20).
+- **Overlap at half size** of settings A and B (the seed's Table 20): over the same
+  ``splits`` half-splits, ``|top-k(A on one half) ∩ top-k(B on the other half)|`` —
+  mean and 2.5–97.5 percentiles. When A and B score the same items (same item ids, e.g.
+  two attention sources of one corpus × query) one permutation splits both, A takes the
+  first half and B the second, exactly as the ceiling compares a setting's two halves;
+  otherwise each setting's items are split by its own permutation. Overlap and ceiling are
+  thus taken at the same number of items and between independent halves, so two
+  settings that measure the same thing have an expected fraction of 1. (The overlap on
+  all N items is not comparable with an N/2-item ceiling: it is biased upwards.)
+- **Geometric-mean ceiling** of a pair: ``sqrt(ceiling_A · ceiling_B)`` (means), and
+  ``fraction = mean half-size overlap / geometric-mean ceiling`` (the seed's Table 20).
 - **Overlap curve**: the overlap of two flat top-k's for k = 1 … K.
 """
 
@@ -54,25 +63,54 @@ class Ceiling:
         return {"mean": self.mean, "p2.5": self.lo, "p97.5": self.hi, "k": self.k, "splits": int(len(self.values))}
 
 
-def split_half_ceiling(per_item: np.ndarray, k: int, splits: int = 200, seed: int = 0, per_layer: bool = False) -> Ceiling:
-    """Noise ceiling from random half-splits of the items of ``per_item [N, L, H]``."""
+def _per_item(per_item: np.ndarray, what: str = "per-item scores") -> np.ndarray:
     x = np.asarray(per_item, dtype=np.float64)
     if x.ndim != 3:
-        raise ValueError(f"per-item scores must be [N, L, H], got shape {x.shape}")
-    n = x.shape[0]
-    if n < 2:
-        raise ValueError(f"a split-half ceiling needs at least 2 items, got {n}")
+        raise ValueError(f"{what} must be [N, L, H], got shape {x.shape}")
+    if x.shape[0] < 2:
+        raise ValueError(f"a split-half ceiling needs at least 2 items, got {x.shape[0]}")
+    return x
+
+
+def _summary(vals: np.ndarray, k: int) -> Ceiling:
+    return Ceiling(float(vals.mean()), float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5)), vals, k)
+
+
+def split_half_ceiling(per_item: np.ndarray, k: int, splits: int = 200, seed: int = 0, per_layer: bool = False) -> Ceiling:
+    """Noise ceiling from random half-splits of the items of ``per_item [N, L, H]``:
+    per split (``perm = rng.permutation(N)``), ``|top-k(mean of perm[:N//2]) ∩
+    top-k(mean of perm[N//2:])|``."""
+    return split_half_overlap(per_item, per_item, k, splits, seed, per_layer, same_items=True)
+
+
+def split_half_overlap(per_a: np.ndarray, per_b: np.ndarray, k: int, splits: int = 200, seed: int = 0,
+                       per_layer: bool = False, same_items: bool = False) -> Ceiling:
+    """Overlap of settings A and B at half size, over ``splits`` seeded half-splits.
+
+    Per split: ``|top-k(mean of A over half 1) ∩ top-k(mean of B over half 2)|``. With
+    ``same_items`` (A and B score the same items in the same order) one permutation
+    ``perm = rng.permutation(N)`` gives half 1 = ``perm[:N//2]`` of A and half 2 =
+    ``perm[N//2:]`` of B; otherwise A's halves come from ``rng.permutation(N_A)`` and B's
+    from a second ``rng.permutation(N_B)`` drawn right after it. With A = B and
+    ``same_items`` this is the split-half ceiling itself, split for split.
+    """
+    xa, xb = _per_item(per_a, "per-item scores of A"), _per_item(per_b, "per-item scores of B")
+    if xa.shape[1:] != xb.shape[1:]:
+        raise ValueError(f"per-item scores of different models: {xa.shape[1:]} vs {xb.shape[1:]}")
+    if same_items and len(xa) != len(xb):
+        raise ValueError(f"same_items needs the same number of items, got {len(xa)} and {len(xb)}")
     if splits < 1:
         raise ValueError(f"splits must be at least 1, got {splits}")
     rng = np.random.default_rng(seed)
+    na, nb = len(xa), len(xb)
     vals = np.empty(splits, dtype=int)
     for i in range(splits):
-        perm = rng.permutation(n)
-        a, b = perm[: n // 2], perm[n // 2:]
-        ma = _topk_mask(x[a].mean(0), k, per_layer)
-        mb = _topk_mask(x[b].mean(0), k, per_layer)
+        pa = rng.permutation(na)
+        pb = pa if same_items else rng.permutation(nb)
+        ma = _topk_mask(xa[pa[: na // 2]].mean(0), k, per_layer)
+        mb = _topk_mask(xb[pb[nb // 2:]].mean(0), k, per_layer)
         vals[i] = int((ma & mb).sum())
-    return Ceiling(float(vals.mean()), float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5)), vals, k)
+    return _summary(vals, k)
 
 
 def geometric_ceiling(a: Ceiling, b: Ceiling) -> float:
@@ -80,8 +118,11 @@ def geometric_ceiling(a: Ceiling, b: Ceiling) -> float:
     return float(np.sqrt(a.mean * b.mean))
 
 
-def overlap_fraction(overlap: int, a: Ceiling, b: Ceiling) -> float:
-    """Overlap as a fraction of the pair's geometric-mean ceiling (NaN when that is 0)."""
+def overlap_fraction(overlap: float, a: Ceiling, b: Ceiling) -> float:
+    """Overlap as a fraction of the pair's geometric-mean ceiling (NaN when that is 0).
+
+    Pass the half-size overlap (:func:`split_half_overlap`'s mean): the ceilings are
+    taken at half size, so an overlap on all items would be biased upwards."""
     g = geometric_ceiling(a, b)
     return float(overlap / g) if g > 0 else float("nan")
 
@@ -140,19 +181,46 @@ class OverlapReport:
     mode: str
     matrix: np.ndarray  # [S, S] int
     ceilings: list[Ceiling]
-    geo_ceiling: np.ndarray  # [S, S] float
-    fraction: np.ndarray  # [S, S] float: overlap / geometric-mean ceiling
+    pairs: list["PairOverlap"]  # each unordered pair once, in input order
     curves: dict[str, np.ndarray]  # "a|b" -> overlap for k = 1 … len
 
     def to_dict(self) -> dict:
         return {
             "settings": self.ids, "k": self.k, "mode": self.mode,
-            "overlap": self.matrix.tolist(),
+            "overlap_all_items": self.matrix.tolist(),
             "ceilings": {i: c.to_dict() for i, c in zip(self.ids, self.ceilings)},
-            "geometric_ceiling": np.round(self.geo_ceiling, 6).tolist(),
-            "fraction_of_ceiling": [[None if not np.isfinite(v) else round(float(v), 6) for v in row] for row in self.fraction],
+            "pairs": [p.to_dict() for p in self.pairs],
             "curves": {key: v.tolist() for key, v in self.curves.items()},
         }
+
+
+@dataclass
+class PairOverlap:
+    """Two settings' overlap at half size against their geometric-mean ceiling (Table 20)."""
+
+    a: str
+    b: str
+    k: int
+    all_items: int  # |top-k(A) ∩ top-k(B)| on all items (not comparable with the ceilings)
+    half: Ceiling  # overlap at half size over the splits
+    same_items: bool
+    geo_ceiling: float
+    fraction: float  # half.mean / geo_ceiling
+
+    def to_dict(self) -> dict:
+        return {"a": self.a, "b": self.b, "k": self.k, "overlap_all_items": self.all_items,
+                "overlap_half": {"mean": self.half.mean, "p2.5": self.half.lo, "p97.5": self.half.hi,
+                                 "splits": int(len(self.half.values))},
+                "same_items": self.same_items, "geometric_ceiling": round(self.geo_ceiling, 6),
+                "fraction_of_ceiling": None if not np.isfinite(self.fraction) else round(float(self.fraction), 6)}
+
+
+def pair_overlap(a: str, b: str, per_a: np.ndarray, per_b: np.ndarray, ceil_a: Ceiling, ceil_b: Ceiling,
+                 all_items: int, k: int, splits: int, seed: int, per_layer: bool, same_items: bool) -> PairOverlap:
+    """:class:`PairOverlap` of settings a and b from their per-item scores and ceilings."""
+    half = split_half_overlap(per_a, per_b, k, splits, seed, per_layer, same_items)
+    return PairOverlap(a, b, k, int(all_items), half, same_items, geometric_ceiling(ceil_a, ceil_b),
+                       overlap_fraction(half.mean, ceil_a, ceil_b))
 
 
 def overlap_report(records, splits: int = 200, seed: int = 0, curve_k: int | None = None, progress: bool = False) -> OverlapReport:
@@ -179,12 +247,19 @@ def overlap_report(records, splits: int = 200, seed: int = 0, curve_k: int | Non
     if len(set(ids)) != len(ids):
         raise ValueError(f"the same setting is given twice: {ids}")
     matrix = overlap_matrix([r.headset for r in records])
-    ceilings = [split_half_ceiling(load_per_item(r), k, splits, seed, per_layer=(mode == "per-layer"))
-                for r in tqdm(records, desc="ceilings", disable=not progress)]
+    per_layer = mode == "per-layer"
+    per = [load_per_item(r, with_ids=True) for r in records]
+    ceilings = [split_half_ceiling(x, k, splits, seed, per_layer=per_layer)
+                for x, _ in tqdm(per, desc="ceilings", disable=not progress)]
     n = len(records)
-    geo = np.array([[geometric_ceiling(ceilings[i], ceilings[j]) for j in range(n)] for i in range(n)])
-    frac = np.array([[overlap_fraction(int(matrix[i, j]), ceilings[i], ceilings[j]) for j in range(n)] for i in range(n)])
+    pairs = []
+    for i in range(n):
+        for j in range(i + 1, n):
+            (xa, ida), (xb, idb) = per[i], per[j]
+            same = ida is not None and ida == idb
+            pairs.append(pair_overlap(ids[i], ids[j], xa, xb, ceilings[i], ceilings[j], int(matrix[i, j]), k,
+                                      splits, seed, per_layer, same))
     kmax = curve_k or min(records[0].scores.size, 4 * k)
     curves = {f"{ids[i]}|{ids[j]}": overlap_curve(records[i].scores, records[j].scores, range(1, kmax + 1))
               for i in range(n) for j in range(i + 1, n)}
-    return OverlapReport(ids, k, mode, matrix, ceilings, geo, frac, curves)
+    return OverlapReport(ids, k, mode, matrix, ceilings, pairs, curves)

@@ -100,11 +100,12 @@ class RunData:
     ksweep: dict[tuple[str, str], dict[int, Cell]]  # (setting, base test) -> k -> Cell, from 'S@k=K' head-sets
     headset_sizes: dict[tuple[str, str], int]  # (setting, headset role) -> heads in it (first draw)
     arms: dict[tuple[str, str, str], np.ndarray]  # (setting, test, arm) -> per-item drops of S
-    overlap: list[dict[str, Any]]
+    overlap: list[dict[str, Any]]  # one row per unordered pair (see vheads.study._store)
     ceilings: dict[str, dict[str, Any]]
     audit: list[dict[str, Any]]
     strip_attention: dict[str, dict[tuple[int, int], dict[str, list[float]]]]  # setting -> head -> item -> masses
     nonfinite: int = 0  # outcome rows left out because their value was NaN/inf
+    random_overlap: dict[str, list[int]] = field(default_factory=dict)  # setting -> overlap with each uniform draw
 
     @property
     def model_id(self) -> str:
@@ -269,12 +270,14 @@ def _load(store: Store, run_dir: Path) -> RunData:
         arm_values[(setting, test, arm)].append(float(value))
     arms = {key: np.asarray(v, dtype=float) for key, v in arm_values.items()}
 
-    overlap = [
-        dict(zip(("a", "b", "k", "overlap", "ceiling_a", "ceiling_b", "geo_ceiling", "fraction"), row))
-        for row in store.query(
-            "SELECT setting_a, setting_b, k, overlap, ceiling_a, ceiling_b, geo_ceiling, fraction FROM overlap"
-        )
-    ]
+    cols = ("a", "b", "k", "overlap", "half_mean", "half_lo", "half_hi", "same_items", "ceiling_a", "ceiling_b",
+            "geo_ceiling", "fraction")
+    overlap = [dict(zip(cols, row)) for row in store.query(
+        "SELECT setting_a, setting_b, k, overlap, half_mean, half_lo, half_hi, same_items, ceiling_a, ceiling_b, "
+        "geo_ceiling, fraction FROM overlap ORDER BY setting_a, setting_b")]
+    random_overlap: dict[str, list[int]] = defaultdict(list)
+    for setting, ov in store.query("SELECT setting, overlap FROM random_overlap ORDER BY setting, draw"):
+        random_overlap[setting].append(int(ov))
     ceilings = {
         s: {"k": k, "mean": mean, "lo": lo, "hi": hi, "splits": splits}
         for s, k, mean, lo, hi, splits in store.query("SELECT setting, k, mean, lo, hi, splits FROM ceilings")
@@ -295,4 +298,5 @@ def _load(store: Store, run_dir: Path) -> RunData:
         run_dir=run_dir, config=config, meta=meta, settings=settings, discovery=discovery, cells=cells,
         ksweep=dict(ksweep), headset_sizes=headset_sizes, arms=arms, overlap=overlap, ceilings=ceilings,
         audit=audit, strip_attention={s: dict(v) for s, v in strips.items()}, nonfinite=nonfinite,
+        random_overlap=dict(random_overlap),
     )

@@ -321,8 +321,9 @@ def overlap_matrix(run: RunData) -> tuple[list[str], np.ndarray, int | None] | N
 
 
 def overlap_table(run: RunData) -> Table | None:
-    """Seed Table 20: overlap of two settings that differ in one factor, the geometric-mean
-    ceiling, and the overlap as a fraction of it. Pairs differing in several factors are
+    """Seed Table 20: each pair of settings that differ in one factor, with their top-k
+    overlap at half size (mean [2.5, 97.5 pct] over the half-splits), the geometric-mean
+    ceiling and the overlap as a fraction of it. Pairs differing in several factors are
     left to the heatmap."""
     if not run.overlap:
         return None
@@ -331,16 +332,21 @@ def overlap_table(run: RunData) -> Table | None:
     shown = single if single else run.overlap
     shown = sorted(shown, key=lambda r: (_PARTS.index(w) if (w := what_changes(r["a"], r["b"])) in _PARTS else 9,
                                          order.get(r["a"], 99), order.get(r["b"], 99)))
-    rows = [[f"{r['a']} vs. {r['b']}", what_changes(r["a"], r["b"]), str(r["k"]), str(r["overlap"]),
+    rows = [[f"{r['a']} vs. {r['b']}", what_changes(r["a"], r["b"]), str(r["k"]),
+             f"{fmt(r['half_mean'], 1)} [{fmt(r['half_lo'], 0)}, {fmt(r['half_hi'], 0)}]", str(r["overlap"]),
              fmt(r["ceiling_a"], 1), fmt(r["ceiling_b"], 1), fmt(r["geo_ceiling"], 1), fmt(r["fraction"], 2)]
             for r in shown]
     left_out = len(run.overlap) - len(shown)
     return Table("Top-k overlap against the noise ceiling (seed Table 20)",
-                 ["Pair", "What changes", "k", "Shared heads", "Ceiling A", "Ceiling B", "Geo-mean ceiling",
-                  "Fraction"], rows,
-                 "Ceiling: mean overlap of two random halves of one setting's discovery items (split-half noise "
-                 "ceiling); geo-mean ceiling = sqrt(ceiling A · ceiling B); fraction = shared / geo-mean ceiling. "
-                 "A fraction near 1 means the two settings find the same heads up to sampling noise."
+                 ["Pair", "What changes", "k", "Shared heads at half size [2.5, 97.5]", "Shared (all items)",
+                  "Ceiling A", "Ceiling B", "Geo-mean ceiling", "Fraction"], rows,
+                 "Shared heads at half size: top-k of A on one half of the discovery items against top-k of B on "
+                 "the other half, over the same half-splits as the ceilings (mean [2.5, 97.5 percentile]). "
+                 "Ceiling: the same overlap between two halves of one setting (split-half noise ceiling); "
+                 "geo-mean ceiling = sqrt(ceiling A · ceiling B); fraction = shared at half size / geo-mean ceiling, "
+                 "so both sides are taken at the same number of items and a fraction near 1 means the two settings "
+                 "find the same heads up to sampling noise. The all-items overlap is shown for reference only: it "
+                 "is not comparable with a half-size ceiling."
                  + (f" {left_out} pairs that differ in more than one factor are in the heatmap only." if left_out else ""),
                  text_cols=2)
 

@@ -78,26 +78,44 @@ def _run_units(store, run_dir, backend, units, desc, progress) -> int:
     return len(todo)
 
 
+RANDOM_OVERLAP_DRAWS = 100  # uniform random head-sets per setting for the Fig. 7 baseline
+
+
 def _overlap_stage(store: Store, cfg: StudyConfig) -> None:
-    from vheads.discovery import geometric_ceiling, overlap_fraction, split_half_ceiling
+    """Split-half ceilings, each pair's overlap at half size (Table 20), and the overlap of
+    every setting with uniform random draws of its size (Fig. 7)."""
+    from vheads.discovery import pair_overlap, split_half_ceiling
 
     if "overlap" in store.done_units():
         return
     t0 = time.time()
     disc = store.query("SELECT setting, k, headset FROM discovery ORDER BY setting")
-    ceil = {}
-    rows = {"ceilings": [], "overlap": []}
+    per_layer = cfg.selection == "per-layer"
+    ceil, per, ids = {}, {}, {}
+    rows = {"ceilings": [], "overlap": [], "random_overlap": []}
     for sid, k, _ in disc:
-        per = np.array([json.loads(s) for (s,) in store.query("SELECT scores FROM item_scores WHERE setting=? ORDER BY item_id", sid)])
-        c = split_half_ceiling(per, k, cfg.splits, derived_seed(cfg.seed, "ceiling", sid), per_layer=cfg.selection == "per-layer")
+        got = store.query("SELECT item_id, scores FROM item_scores WHERE setting=? ORDER BY item_id", sid)
+        ids[sid] = [i for i, _ in got]
+        per[sid] = np.array([json.loads(s) for _, s in got])
+        c = split_half_ceiling(per[sid], k, cfg.splits, derived_seed(cfg.seed, "ceiling", sid), per_layer=per_layer)
         ceil[sid] = c
         rows["ceilings"].append((sid, k, c.mean, c.lo, c.hi, cfg.splits))
     sets = {sid: {tuple(h) for h in json.loads(hs)} for sid, _, hs in disc}
-    for a, ka, _ in disc:
-        for b, _, _ in disc:
-            ov = len(sets[a] & sets[b])
-            rows["overlap"].append((a, b, ka, ov, ceil[a].mean, ceil[b].mean, geometric_ceiling(ceil[a], ceil[b]),
-                                    overlap_fraction(ov, ceil[a], ceil[b])))
+    for i, (a, ka, _) in enumerate(disc):
+        for b, _, _ in disc[i + 1:]:
+            p = pair_overlap(a, b, per[a], per[b], ceil[a], ceil[b], len(sets[a] & sets[b]), ka, cfg.splits,
+                             derived_seed(cfg.seed, "pair-overlap", a, b), per_layer, ids[a] == ids[b])
+            rows["overlap"].append((a, b, ka, p.all_items, p.half.mean, p.half.lo, p.half.hi, int(p.same_items),
+                                    ceil[a].mean, ceil[b].mean, p.geo_ceiling, p.fraction))
+    # Fig. 7: overlap of each native set with uniform random draws of the same size
+    shape = next(iter(per.values())).shape[1:] if per else (0, 0)
+    for sid, k, _ in disc:
+        seed = derived_seed(cfg.seed, "random-overlap", sid)
+        rng = np.random.default_rng(seed)
+        for d in range(RANDOM_OVERLAP_DRAWS):
+            flat = rng.choice(shape[0] * shape[1], size=len(sets[sid]), replace=False)
+            draw = {divmod(int(f), shape[1]) for f in flat}
+            rows["random_overlap"].append((sid, k, d, seed, len(sets[sid] & draw)))
     store.commit_unit("overlap", "overlap", time.time() - t0, rows)
 
 

@@ -4,7 +4,7 @@ Only the driver writes it. Each work unit's rows are written in one transaction 
 with the unit's row in ``units``, so a unit is either wholly stored or absent: a killed
 run resumes by skipping the units already there.
 
-Schema (version 1)
+Schema (version 2: overlap at half size, random_overlap, sweep controls)
 ------------------
 meta(key PRIMARY KEY, value)                      config (JSON), config_hash, vheads_version,
                                                   model_id, model_fingerprint, n_layers, n_heads
@@ -12,7 +12,11 @@ units(unit_id PRIMARY KEY, kind, finished, seconds)
 discovery(setting PRIMARY KEY, query, source, corpus, n_items, k, scores, headset)
                                                   scores: JSON [L][H]; headset: JSON [[l, h], ...]
 item_scores(setting, item_id, scores)             per-item region mass, JSON [L][H] (for ceilings, figures)
-overlap(setting_a, setting_b, k, overlap, ceiling_a, ceiling_b, geo_ceiling, fraction)
+overlap(setting_a, setting_b, k, overlap, half_mean, half_lo, half_hi, same_items, ceiling_a, ceiling_b,
+        geo_ceiling, fraction)                    one row per unordered pair (a < b): overlap = on all items;
+                                                  half_* = overlap at half size over the splits (mean,
+                                                  2.5 / 97.5 pct); fraction = half_mean / geo_ceiling
+random_overlap(setting, k, draw, seed, overlap)   overlap of S with uniform random draws of its size (Fig. 7)
 ceilings(setting, k, mean, lo, hi, splits)        half-split noise ceiling of one setting
 headsets(setting, headset_id, control, draw, seed, heads)
                                                   control: 'S', a control name, or 'S@k=K' for the k sweep
@@ -41,8 +45,11 @@ CREATE TABLE IF NOT EXISTS units(unit_id TEXT PRIMARY KEY, kind TEXT, finished R
 CREATE TABLE IF NOT EXISTS discovery(setting TEXT PRIMARY KEY, query TEXT, source TEXT, corpus TEXT,
     n_items INTEGER, k INTEGER, scores TEXT, headset TEXT);
 CREATE TABLE IF NOT EXISTS item_scores(setting TEXT, item_id TEXT, scores TEXT, PRIMARY KEY(setting, item_id));
-CREATE TABLE IF NOT EXISTS overlap(setting_a TEXT, setting_b TEXT, k INTEGER, overlap INTEGER, ceiling_a REAL,
-    ceiling_b REAL, geo_ceiling REAL, fraction REAL, PRIMARY KEY(setting_a, setting_b, k));
+CREATE TABLE IF NOT EXISTS overlap(setting_a TEXT, setting_b TEXT, k INTEGER, overlap INTEGER, half_mean REAL,
+    half_lo REAL, half_hi REAL, same_items INTEGER, ceiling_a REAL, ceiling_b REAL, geo_ceiling REAL, fraction REAL,
+    PRIMARY KEY(setting_a, setting_b, k));
+CREATE TABLE IF NOT EXISTS random_overlap(setting TEXT, k INTEGER, draw INTEGER, seed INTEGER, overlap INTEGER,
+    PRIMARY KEY(setting, draw));
 CREATE TABLE IF NOT EXISTS ceilings(setting TEXT, k INTEGER, mean REAL, lo REAL, hi REAL, splits INTEGER,
     PRIMARY KEY(setting, k));
 CREATE TABLE IF NOT EXISTS headsets(setting TEXT, headset_id TEXT, control TEXT, draw INTEGER, seed INTEGER,
