@@ -10,6 +10,8 @@ from statsmodels.stats.multitest import multipletests
 
 from vheads.evaluation._stats import (
     bootstrap_ci,
+    bootstrap_diff_ci,
+    welch_interval,
     holm,
     paired_one_sided_p,
     paired_t,
@@ -216,3 +218,38 @@ def test_paired_one_sided_p_compares_each_item_with_the_controls_mean():
 def test_paired_one_sided_p_needs_controls_on_the_same_items():
     with pytest.raises(ValueError, match=r"\[R, n\]"):
         paired_one_sided_p([0.1, 0.2, 0.3], np.zeros((5, 4)))
+
+
+# --- NCS: a difference of two independent means ------------------------------------------------
+
+def test_welch_interval_equals_scipy_ttest_ind_unequal_variances():
+    rng = np.random.default_rng(21)
+    x, y = rng.normal(0.3, 0.2, 23), rng.normal(0.05, 0.6, 17)
+    ref = sps.ttest_ind(x, y, equal_var=False).confidence_interval(0.95)
+    iv = welch_interval(x, y)
+    assert iv.mean == pytest.approx(x.mean() - y.mean(), abs=1e-15)
+    assert iv.low == pytest.approx(ref.low, rel=1e-12) and iv.high == pytest.approx(ref.high, rel=1e-12)
+    ref90 = sps.ttest_ind(x, y, equal_var=False).confidence_interval(0.90)
+    iv90 = welch_interval(x, y, confidence=0.90)
+    assert (iv90.low, iv90.high) == pytest.approx((ref90.low, ref90.high), rel=1e-12)
+
+
+def test_welch_interval_is_wider_than_the_interval_that_ignores_the_second_arm():
+    """The old NCS interval: t over matched drops minus the mismatched *mean* — too narrow."""
+    rng = np.random.default_rng(22)
+    m, mm = rng.normal(0.2, 0.1, 16), rng.normal(0.05, 0.1, 16)
+    old = t_interval(m - mm.mean())
+    new = welch_interval(m, mm)
+    assert new.mean == pytest.approx(old.mean, abs=1e-12)
+    assert (new.high - new.low) > 1.2 * (old.high - old.low)  # about sqrt(2) with equal arms
+
+
+def test_bootstrap_diff_equals_scipy_bootstrap_with_both_arms_resampled():
+    rng = np.random.default_rng(23)
+    x, y = rng.normal(0.3, 0.2, 19), rng.exponential(0.2, 13)
+    ref = sps.bootstrap((x, y), lambda a, b, axis=-1: a.mean(axis=axis) - b.mean(axis=axis), n_resamples=2000,
+                        method="percentile", rng=np.random.default_rng(4))
+    ci = bootstrap_diff_ci(x, y, seed=4)
+    assert ci.low == pytest.approx(ref.confidence_interval.low, rel=1e-12)
+    assert ci.high == pytest.approx(ref.confidence_interval.high, rel=1e-12)
+    assert ci.mean == pytest.approx(x.mean() - y.mean(), abs=1e-15)

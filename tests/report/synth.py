@@ -66,6 +66,9 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
         for test in test_list:
             effect = 0.02 * si
             s_vals = effect + rng.normal(0, 0.05, n_items)
+            if test == "ncs-all":  # as the study stores NCS: matched drops minus the mismatched mean
+                arm_vals = {"matched": 0.05 + effect + rng.normal(0, 0.03, n_items), "mismatched": rng.normal(0, 0.03, n_items)}
+                s_vals = arm_vals["matched"] - arm_vals["mismatched"].mean()
             rows["outcomes"] += [(f"u-{s}-{test}", s, test, "S", it, float(v)) for it, v in zip(items, s_vals)]
             for c, r in all_controls.items():
                 for d in range(r):
@@ -75,9 +78,8 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
                     if test == test_list[0]:
                         rows["headsets"].append((s, hid, c, d, 7, json.dumps(sorted(heads[s]))))
             if test == "ncs-all":
-                for arm, shift in (("matched", 0.05), ("mismatched", 0.0)):
-                    rows["arms"] += [(f"u-{s}-{test}", s, test, "S", it, arm, float(shift + rng.normal(0, 0.03)))
-                                     for it in items]
+                for arm, vals in arm_vals.items():
+                    rows["arms"] += [(f"u-{s}-{test}", s, test, "S", it, arm, float(v)) for it, v in zip(items, vals)]
         if sweeps:
             for k in (2, 8):
                 rows["outcomes"] += [(f"u-{s}-k{k}", s, "cers", f"S@k={k}", it, float(rng.normal(0.01 * k, 0.05)))

@@ -94,8 +94,15 @@ def test_table3_numbers_equal_independent_computation(full_run):
         section = md[md.index(f"Table 3 layout: {'CERS' if test == 'cers' else 'NCS'}"):]
         for s, (t_s, x, ctrl) in hand.items():
             line = next(ln for ln in section.splitlines() if ln.startswith(f"| {s} |"))
-            half = sps.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
-            assert f"{t_s:.3f} [{t_s - half:.3f}, {t_s + half:.3f}]".replace("-0.000", "0.000") in line
+            if test == "cers":
+                half = sps.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+                lo, hi = t_s - half, t_s + half
+            else:  # NCS: Welch over its two independent arms
+                arm = {a: np.array([v for (v,) in _rows(run_dir, "SELECT value FROM arms WHERE setting=? AND test=? "
+                                                        "AND headset_id='S' AND arm=? ORDER BY item_id", s, test, a)])
+                       for a in ("matched", "mismatched")}
+                lo, hi = sps.ttest_ind(arm["matched"], arm["mismatched"], equal_var=False).confidence_interval(0.95)
+            assert f"{t_s:.3f} [{lo:.3f}, {hi:.3f}]".replace("-0.000", "0.000") in line
             t = np.array(ctrl["layer-matched"])
             p = (1 + np.sum(t >= t_s)) / (len(t) + 1)
             assert f"{t.mean():.3f} ± {t.std(ddof=1):.3f}".replace("-0.000", "0.000") in line

@@ -18,7 +18,7 @@ from vheads._seeds import derived_seed
 from vheads.evaluation._controls import draw_controls, parse_control_spec
 from vheads.evaluation._headsets import HeadSet
 from vheads.evaluation._metrics import Outcomes, cers, ncs, ncs_grid, text_arm
-from vheads.evaluation._stats import holm, rank_p, t_interval, z_score
+from vheads.evaluation._stats import bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score
 
 TESTS = ("cers", "ncs", "ncs-grid", "text")
 
@@ -32,15 +32,36 @@ class HeadsetResult:
     controls: dict[str, dict] = field(default_factory=dict)  # name -> mean, sd, z, rank_p, holm_p, R, seed
     outcomes: Outcomes | None = None
     headset_ids: list[str] = field(default_factory=list)
+    ci_method: str = "t"  # "t" (one sample over items) or "welch" (NCS: two independent arms)
+    ci_bootstrap: tuple[float, float] | None = None  # NCS: percentile bootstrap, both arms resampled
 
     def to_dict(self, per_item: bool = False) -> dict:
-        d = {"headset": self.name, "test": self.test, "T_S": self.t_s, "ci95": list(self.ci), "controls": self.controls}
+        d = {"headset": self.name, "test": self.test, "T_S": self.t_s, "ci95": list(self.ci),
+             "ci95_method": self.ci_method, "controls": self.controls}
+        if self.ci_bootstrap is not None:
+            d["ci95_bootstrap"] = list(self.ci_bootstrap)
         if per_item and self.outcomes is not None:
             d["per_item"] = {
                 "item_ids": self.outcomes.item_ids,
                 "values": {hid: self.outcomes.values[j].tolist() for j, hid in enumerate(self.headset_ids)},
             }
+            if "drop_matched" in self.outcomes.detail:
+                d["per_item"]["arms"] = {
+                    arm: {hid: self.outcomes.detail[f"drop_{arm}"][j].tolist() for j, hid in enumerate(self.headset_ids)}
+                    for arm in ("matched", "mismatched")}
         return d
+
+
+def headset_interval(out: Outcomes, j: int = 0, seed: int = 0) -> tuple[str, tuple[float, float], tuple[float, float] | None]:
+    """The 95% interval of head-set ``j``'s statistic: NCS (a difference of two independent
+    arm means) gets a Welch interval and a bootstrap resampling both arms; every other test
+    a t-interval over its per-item values. Returns (method, interval, bootstrap or None)."""
+    if "drop_matched" in out.detail:
+        m, mm = out.detail["drop_matched"][j], out.detail["drop_mismatched"][j]
+        w, b = welch_interval(m, mm), bootstrap_diff_ci(m, mm, seed=seed)
+        return "welch", (w.low, w.high), (b.low, b.high)
+    ci = t_interval(out.values[j])
+    return "t", (ci.low, ci.high), None
 
 
 #: the item kinds each test runs on
@@ -124,8 +145,9 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                     hs.append(d)
             out = run_test(engine, test, sets, hs, beta, rows, seed, batch_size, progress)
             T = out.means()
-            ci = t_interval(out.values[0])
-            res = HeadsetResult(name, test if test != "ncs" else f"ncs-{rows}", float(T[0]), (ci.low, ci.high), outcomes=out, headset_ids=ids)
+            method, ci, boot = headset_interval(out, 0, seed)
+            res = HeadsetResult(name, test if test != "ncs" else f"ncs-{rows}", float(T[0]), ci, outcomes=out,
+                                headset_ids=ids, ci_method=method, ci_bootstrap=boot)
             for req in requests:
                 idx = [j for j, h in enumerate(ids) if h.startswith(req.name + "#")]
                 tc = T[idx]

@@ -97,6 +97,53 @@ def bootstrap_ci(x, n_resamples: int = 2000, confidence: float = 0.95, seed: int
     )
 
 
+def welch_interval(x, y, confidence: float = 0.95) -> Interval:
+    """Difference of two independent means, ``mean(x) − mean(y)``, with a Welch t-interval.
+
+    ``d ± t_{(1+c)/2, ν} · sqrt(s_x²/n_x + s_y²/n_y)`` with sample variances (ddof = 1) and
+    the Welch–Satterthwaite degrees of freedom
+    ``ν = (s_x²/n_x + s_y²/n_y)² / [(s_x²/n_x)²/(n_x − 1) + (s_y²/n_y)²/(n_y − 1)]``
+    (``scipy.stats.ttest_ind(x, y, equal_var=False).confidence_interval``). This is NCS's
+    interval: its two arms are different items, so both arms' variances enter. ``n`` of the
+    result is n_x. Needs n ≥ 2 in each arm; when both arms are constant the interval is
+    the point.
+    """
+    _check_confidence(confidence)
+    x = _vector(x, "x", min_n=2)
+    y = _vector(y, "y", min_n=2)
+    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    d = float(x.mean() - y.mean())
+    se2 = vx + vy
+    if se2 == 0:
+        return Interval(d, d, d, len(x), confidence)
+    df = se2**2 / (vx**2 / (len(x) - 1) + vy**2 / (len(y) - 1))
+    half = float(sps.t.ppf((1 + confidence) / 2, df=df) * np.sqrt(se2))
+    return Interval(d, d - half, d + half, len(x), confidence)
+
+
+def bootstrap_diff_ci(x, y, n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> BootstrapInterval:
+    """Percentile bootstrap interval of ``mean(x) − mean(y)``, both arms resampled.
+
+    With ``rng = numpy.random.default_rng(seed)``: ``I = rng.integers(0, n_x, (B, n_x))``
+    then ``J = rng.integers(0, n_y, (B, n_y))``; ``d_b = mean_j x[I[b, j]] − mean_j
+    y[J[b, j]]``; report the ``(1−c)/2`` and ``(1+c)/2`` percentiles of ``d_1..d_B``. The same
+    resampling as ``scipy.stats.bootstrap((x, y), statistic, method="percentile")`` (independent
+    samples) with the same generator.
+    """
+    _check_confidence(confidence)
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+        raise ValueError(f"n_resamples must be an integer ≥ 1, got {n_resamples!r}")
+    x = _vector(x, "x", min_n=1)
+    y = _vector(y, "y", min_n=1)
+    rng = np.random.default_rng(seed)
+    ix = rng.integers(0, len(x), size=(n_resamples, len(x)))  # [B, n_x]
+    iy = rng.integers(0, len(y), size=(n_resamples, len(y)))  # [B, n_y]
+    diffs = x[ix].mean(axis=1) - y[iy].mean(axis=1)  # [B]
+    low, high = np.percentile(diffs, [100 * (1 - confidence) / 2, 100 * (1 + confidence) / 2])
+    return BootstrapInterval(float(x.mean() - y.mean()), float(low), float(high), len(x), confidence,
+                             int(n_resamples), seed)
+
+
 @dataclass(frozen=True)
 class RankP:
     """One-sided rank p of a head-set against R controls; ``n_at_least`` = #{T_r ≥ T_S}."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vheads.evaluation import Interval, RankP, holm, rank_p, t_interval, z_score
+from vheads.evaluation import Interval, RankP, bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score
 from vheads.report._data import Cell, RunData, cfg_get
 from vheads.report._doc import Table
 
@@ -93,10 +93,21 @@ class TestStat:
         return None if self.s is None or not len(self.s) else float(np.mean(self.s))
 
 
-def compare(cell: Cell, setting: str, test: str) -> TestStat:
-    """S of one cell against each of its control types (no Holm yet)."""
+def s_interval(run: RunData, setting: str, test: str, s: np.ndarray | None) -> Interval | None:
+    """S's 95% interval: Welch over the two stored arms for NCS (a difference of two
+    independent means), else a t-interval over the per-item values."""
+    m, mm = run.arms.get((setting, test, "matched")), run.arms.get((setting, test, "mismatched"))
+    if m is not None and mm is not None and len(m) >= 2 and len(mm) >= 2:
+        return welch_interval(m, mm)
+    return t_interval(s) if s is not None and len(s) >= 2 else None
+
+
+def compare(cell: Cell, setting: str, test: str, interval: Interval | None = None) -> TestStat:
+    """S of one cell against each of its control types (no Holm yet); ``interval``
+    defaults to a t-interval over S's per-item values."""
     s = cell.s
-    interval = t_interval(s) if s is not None and len(s) >= 2 else None
+    if interval is None:
+        interval = t_interval(s) if s is not None and len(s) >= 2 else None
     st = TestStat(setting, test, s, interval)
     t_s = st.t_s
     for name, t in cell.controls.items():
@@ -126,7 +137,8 @@ def significance(run: RunData, test: str, alpha: float = ALPHA, adjust: bool = T
     control type for this test; only the control types in ``controls`` are adjusted.
     ``adjust=False`` leaves ``p_holm`` unset.
     """
-    stats = [compare(run.cells[(s, test)], s, test) for s in run.settings if (s, test) in run.cells]
+    stats = [compare(run.cells[(s, test)], s, test, s_interval(run, s, test, run.cells[(s, test)].s))
+             for s in run.settings if (s, test) in run.cells]
     if not adjust:
         return stats
     listed = holm_family(run)
@@ -230,22 +242,31 @@ def row_group_table(run: RunData) -> Table | None:
 
 
 def arms_table(run: RunData) -> Table | None:
-    """Seed Table 11: NCS of S split into its matched and mismatched drops."""
+    """Seed Table 11: NCS of S split into its matched and mismatched drops, with NCS's
+    Welch interval and its percentile bootstrap (2,000 resamples of both arms, seeded by
+    the run's seed)."""
+    seed = cfg_get(run.config, "seed", default=0)
+    seed = seed if isinstance(seed, int) and seed >= 0 else 0
     rows = []
     for s in run.settings:
         for t in sorted({t for (ss, t, _) in run.arms if ss == s}):
             m, mm = run.arms.get((s, t, "matched")), run.arms.get((s, t, "mismatched"))
             if m is None or mm is None:
                 continue
-            ncs = float(np.mean(m) - np.mean(mm))
+            two = len(m) >= 2 and len(mm) >= 2
             rows.append([s, t, fmt_ci(t_interval(m) if len(m) >= 2 else None, m),
-                         fmt_ci(t_interval(mm) if len(mm) >= 2 else None, mm), fmt(ncs)])
+                         fmt_ci(t_interval(mm) if len(mm) >= 2 else None, mm),
+                         fmt_ci(welch_interval(m, mm)) if two else fmt(float(np.mean(m) - np.mean(mm))),
+                         fmt_ci(bootstrap_diff_ci(m, mm, seed=seed)) if two else "–"])
     if not rows:
         return None
     return Table("NCS split into its arms (seed Table 11)", ["Setting", "Test", "Matched drop [95% CI]",
-                 "Mismatched drop [95% CI]", "NCS"], rows,
+                 "Mismatched drop [95% CI]", "NCS [Welch 95% CI]", "NCS [bootstrap 95% CI]"], rows,
                  "Drops are P_base(key) − P_masked(key) of the discovered set; NCS = mean matched drop − mean "
-                 "mismatched drop. Generic damage moves both arms alike and cancels.", text_cols=2)
+                 "mismatched drop. Generic damage moves both arms alike and cancels. The arms are different items, "
+                 "so NCS is a difference of two independent means: its interval is Welch's t (both arms' variances, "
+                 "Welch–Satterthwaite df) and a percentile bootstrap resampling both arms (2,000 resamples).",
+                 text_cols=2)
 
 
 # ---- generic-damage controls ----------------------------------------------------------------

@@ -1,0 +1,44 @@
+"""`vheads evaluate` from the outside: the NCS interval is that of a difference of two
+independent means (Welch, and a bootstrap resampling both arms), recomputable from the
+per-item arms the JSON carries."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+from typer.testing import CliRunner
+
+
+@pytest.fixture(scope="module")
+def tiny_headset(tmp_path_factory):
+    from vheads.cli import app
+
+    out = tmp_path_factory.mktemp("hs")
+    r = CliRunner().invoke(app, ["discover", "--corpus", "comics", "--query", "ordinal", "--source", "last",
+                                 "--n", "4", "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    return out / "cm-ord-last.json"
+
+
+def test_evaluate_ncs_reports_welch_and_two_arm_bootstrap_intervals(tiny_headset):
+    from vheads.cli import app
+
+    r = CliRunner().invoke(app, ["evaluate", "--headset", str(tiny_headset), "--test", "ncs", "--controls",
+                                 "layer-matched:3", "--n", "6", "--seed", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    (res,) = json.loads(r.stdout)
+    m = np.array(res["per_item"]["arms"]["matched"]["S"])
+    mm = np.array(res["per_item"]["arms"]["mismatched"]["S"])
+    assert len(m) == len(mm) == 6
+    assert res["T_S"] == pytest.approx(m.mean() - mm.mean(), abs=1e-12)
+    welch = sps.ttest_ind(m, mm, equal_var=False).confidence_interval(0.95)
+    assert res["ci95_method"] == "welch"
+    assert res["ci95"] == pytest.approx([welch.low, welch.high], rel=1e-9)
+    boot = sps.bootstrap((m, mm), lambda a, b, axis=-1: a.mean(axis=axis) - b.mean(axis=axis), n_resamples=2000,
+                         method="percentile", rng=np.random.default_rng(2)).confidence_interval
+    assert res["ci95_bootstrap"] == pytest.approx([boot.low, boot.high], rel=1e-9)
+    # every control draw's per-item values are there, so the rank p can be recomputed
+    vals = res["per_item"]["values"]
+    t_s, t_c = np.mean(vals["S"]), [np.mean(vals[f"layer-matched#{i}"]) for i in range(3)]
+    assert res["controls"]["layer-matched"]["rank_p"] == pytest.approx((1 + sum(t >= t_s for t in t_c)) / 4)
