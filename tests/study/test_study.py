@@ -50,6 +50,29 @@ def test_rerun_resumes_and_computes_nothing_twice(tiny_random_dirs, reference_ru
     assert len(before) > 0
 
 
+def test_every_sweep_point_is_stored_with_its_own_controls(reference_run):
+    """β sweep: S and min(beta_sweep_controls, R) layer-matched draws at every β; k sweep:
+    S@k and k_sweep_controls draws of the top-k set, with the top-k set's layer counts."""
+    out, _ = reference_run
+    rows = outcomes(out)
+    for sid in ("cm-ord-last", "cm-ord-qsp"):
+        at_beta = {h for s, t, h, _, _ in rows if s == sid and t == "cers@beta=10"}
+        assert at_beta == {"S", "layer-matched#0", "layer-matched#1", "layer-matched#2"}
+        for test in ("cers", "ncs-all"):
+            at_k = {h for s, t, h, _, _ in rows if s == sid and t == test and "@k=" in h}
+            assert at_k == {"S@k=1"} | {f"layer-matched@k=1#{i}" for i in range(20)}
+        assert not any("@k=" in h for s, t, h, _, _ in rows if s == sid and t == "ncs-last")
+    st = Store(out)
+    try:
+        heads = dict(st.query("SELECT headset_id, heads FROM headsets WHERE setting='cm-ord-qsp'"))
+    finally:
+        st.close()
+    (l_s, _), = json.loads(heads["S@k=1"])
+    for i in range(20):
+        (l_c, h_c), = json.loads(heads[f"layer-matched@k=1#{i}"])
+        assert l_c == l_s and [l_c, h_c] != json.loads(heads["S@k=1"])[0]
+
+
 def test_a_different_config_is_refused_not_mixed(tiny_random_dirs, reference_run):
     out, _ = reference_run
     with pytest.raises(ValueError, match="different configuration"):

@@ -150,6 +150,7 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     b = []
     _fig(b, "beta_sweep", F.sweep_figure(run, "beta"), "Statistic against steering strength β (log scale).")
     _fig(b, "k_sweep", F.sweep_figure(run, "k"), "Statistic against head-set size k.")
+    b += [t for t in (T.sweep_table(run, "beta"), T.sweep_table(run, "k")) if t]
     if b:
         sections.append(Section("sweeps", "β and k sweeps", HOW["sweeps"], b))
 

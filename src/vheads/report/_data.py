@@ -99,7 +99,7 @@ class RunData:
     cells: dict[tuple[str, str], Cell]  # (setting, test id) -> Cell of main head-sets (no k-sweep sets)
     ksweep: dict[tuple[str, str], dict[int, Cell]]  # (setting, base test) -> k -> Cell, from 'S@k=K' head-sets
     headset_sizes: dict[tuple[str, str], int]  # (setting, headset role) -> heads in it (first draw)
-    arms: dict[tuple[str, str, str], np.ndarray]  # (setting, test, arm) -> per-item drops of S
+    arms: dict[tuple[str, str, str], np.ndarray]  # (setting, test, arm) -> per-item drops of S (k sweep: test@k=K)
     overlap: list[dict[str, Any]]  # one row per unordered pair (see vheads.study._store)
     ceilings: dict[str, dict[str, Any]]
     audit: list[dict[str, Any]]
@@ -264,10 +264,12 @@ def _load(store: Store, run_dir: Path) -> RunData:
         headset_sizes.setdefault((setting, "S"), len(d["headset"]))
 
     arm_values: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-    for setting, test, arm, value in store.query(
-        "SELECT setting, test, arm, value FROM arms WHERE headset_id='S' ORDER BY setting, test, arm, item_id"
-    ):
-        arm_values[(setting, test, arm)].append(float(value))
+    for setting, test, hid, arm, value in store.query(
+        "SELECT setting, test, headset_id, arm, value FROM arms WHERE headset_id='S' OR headset_id LIKE 'S@k=%' "
+        "ORDER BY setting, test, headset_id, arm, item_id"
+    ):  # S's arms under (setting, test, arm); a k-sweep set's under (setting, "test@k=K", arm)
+        k = parse_headset_id(hid).k
+        arm_values[(setting, test if k is None else f"{test}@k={k}", arm)].append(float(value))
     arms = {key: np.asarray(v, dtype=float) for key, v in arm_values.items()}
 
     cols = ("a", "b", "k", "overlap", "half_mean", "half_lo", "half_hi", "same_items", "ceiling_a", "ceiling_b",
@@ -300,3 +302,28 @@ def _load(store: Store, run_dir: Path) -> RunData:
         audit=audit, strip_attention={s: dict(v) for s, v in strips.items()}, nonfinite=nonfinite,
         random_overlap=dict(random_overlap),
     )
+
+
+def sweep_points(run: RunData, param: str) -> dict[tuple[str, str], dict[float, Cell]]:
+    """``(setting, base test) -> value -> Cell`` for a β (``param="beta"``) or k sweep.
+
+    Points come from tests ``<base>@<param>=v`` and, for k, from ``S@k=K`` head-sets; the
+    main test adds its own point (the config's β; the discovery k) when the sweep exists.
+    """
+    pts: dict[tuple[str, str], dict[float, Cell]] = {}
+    for (s, t), cell in run.cells.items():
+        tid = parse_test_id(t)
+        if tid.param == param:
+            pts.setdefault((s, tid.base), {})[tid.value] = cell
+    if param == "k":
+        for (s, base), by_k in run.ksweep.items():
+            for k, cell in by_k.items():
+                pts.setdefault((s, base), {}).setdefault(float(k), cell)
+    for (s, base), d in pts.items():
+        if param == "beta":
+            main = cfg_get(run.config, "beta")
+        else:
+            main = run.discovery.get(s, {}).get("k")
+        if isinstance(main, (int, float)) and (s, base) in run.cells and float(main) not in d:
+            d[float(main)] = run.cells[(s, base)]
+    return {key: d for key, d in pts.items() if len(d) >= 2}

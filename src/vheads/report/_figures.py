@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from vheads.report._data import Cell, RunData, cfg_get, parse_test_id
+from vheads.report._data import Cell, RunData, cfg_get, parse_test_id, sweep_points
 from vheads.report._tables import MAIN_CONTROLS, TEST_NAMES
 
 DPI = 110
@@ -89,31 +89,6 @@ def random_band_figure(run: RunData, tests: list[str]) -> bytes | None:
 
 
 # ---- sweeps ---------------------------------------------------------------------------------
-
-
-def sweep_points(run: RunData, param: str) -> dict[tuple[str, str], dict[float, Cell]]:
-    """``(setting, base test) -> value -> Cell`` for a β (``param="beta"``) or k sweep.
-
-    Points come from tests ``<base>@<param>=v`` and, for k, from ``S@k=K`` head-sets; the
-    main test adds its own point (the config's β; the discovery k) when the sweep exists.
-    """
-    pts: dict[tuple[str, str], dict[float, Cell]] = {}
-    for (s, t), cell in run.cells.items():
-        tid = parse_test_id(t)
-        if tid.param == param:
-            pts.setdefault((s, tid.base), {})[tid.value] = cell
-    if param == "k":
-        for (s, base), by_k in run.ksweep.items():
-            for k, cell in by_k.items():
-                pts.setdefault((s, base), {}).setdefault(float(k), cell)
-    for (s, base), d in pts.items():
-        if param == "beta":
-            main = cfg_get(run.config, "beta")
-        else:
-            main = run.discovery.get(s, {}).get("k")
-        if isinstance(main, (int, float)) and (s, base) in run.cells and float(main) not in d:
-            d[float(main)] = run.cells[(s, base)]
-    return {key: d for key, d in pts.items() if len(d) >= 2}
 
 
 def sweep_figure(run: RunData, param: str) -> bytes | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vheads.evaluation import Interval, RankP, bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score
-from vheads.report._data import Cell, RunData, cfg_get
+from vheads.report._data import Cell, RunData, cfg_get, sweep_points
 from vheads.report._doc import Table
 
 ALPHA = 0.05
@@ -308,6 +308,39 @@ def generic_damage_table(run: RunData) -> Table | None:
                  "Each control type's statistic (mean over its draws, [min, max] over draws). The text arm is "
                  "the drop in P(key) on text-solvable items when the head-set is hidden from the text tokens: a "
                  "set that is merely generically important hurts there too.", text_cols=2)
+
+
+# ---- sweeps (Tables 14 and 18) ---------------------------------------------------------------
+
+
+def sweep_table(run: RunData, param: str) -> Table | None:
+    """Seed Tables 14 (k) and 18 (β): at every sweep point, S with its 95% interval (NCS:
+    Welch over the arms where stored; else t over items) against that point's own controls
+    (mean ± SD and [min, max] over R draws) and the rank p (floor 1/(R+1))."""
+    pts = sweep_points(run, param)
+    if not pts:
+        return None
+    rows = []
+    for (s, base) in sorted(pts, key=lambda k: (k[1], run.settings.index(k[0]) if k[0] in run.settings else 99)):
+        for x in sorted(pts[(s, base)]):
+            cell = pts[(s, base)][x]
+            arms_key = f"{base}@k={int(x)}" if param == "k" and (s, f"{base}@k={int(x)}", "matched") in run.arms else base
+            st = compare(cell, s, base, s_interval(run, s, arms_key, cell.s) if param == "k" else None)
+            for i, c in enumerate(sorted(st.controls, key=_control_order) or [None]):
+                cs = st.controls.get(c) if c else None
+                lead = [s, TEST_NAMES.get(base, base), f"{x:g}", fmt_ci(st.interval, st.s)] if i == 0 else ["", "", "", ""]
+                if cs is None:
+                    rows.append(lead + ["–"] * 5)
+                    continue
+                rows.append(lead + [c, str(cs.R), f"{fmt(cs.mean)} ± {fmt(cs.sd)}", f"[{fmt(cs.t.min())}, {fmt(cs.t.max())}]",
+                                    fmt_p(cs.rank.p) if cs.rank else "–"])
+    name, table = ("k", "14") if param == "k" else ("β", "18")
+    return Table(f"Sweep over {name} against controls at every point (seed Table {table})",
+                 ["Setting", "Test", name, "S [95% CI]", "Control", "R", "mean ± SD", "[min, max]", "rank p"], rows,
+                 f"At every {name}, S (95% t-interval over items; NCS: Welch over its two arms) against that point's own layer-matched draws "
+                 f"({'drawn for the top-k set of each k' if param == 'k' else 'the first draws of the main layer-matched controls, re-run at each β'}); "
+                 "rank p is one-sided with floor 1/(R+1), not adjusted. The main point (the study's own "
+                 f"{'k' if param == 'k' else 'β'}) carries the main controls.", text_cols=2)
 
 
 # ---- overlap and ceilings -------------------------------------------------------------------

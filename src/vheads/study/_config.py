@@ -40,7 +40,9 @@ beta = 10000.0            # steering strength
 row_groups = ["all", "image", "question", "last"]   # NCS is run at each (default mask: all rows)
 row_group_controls = ["layer-matched"]   # controls run at the row groups other than "all"
 beta_sweep = [1.0, 10.0, 100.0, 1000.0, 10000.0]   # CERS of S over beta ([] to skip)
-k_sweep = [1, 2, 4, 8]    # CERS and NCS of the top-k heads over k ([] to skip)
+beta_sweep_controls = 5   # layer-matched draws re-run at every beta point (the first min(this, R) main draws)
+k_sweep = [1, 2, 4, 8]    # CERS and NCS (all rows) of the top-k heads over k ([] to skip)
+k_sweep_controls = 20     # layer-matched draws of each top-k set, run at every k point
 seed = 0
 algebra_controls = 100    # layer-matched draws for the shared / only-one head-sets of ordinal vs referring (0 = skip)
 
@@ -87,7 +89,9 @@ class StudyConfig:
     row_groups: list[str] = field(default_factory=lambda: list(ROW_GROUPS))
     row_group_controls: list[str] = field(default_factory=lambda: ["layer-matched"])
     beta_sweep: list[float] = field(default_factory=lambda: [1.0, 10.0, 100.0, 1000.0, 10000.0])
+    beta_sweep_controls: int = 5
     k_sweep: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    k_sweep_controls: int = 20
     seed: int = 0
     algebra_controls: int = 100
     controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99})
@@ -210,6 +214,12 @@ def validate(cfg: StudyConfig) -> None:
             bad(f"controls.{name}", f"R must be at least 1, got {R}")
         if not ctl.random and R != 1:
             bad(f"controls.{name}", f"{name} is deterministic, so R must be 1, got {R}")
+    for key in ("beta_sweep_controls", "k_sweep_controls"):
+        if getattr(cfg, key) < 0:
+            bad(key, f"must be 0 (no controls) or positive, got {getattr(cfg, key)}")
+    if cfg.beta_sweep and cfg.beta_sweep_controls and "layer-matched" not in cfg.controls:
+        bad("beta_sweep_controls", "the beta sweep re-runs the first layer-matched draws at every beta, but "
+            "[controls] has no layer-matched; add it or set beta_sweep_controls = 0")
     if cfg.run.backend not in ("local", "ray"):
         bad("run.backend", f"must be local or ray, got {cfg.run.backend!r}")
     if cfg.run.shard_size < 1 or cfg.run.batch_size < 1 or cfg.run.ray_workers < 1:

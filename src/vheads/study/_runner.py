@@ -137,7 +137,7 @@ def algebra_pairs(settings: list[str]) -> list[tuple[str, str]]:
 
 
 def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> None:
-    from vheads.discovery._selection import select_heads
+    from vheads.discovery import select_heads
 
     if "headsets" in store.done_units():
         return
@@ -165,7 +165,12 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> No
         for kk in cfg.k_sweep:
             if kk <= L * H:
                 Sk = select_heads(sc, kk, cfg.selection)
-                rows.append((sid, f"S@k={kk}", "S@k", kk, cfg.seed, json.dumps([list(h) for h in Sk.heads])))
+                rows.append((sid, f"S@k={kk}", "S@k", kk, cfg.seed, _heads_json(Sk)))
+                if cfg.k_sweep_controls:  # every sweep point is tested against its own controls
+                    seed = derived_seed(cfg.seed, "control", sid, "layer-matched", f"k={kk}")
+                    draws = draw_controls("layer-matched", Sk, cfg.k_sweep_controls, seed)
+                    for i, d in enumerate(draws):
+                        rows.append((sid, f"layer-matched@k={kk}#{i}", "layer-matched@k", i, seed, _heads_json(d)))
     # head-set algebra: shared heads and heads only one setting has, each with
     # same-size layer-matched controls (pseudo-setting "A&B")
     if cfg.algebra_controls:

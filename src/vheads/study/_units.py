@@ -19,6 +19,7 @@ from vheads.evaluation import HeadSet
 from vheads.evaluation._run import TEST_SETS, audit_sets, item_sets, run_test
 from vheads.study._config import StudyConfig
 
+K_SWEEP_TESTS = ("cers", "ncs")  # tests the k sweep's head-sets run in
 STRIP_FIGURE_ITEMS = 3  # strips per setting whose top heads' attention is stored for figures
 STRIP_FIGURE_HEADS = 4
 
@@ -119,14 +120,16 @@ class UnitComputer:
                 for i, iid in enumerate(res.item_ids):
                     out["outcomes"].append((uid, setting, test_id, ids[j], iid, float(res.values[jj, i])))
 
-        every = list(range(len(hsets)))
+        # the k sweep's sets (S@k=K and its layer-matched@k=K controls) run in CERS and NCS
+        # at all rows only (seed Tables 14 and 18)
+        every = [j for j, h in enumerate(ids) if "@k=" not in h or test in K_SWEEP_TESTS]
         if test == "ncs":
             cache: dict = {}  # prompts and unmasked baselines, shared by the row groups
             for g in unit.get("row_groups") or cfg.row_groups:
                 # per-row-group NCS (beyond the default all-row mask) runs S against the
                 # row_group_controls only: it locates the effect, Table 3 tests it
                 keep = every if g == "all" else [
-                    j for j, h in enumerate(ids) if h == "S" or h.startswith("S@") or h.split("#")[0] in cfg.row_group_controls]
+                    j for j, h in enumerate(ids) if h == "S" or h.split("#")[0] in cfg.row_group_controls]
                 res = run_test(eng, "ncs", sets, [hsets[j] for j in keep], cfg.beta, g, cfg.seed, bs, cache=cache)
                 put(f"ncs-{g}", res, keep)
                 for jj, j in enumerate(keep):
@@ -134,11 +137,14 @@ class UnitComputer:
                         for i, it in enumerate(sets[f"class-{arm}"]):
                             out["arms"].append((uid, setting, f"ncs-{g}", ids[j], it.id, arm, float(res.detail[key][jj, i])))
             return {"rows": out}
-        put(test, run_test(eng, test, sets, hsets, cfg.beta, "all", cfg.seed, bs), every)
-        if test == "cers":
-            s_only = [ids.index("S")]
+        put(test, run_test(eng, test, sets, [hsets[j] for j in every], cfg.beta, "all", cfg.seed, bs), every)
+        if test == "cers" and "S" in ids:
+            # every β point: S and the first beta_sweep_controls layer-matched draws
+            at_beta = [ids.index("S")] + [ids.index(f"layer-matched#{i}") for i in range(cfg.beta_sweep_controls)
+                                          if f"layer-matched#{i}" in ids]
             for b in cfg.beta_sweep:
-                put(f"cers@beta={b:g}", run_test(eng, "cers", sets, [hsets[s_only[0]]], b, "all", cfg.seed, bs), s_only)
+                put(f"cers@beta={b:g}", run_test(eng, "cers", sets, [hsets[j] for j in at_beta], b, "all", cfg.seed, bs),
+                    at_beta)
         return {"rows": out}
 
     # ---- baseline attention per head --------------------------------------------------------
