@@ -253,3 +253,14 @@ def test_bootstrap_diff_equals_scipy_bootstrap_with_both_arms_resampled():
     assert ci.low == pytest.approx(ref.confidence_interval.low, rel=1e-12)
     assert ci.high == pytest.approx(ref.confidence_interval.high, rel=1e-12)
     assert ci.mean == pytest.approx(x.mean() - y.mean(), abs=1e-15)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_holm_equals_statsmodels_holm_on_random_families_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(1, 16))
+    p = rng.integers(1, 21, m) / 20  # rank p's on a grid: many ties
+    reject, p_sm, _, _ = multipletests(p, alpha=0.05, method="holm")
+    res = holm(p)
+    assert res.p_adjusted == pytest.approx(p_sm, abs=1e-15)
+    assert (res.reject == reject).all()
