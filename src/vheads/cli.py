@@ -64,11 +64,12 @@ def study(
 @app.command()
 def evaluate(
     headset: Annotated[list[Path], typer.Option(help="head-set file(s) from `vheads discover`; repeat for several")],
-    test: Annotated[list[str], typer.Option(help="cers, ncs, ncs-grid, text; repeat for several")] = ["cers", "ncs"],  # noqa: B006
+    test: Annotated[list[str], typer.Option(help="cers, cers-sym, ncs, ncs-grid, text; repeat for several")] = ["cers", "ncs"],  # noqa: B006
     controls: Annotated[str, typer.Option(help="e.g. layer-matched:100,any-layer:100")] = "layer-matched:100,any-layer:100",
     n: Annotated[int, typer.Option(help="items per evaluation set")] = 24,
     beta: Annotated[float, typer.Option(help="steering strength (CERS)")] = 1e4,
-    rows: Annotated[str, typer.Option(help="row group: all, image, question, last")] = "all",
+    rows: Annotated[str, typer.Option(help="row group masks act at (NCS, NCS_grid): all, image, question, last")] = "all",
+    steer_rows: Annotated[str, typer.Option(help="row group CERS steers at: all (default), image, question, last")] = "all",
     seed: Annotated[int, typer.Option(help="seed of items and control draws")] = 0,
     model: Annotated[Optional[str], typer.Option(help="model (default: the one named in the head-set file)")] = None,  # noqa: UP007
     force: Annotated[bool, typer.Option("--force", help="use head-sets discovered on another model")] = False,
@@ -82,6 +83,7 @@ def evaluate(
 
     # every argument is checked before the model is loaded
     _fail_clearly(check_request, test, controls, beta, rows)
+    _fail_clearly(check_request, test, controls, beta, steer_rows)
     for p in headset:
         if not p.is_file():
             _die(f"head-set file {str(p)!r} does not exist")
@@ -89,7 +91,8 @@ def evaluate(
         model = json.loads(headset[0].read_text())["model"]["id"]
     lm = _fail_clearly(load_model, model)
     hs = _fail_clearly(load_headset_files, headset, lm, force)
-    results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out)
+    results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out,
+                            steer_rows)
     if json_out:
         typer.echo(json.dumps([r.to_dict(per_item=True) for r in results], indent=1))
         return

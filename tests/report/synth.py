@@ -32,7 +32,7 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
     store.set_meta(config=config, model_id="vheads/tiny-test", n_layers=L, n_heads=H, **(meta_extra or {}))
 
     rows: dict[str, list[tuple]] = {k: [] for k in ("discovery", "overlap", "ceilings", "headsets", "outcomes",
-                                                   "arms", "audit", "strip_attention")}
+                                                   "arms", "audit", "strip_attention", "random_overlap")}
     heads = {}
     for s in settings:
         c, q, src = s.split("-")
@@ -45,6 +45,7 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
         rows["headsets"].append((s, "S", "S", 0, 0, json.dumps(hs)))
         if overlap:
             rows["ceilings"].append((s, K, 3.5, 3.0, 4.0, 200))
+            rows["random_overlap"] += [(s, K, d, 5, int(rng.integers(0, K + 1))) for d in range(7)]
         if strips:
             for (l, h) in hs[:3]:
                 for it in range(3):

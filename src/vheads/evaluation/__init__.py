@@ -6,7 +6,9 @@ from vheads.evaluation._controls import (
     text_heavy_heads, whole_layer_controls,
 )
 from vheads.evaluation._headsets import HeadSet, default_k
-from vheads.evaluation._metrics import Outcomes, baseline_audit, cers, distractor_cell, ncs, ncs_grid, text_arm
+from vheads.evaluation._metrics import (
+    Outcomes, baseline_audit, cers, distractor_cell, head_attention_mass, ncs, ncs_grid, text_arm,
+)
 from vheads.evaluation._probe import Action, option_probs
 from vheads.evaluation._stats import (
     BootstrapInterval, Holm, Interval, PairedT, RankP, Spearman, ZScore, bootstrap_ci, bootstrap_diff_ci, welch_interval, holm, paired_one_sided_p,
@@ -17,7 +19,7 @@ __all__ = [
     "Action", "BootstrapInterval", "CONTROLS", "Control", "ControlDraws", "ControlRequest", "Fallback", "HeadSet",
     "Holm", "Interval", "Outcomes", "PairedT", "RankP", "Spearman", "ZScore", "any_layer_controls",
     "attention_matched_controls", "baseline_audit", "bootstrap_ci", "bootstrap_diff_ci", "welch_interval", "cers", "default_k", "distractor_cell",
-    "draw_controls", "get_control", "holm", "layer_matched_controls", "ncs", "ncs_grid", "option_probs",
+    "draw_controls", "get_control", "head_attention_mass", "holm", "layer_matched_controls", "ncs", "ncs_grid", "option_probs",
     "paired_one_sided_p", "paired_t", "parse_control_spec", "random_n_controls", "rank_p", "sink_heads",
     "spearman", "t_interval", "text_arm", "text_heavy_heads", "whole_layer_controls", "z_score",
 ]

@@ -64,24 +64,29 @@ def cers(engine: Engine, items: list[Item], headsets: list[HeadSet], beta: float
     """Steerability on 2x2 grids whose four cells show the four options.
 
     ``CERS = mean_items [ P(c | steer S→c) − P(c | steer S→d) ]`` with c the target cell, d a
-    distractor cell. Symmetric variant: the average of that and
-    ``P(d | steer S→d) − P(d | steer S→c)``.
+    distractor cell. Symmetric variant (seed Table 16): the average of that and
+    ``P(d | steer S→d) − P(d | steer S→c)``. Steering acts at query rows ``rows`` (the
+    ``steer_rows`` of a study, default ``all``: every query position, image rows included,
+    as public steering code does; rows of image tokens before the target cell then also
+    have their attention pushed onto it). The image keys are the image-pad tokens only.
     """
     _check_items(items, "CERS")
     if not np.isfinite(beta):
         raise ValueError(f"beta must be finite, got {beta}")
     prompts = [engine.lm.adapter.build(it, engine.lm.processor) for it in items]
-    vals = np.zeros((len(headsets), len(items)))
+    one = np.zeros((len(headsets), len(items)))  # P(c | S→c) − P(c | S→d)
+    sym = np.zeros((len(headsets), len(items)))  # its average with P(d | S→d) − P(d | S→c)
     for i, (it, pr) in enumerate(tqdm(list(zip(items, prompts)), desc="CERS", disable=not progress)):
         c, d = it.target, distractor_cell(it, seed)
         lc, ld = _cell_letter(it, c), _cell_letter(it, d)
         to_c = option_probs(engine, pr, headsets, Action("steer", rows=rows, target=c, beta=beta), batch_size)
         to_d = option_probs(engine, pr, headsets, Action("steer", rows=rows, target=d, beta=beta), batch_size)
-        v = to_c[:, lc] - to_d[:, lc]
-        if symmetric:
-            v = 0.5 * (v + to_d[:, ld] - to_c[:, ld])
-        vals[:, i] = v
-    return Outcomes("cers-sym" if symmetric else "cers", vals, [it.id for it in items], {})
+        one[:, i] = to_c[:, lc] - to_d[:, lc]
+        sym[:, i] = 0.5 * (one[:, i] + to_d[:, ld] - to_c[:, ld])
+    # both variants come from the same two forwards; ``detail`` carries the other one
+    if symmetric:
+        return Outcomes("cers-sym", sym, [it.id for it in items], {"cers": one})
+    return Outcomes("cers", one, [it.id for it in items], {"cers-sym": sym})
 
 
 def _drops(engine, items, headsets, action, batch_size, progress, desc, cache=None):
@@ -143,6 +148,29 @@ def text_arm(engine: Engine, items: list[Item], headsets: list[HeadSet], batch_s
     _check_items(items, "text arm")
     drops = _drops(engine, items, headsets, Action("mask", rows="all", keys="text"), batch_size, progress, "text arm")
     return Outcomes("text", drops, [it.id for it in items], {})
+
+
+def head_attention_mass(engine: Engine, items: list[Item]) -> dict[str, np.ndarray]:
+    """Baseline attention of every head from the last prompt row, averaged over ``items``:
+    ``image_mass [L, H]`` = mean Σ_{t ∈ image-pad tokens} A[l,h][last, t] (for the
+    attention-matched and text-heavy controls and Table 17's mass columns) and
+    ``sink_mass [L, H]`` = mean A[l,h][last, 0] (the first token: sinks). No intervention."""
+    import torch
+
+    from vheads.engine import Capture, positions_mask
+
+    if not items:
+        raise ValueError("head_attention_mass needs at least one item")
+    image = sink = 0.0
+    for it in items:
+        pr = engine.lm.adapter.build(it, engine.lm.processor)
+        T = pr.layout.n_tokens
+        groups = torch.stack([positions_mask(T, pr.layout.image_positions), positions_mask(T, [0])])[None]
+        plan = engine.plan(1, captures=[Capture(positions_mask(T, pr.layout.spans["last"])[None], groups)])
+        m = engine.forward(pr, plan, logits_at=[]).captures["capture"][0]  # [L, H, 2]
+        image = image + m[..., 0].double().numpy() / len(items)
+        sink = sink + m[..., 1].double().numpy() / len(items)
+    return {"image_mass": image, "sink_mass": sink}
 
 
 EXPECTED = {

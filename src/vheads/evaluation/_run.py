@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from vheads._seeds import derived_seed
-from vheads.evaluation._controls import draw_controls, parse_control_spec
+from vheads.evaluation._controls import draw_controls, get_control, parse_control_spec
 from vheads.evaluation._headsets import HeadSet
-from vheads.evaluation._metrics import Outcomes, cers, ncs, ncs_grid, text_arm
+from vheads.evaluation._metrics import Outcomes, cers, head_attention_mass, ncs, ncs_grid, text_arm
 from vheads.evaluation._stats import bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score
 
 TESTS = ("cers", "ncs", "ncs-grid", "text")
@@ -67,6 +67,7 @@ def headset_interval(out: Outcomes, j: int = 0, seed: int = 0) -> tuple[str, tup
 #: the item kinds each test runs on
 TEST_SETS: dict[str, tuple[str, ...]] = {
     "cers": ("grid-neutral",),
+    "cers-sym": ("grid-neutral",),
     "ncs": ("class-matched", "class-mismatched"),
     "ncs-grid": ("grid-oracle",),
     "text": ("text",),
@@ -92,8 +93,9 @@ def audit_sets(n: int, seed_of: Callable[[str], int]) -> dict[str, list]:
 def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float, rows: str, seed: int, batch_size: int,
              progress: bool = False, cache: dict | None = None) -> Outcomes:
     """Run ``test`` on ``sets`` (``{kind: items}``, kinds as in :data:`TEST_SETS`)."""
-    if test == "cers":
-        return cers(engine, sets["grid-neutral"], headsets, beta, rows, seed=seed, batch_size=batch_size, progress=progress)
+    if test in ("cers", "cers-sym"):
+        return cers(engine, sets["grid-neutral"], headsets, beta, rows, symmetric=test == "cers-sym", seed=seed,
+                    batch_size=batch_size, progress=progress)
     if test == "ncs":
         return ncs(engine, sets["class-matched"], sets["class-mismatched"], headsets, rows=rows, batch_size=batch_size,
                    progress=progress, cache=cache)
@@ -120,17 +122,25 @@ def check_request(tests: Iterable[str], controls: str, beta: float, rows: str) -
 
 def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], controls: str = "layer-matched:100,any-layer:100",
                       n: int = 24, beta: float = 1e4, rows: str = "all", seed: int = 0, batch_size: int = 128,
-                      progress: bool = True) -> list[HeadsetResult]:
+                      progress: bool = True, steer_rows: str = "all") -> list[HeadsetResult]:
     """Test each named head-set with each test against the requested controls.
+
+    ``rows``: where masks act (NCS, NCS_grid); ``steer_rows``: where CERS steers (default
+    ``all``, the common practice of public steering code).
 
     All arguments are checked before any forward pass: unknown tests, a bad control spec
     (unknown name, R = 0), a non-finite β, a head-set of another model shape.
     """
     requests = check_request(tests, controls, beta, rows)
+    check_request(tests, controls, beta, steer_rows)
     L, H = engine.shape
     for name, S in headsets.items():
         if (S.n_layers, S.n_heads) != (L, H):
             raise ValueError(f"head-set {name!r} is for a {S.n_layers}x{S.n_heads} model; this model is {L}x{H}")
+    inputs: dict = {}
+    if any(get_control(req.name).needs for req in requests):
+        # attention-matched / sinks / text-heavy: baseline attention per head on the CERS grids
+        inputs = head_attention_mass(engine, item_sets(["grid-neutral"], n, lambda kind: seed)["grid-neutral"])
     results: list[HeadsetResult] = []
     for test in tests:
         sets = item_sets(TEST_SETS[test], n, lambda kind: seed)
@@ -138,12 +148,13 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
             ids, hs, meta = ["S"], [S], {}
             for req in requests:
                 cseed = derived_seed(seed, "control", name, req.name)
-                draws = draw_controls(req.name, S, req.R, cseed)
+                draws = draw_controls(req.name, S, req.R, cseed, **inputs)
                 meta[req.name] = {"R": req.R, "seed": cseed}
                 for i, d in enumerate(draws):
                     ids.append(f"{req.name}#{i}")
                     hs.append(d)
-            out = run_test(engine, test, sets, hs, beta, rows, seed, batch_size, progress)
+            out = run_test(engine, test, sets, hs, beta, steer_rows if test.startswith("cers") else rows, seed, batch_size,
+                           progress)
             T = out.means()
             method, ci, boot = headset_interval(out, 0, seed)
             res = HeadsetResult(name, test if test != "ncs" else f"ncs-{rows}", float(T[0]), ci, outcomes=out,

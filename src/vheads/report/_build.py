@@ -18,12 +18,13 @@ import re
 from pathlib import Path
 
 from vheads.report import _figures as F
+from vheads.report import _overlaps as O
 from vheads.report import _tables as T
 from vheads.report._data import RunData, load_run
 from vheads.report._doc import Figure, Section, render_html, render_markdown
 from vheads.report._protocol import protocol_checks
 
-REPORT_FIGURES = {"random_band", "score_maps", "overlap", "beta_sweep", "k_sweep"}  # plus strips_<setting>
+REPORT_FIGURES = {"random_band", "score_maps", "overlap", "overlap_curves", "random_overlap", "beta_sweep", "k_sweep"}  # plus strips_<setting>
 
 HOW = {
     "protocol": (
@@ -108,6 +109,9 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     _fig(b, "random_band", F.random_band_figure(run, main_tests),
          "Figure 3 layout: each discovered head-set S (red diamond) against its random head-sets (dots: one per "
          "draw; bar: mean ± SD; tick: mean), one panel per test.")
+    t9 = T.matched_controls_table(run)
+    if t9:
+        b.append(t9)
     for t in ("ncs-grid", "cers-sym"):
         further = T.significance_table(run, [t], f"{T.TEST_NAMES[t]} (seed Table 16 layout)",
                                        "As Table 3, on the 2×2 grid.")
@@ -136,6 +140,12 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     for t in (T.overlap_table(run), T.ceilings_table(run)):
         if t:
             b.append(t)
+    _fig(b, "overlap_curves", O.overlap_curve_figure(run), "Figure 6 layout: shared heads / k between settings that "
+         "differ only in corpus, over k (dotted: the study's k).", wide=False)
+    _fig(b, "random_overlap", O.random_overlap_figure(run), "Figure 7 layout: top-k overlap of the native head-sets "
+         "with each other (blue) and with uniform random draws of k heads (grey: mean, bar: min–max over draws).",
+         wide=False)
+    b += [t for t in (O.random_overlap_table(run), O.crossover_table(run)) if t]
     if b:
         sections.append(Section("overlap", "Overlap between settings and noise ceilings", HOW["overlap"], b))
 

@@ -1,7 +1,7 @@
 """Report tables that compare head-sets and settings with each other.
 
-- Head-set algebra (seed Table 15): for settings A (ordinal) and B (referring) of the same
-  corpus and source, the heads they share (A∩B) and the heads only one has (A−B, B−A),
+- Head-set algebra (seed Table 15): for settings A and B that differ in query type, corpus
+  or attention source (:func:`vheads.study._runner.algebra_pairs`), the heads they share (A∩B) and the heads only one has (A−B, B−A),
   each tested with NCS against same-size layer-matched controls: a one-sided paired t over
   items of the part against its controls' per-item mean
   (:func:`vheads.evaluation.paired_one_sided_p`).
@@ -52,12 +52,15 @@ def algebra_table(store: Store) -> Table | None:
                 continue
             n_heads = len(json.loads(store.query("SELECT heads FROM headsets WHERE setting=? AND headset_id=?", pid, part)[0][0]))
             pt = paired_one_sided_p(vals[part], ctrl)
-            rows.append([pid.replace("&", " vs "), part, str(n_heads), fmt(float(vals[part].mean())), fmt(float(ctrl.mean())), fmt(pt.mean_diff), fmt(pt.t, 2), fmt_p(pt.p)])
+            a, _, b = pid.partition("&")
+            rows.append([what_changes(a, b), pid.replace("&", " vs "), part, str(n_heads), fmt(float(vals[part].mean())), fmt(float(ctrl.mean())), fmt(pt.mean_diff), fmt(pt.t, 2), fmt_p(pt.p)])
     if not rows:
         return None
     return Table("Head-set algebra (seed Table 15 layout): NCS of shared and setting-only heads",
-                 ["pair", "part", "heads", "NCS part", "NCS controls", "difference", "t", "one-sided p"], rows,
-                 "Controls: same-size layer-matched head-sets; paired over the same items.", text_cols=2)
+                 ["what changes", "pair", "part", "heads", "NCS part", "NCS controls", "difference", "t", "one-sided p"], rows,
+                 "Pairs differing in query type, corpus or attention source (two each, at the query-span and "
+                 "last-token sources). Controls: same-size layer-matched head-sets; paired over the same items.",
+                 text_cols=3)
 
 
 def paired_settings_table(store: Store, settings: list[str], tests=("cers", "ncs-all")) -> Table | None:
@@ -80,7 +83,18 @@ def paired_settings_table(store: Store, settings: list[str], tests=("cers", "ncs
                  "Settings that differ in one factor; paired t over the evaluation items, unadjusted.", text_cols=3)
 
 
-def spearman_table(store: Store, settings: list[str]) -> Table | None:
+MASS_STATS = {"mean": np.mean, "median": np.median, "min": np.min, "max": np.max, "SD": lambda x: np.std(x, ddof=1) if len(x) > 1 else 0.0}
+MIN_SPEARMAN_P = 10  # fewer draws: ρ is shown with its n and no p
+
+
+def mass_table(store: Store, settings: list[str]) -> Table | None:
+    """Seed Table 17: image-attention mass of head-sets and its relation to CERS.
+
+    Mass of a head-set: its heads' baseline image-attention mass (last prompt row, CERS
+    grids, no intervention). Per setting and random control type: S's mean mass, the draws'
+    mean mass as mean [min, max] over draws, and the Spearman ρ across the draws between each
+    statistic of a draw's head masses (mean, median, min, max, SD) and the draw's CERS. With
+    fewer than 10 draws ρ is shown with its n and no p; a constant column gives no ρ."""
     mass_json = store.query("SELECT value FROM meta WHERE key='image_mass'")
     if not mass_json:
         return None
@@ -89,26 +103,40 @@ def spearman_table(store: Store, settings: list[str]) -> Table | None:
     rows = []
     for s in settings:
         vals = _per_item(store, s, "cers")
-        by_control: dict[str, tuple[list, list]] = defaultdict(lambda: ([], []))
-        for hid, v in vals.items():
+        by_control: dict[str, list[tuple[np.ndarray, float]]] = defaultdict(list)
+        for hid, v in sorted(vals.items()):
             if "#" not in hid or "@" in hid or (s, hid) not in heads:
                 continue
-            m, c = by_control[hid.split("#")[0]]
-            m.append(float(np.mean([mass[l, h] for l, h in heads[(s, hid)]])))
-            c.append(float(v.mean()))
-        for name, (m, c) in sorted(by_control.items()):
-            if len(m) >= 3 and np.ptp(m) > 0 and np.ptp(c) > 0:
-                r = spearman(m, c)
-                rows.append([s, name, str(len(m)), fmt(r.rho, 2), fmt_p(r.p)])
+            by_control[hid.split("#")[0]].append((np.array([mass[l, h] for l, h in heads[(s, hid)]]), float(v.mean())))
+        s_heads = heads.get((s, "S"))
+        s_mass = fmt(float(np.mean([mass[l, h] for l, h in s_heads])), 3) if s_heads else "–"
+        for name, draws in sorted(by_control.items()):
+            means = np.array([m.mean() for m, _ in draws])
+            c = np.array([x for _, x in draws])
+            cells = []
+            for stat in MASS_STATS.values():
+                x = np.array([float(stat(m)) for m, _ in draws])
+                if len(x) < 3 or np.ptp(x) == 0 or np.ptp(c) == 0:
+                    cells.append("–")
+                    continue
+                r = spearman(x, c)
+                cells.append(f"{fmt(r.rho, 2)} ({fmt_p(r.p)})" if len(x) >= MIN_SPEARMAN_P else f"{fmt(r.rho, 2)} (n={len(x)})")
+            rows.append([s, name, str(len(draws)), s_mass, f"{fmt(float(means.mean()))} [{fmt(float(means.min()))}, "
+                         f"{fmt(float(means.max()))}]", *cells])
     if not rows:
         return None
-    return Table("Image attention vs steerability of random head-sets (Spearman)", ["setting", "control", "draws", "ρ", "p"], rows,
-                 "Per control draw: its heads' mean baseline image-attention mass (last row, CERS grids) against its CERS.", text_cols=2)
+    return Table("Image-attention mass of head-sets and its relation to CERS (seed Table 17)",
+                 ["setting", "control", "draws", "S mass", "draws' mass mean [min, max]",
+                  *(f"ρ {k} (p)" for k in MASS_STATS)], rows,
+                 "Mass: mean over a head-set's heads of the baseline image-attention mass (last prompt row, CERS grids). "
+                 "ρ: Spearman correlation, across the control draws, between the statistic of a draw's head masses and "
+                 f"its CERS; p two-sided, shown from {MIN_SPEARMAN_P} draws on (fewer: n only). A strong ρ says "
+                 "steering tracks how much a head-set looks at the image, not which heads it holds.", text_cols=2)
 
 
 def comparison_tables(run_dir, settings: list[str]) -> list[Table]:
     store = Store(run_dir)
     try:
-        return [t for t in (algebra_table(store), paired_settings_table(store, settings), spearman_table(store, settings)) if t]
+        return [t for t in (algebra_table(store), paired_settings_table(store, settings), mass_table(store, settings)) if t]
     finally:
         store.close()

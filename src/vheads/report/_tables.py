@@ -203,6 +203,44 @@ def significance_table(run: RunData, tests: list[str], title: str, caption: str,
     return Table(title, columns, rows, caption, groups)
 
 
+# ---- Table 9: layer-matched (A) against layer- and attention-matched (B) ----------------------
+
+def matched_controls_table(run: RunData) -> Table | None:
+    """Seed Table 9: each setting's rank p against layer-matched (A) and layer- and
+    attention-matched (B) random head-sets, for CERS and NCS. B matches each drawn head's
+    baseline image-attention mass to S's head in the same layer, so a p that holds under A
+    but not under B says S's effect is that of any head that looks at the image as much."""
+    ncs = "ncs-all" if any((s, "ncs-all") in run.cells for s in run.settings) else "ncs"
+    tests = [t for t in ("cers", ncs) if any("attention-matched" in c.controls for (s, tt), c in run.cells.items() if tt == t)]
+    if not tests:
+        return None
+    per = {t: {st.setting: st for st in significance(run, t, adjust=False)} for t in tests}
+    cols, groups, rows = ["Setting"], [("", 1)], []
+    for t in tests:
+        RA = max((st.controls["layer-matched"].R for st in per[t].values() if "layer-matched" in st.controls), default=0)
+        RB = max((st.controls["attention-matched"].R for st in per[t].values() if "attention-matched" in st.controls), default=0)
+        cols += ["S", f"A: layer-matched (R={RA}) mean, p", f"B: + attention-matched (R={RB}) mean, p"]
+        groups.append((TEST_NAMES.get(t, t), 3))
+    for s in run.settings:
+        if not any(s in per[t] for t in tests):
+            continue
+        row = [s]
+        for t in tests:
+            st = per[t].get(s)
+            if st is None:
+                row += ["–"] * 3
+                continue
+            row.append(fmt(st.t_s))
+            for c in ("layer-matched", "attention-matched"):
+                cs = st.controls.get(c)
+                row.append(f"{fmt(cs.mean)}, {fmt_p(cs.rank.p)}" if cs is not None and cs.rank else "–")
+        rows.append(row)
+    return Table("Rank p against layer-matched (A) and layer- and attention-matched (B) controls (seed Table 9)",
+                 cols, rows, "p: one-sided rank p, floor 1/(R+1), not adjusted. B draws, per layer of S, the non-S head "
+                 "whose baseline image-attention mass (last prompt row, CERS grids, no intervention) is nearest to that "
+                 "of S's head.", groups)
+
+
 # ---- NCS per row group, arms --------------------------------------------------------------
 
 

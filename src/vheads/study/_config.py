@@ -34,9 +34,10 @@ selection = "flat"        # flat | per-layer
 splits = 200              # half-splits for the noise ceilings
 
 # evaluation
-tests = ["cers", "ncs", "ncs-grid", "text"]
+tests = ["cers", "ncs", "ncs-grid", "text"]   # also: cers-sym (stored with cers anyway: same forwards)
 n_eval = 16               # items per evaluation set
 beta = 10000.0            # steering strength
+steer_rows = "all"        # query rows CERS steers at: all (default, as public steering code) | image | question | last
 row_groups = ["all", "image", "question", "last"]   # NCS is run at each (default mask: all rows)
 row_group_controls = ["layer-matched"]   # controls run at the row groups other than "all"
 beta_sweep = [1.0, 10.0, 100.0, 1000.0, 10000.0]   # CERS of S over beta ([] to skip)
@@ -49,6 +50,7 @@ algebra_controls = 100    # layer-matched draws for the shared / only-one head-s
 [controls]                # control name = R draws per head-set
 layer-matched = 249       # R >= 239 lets a Holm-adjusted p over 12 settings fall under 0.05
 any-layer = 99
+attention-matched = 20    # layer- and image-attention-matched draws (Table 9, column B)
 
 [run]
 backend = "local"         # local | ray
@@ -83,9 +85,10 @@ class StudyConfig:
     k: int = 0
     selection: str = "flat"
     splits: int = 200
-    tests: list[str] = field(default_factory=lambda: list(TESTS))
+    tests: list[str] = field(default_factory=lambda: ["cers", "ncs", "ncs-grid", "text"])
     n_eval: int = 16
     beta: float = 1e4
+    steer_rows: str = "all"
     row_groups: list[str] = field(default_factory=lambda: list(ROW_GROUPS))
     row_group_controls: list[str] = field(default_factory=lambda: ["layer-matched"])
     beta_sweep: list[float] = field(default_factory=lambda: [1.0, 10.0, 100.0, 1000.0, 10000.0])
@@ -94,7 +97,7 @@ class StudyConfig:
     k_sweep_controls: int = 20
     seed: int = 0
     algebra_controls: int = 100
-    controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99})
+    controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99, "attention-matched": 20})
     run: RunConfig = field(default_factory=RunConfig)
 
     def to_dict(self) -> dict[str, Any]:
@@ -181,6 +184,8 @@ def validate(cfg: StudyConfig) -> None:
     for c in cfg.row_group_controls:
         if c not in cfg.controls:
             bad("row_group_controls", f"{c!r} is not one of the configured controls ({', '.join(cfg.controls)})")
+    if cfg.steer_rows not in ROW_GROUPS:
+        bad("steer_rows", f"unknown row group {cfg.steer_rows!r}; choose from {', '.join(ROW_GROUPS)}")
     for g in cfg.row_groups:
         if g not in ROW_GROUPS:
             bad("row_groups", f"unknown row group {g!r}; choose from {', '.join(ROW_GROUPS)}")

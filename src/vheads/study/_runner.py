@@ -124,16 +124,28 @@ def _heads_json(hs: HeadSet) -> str:
 
 
 def algebra_pairs(settings: list[str]) -> list[tuple[str, str]]:
-    """Pairs of settings that differ only in query type (same corpus and source): the
-    seed's Table 15 compares the heads they share with the heads only one of them has."""
+    """Pairs of settings that differ in one factor, for head-set algebra (seed Table 15):
+    the heads they share and the heads only one has. As in the seed, two pairs per factor,
+    at the query-span and last-token sources:
+
+    - query type: ``c0-ord-s`` vs ``c0-ref-s`` on the first corpus c0;
+    - corpus: ``c0-ord-s`` vs ``c1-ord-s`` (the first two corpora);
+    - attention source: ``cL-ord-s`` vs ``cL-ord-out`` on the last corpus cL;
+
+    for s in (qsp, last); pairs whose settings the study lacks are left out. Corpora are
+    ordered as they first appear in ``settings``."""
+    have = set(settings)
+    corpora = list(dict.fromkeys(s.split("-", 1)[0] for s in settings))
+    if not corpora:
+        return []
+    c0, cl = corpora[0], corpora[-1]
     pairs = []
-    for a in settings:
-        ca, qa, sa = a.split("-", 2)
-        for b in settings:
-            cb, qb, sb = b.split("-", 2)
-            if ca == cb and sa == sb and qa == "ord" and qb == "ref":
-                pairs.append((a, b))
-    return pairs
+    for src in ("qsp", "last"):
+        pairs.append((f"{c0}-ord-{src}", f"{c0}-ref-{src}"))
+        if len(corpora) > 1:
+            pairs.append((f"{c0}-ord-{src}", f"{corpora[1]}-ord-{src}"))
+        pairs.append((f"{cl}-ord-{src}", f"{cl}-ord-out"))
+    return [p for p in dict.fromkeys(pairs) if p[0] in have and p[1] in have]
 
 
 def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> None:
@@ -174,7 +186,7 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> No
     # head-set algebra: shared heads and heads only one setting has, each with
     # same-size layer-matched controls (pseudo-setting "A&B")
     if cfg.algebra_controls:
-        for a, b in algebra_pairs(sorted(discovered)):
+        for a, b in algebra_pairs(list(discovered)):
             pid = f"{a}&{b}"
             parts = {"shared": discovered[a] & discovered[b], f"only:{a}": discovered[a] - discovered[b], f"only:{b}": discovered[b] - discovered[a]}
             for part, hs in parts.items():

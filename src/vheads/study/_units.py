@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from vheads._seeds import derived_seed
-from vheads.evaluation import HeadSet
+from vheads.evaluation import HeadSet, Outcomes
 from vheads.evaluation._run import TEST_SETS, audit_sets, item_sets, run_test
 from vheads.study._config import StudyConfig
 
@@ -137,37 +137,30 @@ class UnitComputer:
                         for i, it in enumerate(sets[f"class-{arm}"]):
                             out["arms"].append((uid, setting, f"ncs-{g}", ids[j], it.id, arm, float(res.detail[key][jj, i])))
             return {"rows": out}
-        put(test, run_test(eng, test, sets, [hsets[j] for j in every], cfg.beta, "all", cfg.seed, bs), every)
+        res = run_test(eng, test, sets, [hsets[j] for j in every], cfg.beta, cfg.steer_rows if test.startswith("cers") else "all",
+                       cfg.seed, bs)
+        put(test, res, every)
+        for other in ("cers", "cers-sym"):  # CERS and symmetric CERS come from the same forwards
+            if other in res.detail and other not in cfg.tests:
+                put(other, Outcomes(other, res.detail[other], res.item_ids, {}), every)
         if test == "cers" and "S" in ids:
             # every β point: S and the first beta_sweep_controls layer-matched draws
             at_beta = [ids.index("S")] + [ids.index(f"layer-matched#{i}") for i in range(cfg.beta_sweep_controls)
                                           if f"layer-matched#{i}" in ids]
             for b in cfg.beta_sweep:
-                put(f"cers@beta={b:g}", run_test(eng, "cers", sets, [hsets[j] for j in at_beta], b, "all", cfg.seed, bs),
-                    at_beta)
+                put(f"cers@beta={b:g}", run_test(eng, "cers", sets, [hsets[j] for j in at_beta], b, cfg.steer_rows,
+                                                 cfg.seed, bs), at_beta)
         return {"rows": out}
 
     # ---- baseline attention per head --------------------------------------------------------
     def _image_mass(self, unit):
-        """Per-head baseline attention from the last prompt row, on the CERS grids: mass on
-        all image tokens (for attention-matched and text-heavy controls, and the Spearman of
-        a control's image attention against its CERS) and on the first token (sinks)."""
-        import torch
+        """Per-head baseline attention from the last prompt row on the CERS grids (see
+        :func:`vheads.evaluation.head_attention_mass`)."""
+        from vheads.evaluation import head_attention_mass
 
-        from vheads.engine import Capture, positions_mask
-
-        eng = self.engine
-        image = sink = 0.0
         items = item_sets(["grid-neutral"], self.cfg.n_eval, eval_seed(self.cfg.seed))["grid-neutral"]
-        for it in items:
-            pr = eng.lm.adapter.build(it, eng.lm.processor)
-            T = pr.layout.n_tokens
-            groups = torch.stack([positions_mask(T, pr.layout.image_positions), positions_mask(T, [0])])[None]
-            m = eng.forward(pr, eng.plan(1, captures=[Capture(positions_mask(T, pr.layout.spans["last"])[None], groups)]), logits_at=[]).captures["capture"][0]
-            image = image + m[..., 0].double().numpy() / len(items)
-            sink = sink + m[..., 1].double().numpy() / len(items)
-        meta = [("image_mass", _json(image.tolist())), ("sink_mass", _json(sink.tolist()))]
-        return {"rows": {"meta": meta}}
+        mass = head_attention_mass(self.engine, items)
+        return {"rows": {"meta": [(key, _json(v.tolist())) for key, v in mass.items()]}}
 
     # ---- audit -----------------------------------------------------------------------------
     def _audit(self, unit):
