@@ -42,3 +42,27 @@ def test_evaluate_ncs_reports_welch_and_two_arm_bootstrap_intervals(tiny_headset
     vals = res["per_item"]["values"]
     t_s, t_c = np.mean(vals["S"]), [np.mean(vals[f"layer-matched#{i}"]) for i in range(3)]
     assert res["controls"]["layer-matched"]["rank_p"] == pytest.approx((1 + sum(t >= t_s for t in t_c)) / 4)
+
+
+def test_evaluate_runs_attention_matched_and_sized_random_n_controls(tiny_headset):
+    """attention-matched computes the image-attention mass it needs; random-n:R@N has its own n."""
+    from vheads.cli import app
+
+    r = CliRunner().invoke(app, ["evaluate", "--headset", str(tiny_headset), "--test", "cers-sym", "--controls",
+                                 "attention-matched:2,random-n:2@5", "--n", "3", "--steer-rows", "last", "--json"])
+    assert r.exit_code == 0, r.output
+    (res,) = json.loads(r.stdout)
+    assert res["test"] == "cers-sym" and res["ci95_method"] == "t"
+    assert {c: v["R"] for c, v in res["controls"].items()} == {"attention-matched": 2, "random-n(n=5)": 2}
+    assert set(res["per_item"]["values"]) == {"S", "attention-matched#0", "attention-matched#1", "random-n(n=5)#0",
+                                              "random-n(n=5)#1"}
+
+
+def test_random_n_spec_takes_its_own_head_count():
+    from vheads.evaluation import layer_matched_controls  # noqa: F401  (public API import)
+    from vheads.evaluation._controls import ControlRequest, parse_control_spec
+
+    assert parse_control_spec("random-n:3@200,random-n:2") == [ControlRequest("random-n", 3, 200), ControlRequest("random-n", 2)]
+    for bad in ("random-n:3@0", "random-n:3@x", "layer-matched:3@5", "random-n:3@200,random-n:4@200"):
+        with pytest.raises(ValueError):
+            parse_control_spec(bad)

@@ -421,16 +421,41 @@ def draw_controls(name: str, S: HeadSet, R: int, seed: int, **inputs) -> Control
 
 @dataclass(frozen=True)
 class ControlRequest:
-    """One entry of a control spec: the control's registry name and its number of draws R."""
+    """One entry of a control spec: the control's registry name, its number of draws R and,
+    for ``random-n``, the head count n of each draw (``None``: as many heads as S)."""
 
     name: str
     R: int
+    n: int | None = None
+
+    @property
+    def label(self) -> str:
+        """The name results are reported under: ``random-n(n=200)`` when n is set."""
+        return f"{self.name}(n={self.n})" if self.n else self.name
+
+
+def split_control_name(name: str) -> tuple[str, int | None]:
+    """``"random-n@200"`` → ``("random-n", 200)``; any other name → ``(name, None)``.
+    Only ``random-n`` takes its own n (seed Table 12's 200- and 400-head sets)."""
+    base, sep, n_text = name.partition("@")
+    if not sep:
+        return name, None
+    if get_control(base).name != "random-n":
+        raise ValueError(f"control {base!r} takes no head count; only random-n does (random-n@N)")
+    try:
+        n = int(n_text)
+    except ValueError:
+        raise ValueError(f"control {name!r}: the head count after '@' must be an integer, got {n_text!r}") from None
+    if n < 1:
+        raise ValueError(f"control {name!r}: the head count must be at least 1, got {n}")
+    return "random-n", n
 
 
 def parse_control_spec(spec: str) -> list[ControlRequest]:
     """Parse ``"layer-matched:100,any-layer:50"`` into requests, in the order given.
 
-    Each entry is ``name`` or ``name:R``. R defaults to 100 for random controls and is 1
+    Each entry is ``name`` or ``name:R``; ``random-n:R@N`` draws N heads per draw (default:
+    as many as S). R defaults to 100 for random controls and is 1
     for the deterministic ``sinks`` and ``text-heavy``. Unknown names, R that is not an
     integer ≥ 1, R > 1 for a deterministic control, empty entries and repeated names are
     ``ValueError``.
@@ -443,6 +468,8 @@ def parse_control_spec(spec: str) -> list[ControlRequest]:
         if not entry:
             raise ValueError(f"empty entry in control spec {spec!r} (a stray comma?)")
         name, sep, r_text = (part.strip() for part in entry.partition(":"))
+        r_text, at, n_text = r_text.partition("@")
+        n = split_control_name(f"{name}@{n_text}")[1] if at else None
         control = get_control(name)
         if sep:
             try:
@@ -458,7 +485,8 @@ def parse_control_spec(spec: str) -> list[ControlRequest]:
                 f"control {name!r} is deterministic (one head-set), so R must be 1, got {R}; "
                 f"write {control.name!r} or '{control.name}:1'"
             )
-        if any(r.name == control.name for r in requests):
-            raise ValueError(f"control {control.name!r} appears twice in {spec!r}")
-        requests.append(ControlRequest(control.name, R))
+        req = ControlRequest(control.name, R, n)
+        if any(r.label == req.label for r in requests):
+            raise ValueError(f"control {req.label!r} appears twice in {spec!r}")
+        requests.append(req)
     return requests

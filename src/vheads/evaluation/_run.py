@@ -147,11 +147,11 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
         for name, S in headsets.items():
             ids, hs, meta = ["S"], [S], {}
             for req in requests:
-                cseed = derived_seed(seed, "control", name, req.name)
-                draws = draw_controls(req.name, S, req.R, cseed, **inputs)
-                meta[req.name] = {"R": req.R, "seed": cseed}
+                cseed = derived_seed(seed, "control", name, req.label)
+                draws = draw_controls(req.name, S, req.R, cseed, **({"n": req.n} if req.n else {}), **inputs)
+                meta[req.label] = {"R": req.R, "seed": cseed}
                 for i, d in enumerate(draws):
-                    ids.append(f"{req.name}#{i}")
+                    ids.append(f"{req.label}#{i}")
                     hs.append(d)
             out = run_test(engine, test, sets, hs, beta, steer_rows if test.startswith("cers") else rows, seed, batch_size,
                            progress)
@@ -160,20 +160,20 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
             res = HeadsetResult(name, test if test != "ncs" else f"ncs-{rows}", float(T[0]), ci, outcomes=out,
                                 headset_ids=ids, ci_method=method, ci_bootstrap=boot)
             for req in requests:
-                idx = [j for j, h in enumerate(ids) if h.startswith(req.name + "#")]
+                idx = [j for j, h in enumerate(ids) if h.startswith(req.label + "#")]
                 tc = T[idx]
                 rp = rank_p(T[0], tc)
                 z = z_score(T[0], tc) if len(tc) > 1 else None
-                res.controls[req.name] = {**meta[req.name], "mean": float(tc.mean()), "sd": float(tc.std(ddof=1)) if len(tc) > 1 else float("nan"),
+                res.controls[req.label] = {**meta[req.label], "mean": float(tc.mean()), "sd": float(tc.std(ddof=1)) if len(tc) > 1 else float("nan"),
                                           "z": None if z is None else float(z.z), "rank_p": float(rp.p)}
             results.append(res)
     # Holm over the family of head-sets tested together, per test and control
     for test in {r.test for r in results}:
         fam = [r for r in results if r.test == test]
         for req in requests:
-            adj = holm([r.controls[req.name]["rank_p"] for r in fam])
+            adj = holm([r.controls[req.label]["rank_p"] for r in fam])
             for r, p in zip(fam, adj.p_adjusted):
-                r.controls[req.name]["holm_p"] = float(p)
+                r.controls[req.label]["holm_p"] = float(p)
     return results
 
 

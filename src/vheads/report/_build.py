@@ -114,7 +114,7 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
         b.append(t9)
     for t in ("ncs-grid", "cers-sym"):
         further = T.significance_table(run, [t], f"{T.TEST_NAMES[t]} (seed Table 16 layout)",
-                                       "As Table 3, on the 2×2 grid.")
+                                       "As Table 3, on the 2×2 grid." + (T.max_ncs_grid_note(run) if t == "ncs-grid" else ""))
         if further:
             b.append(further)
     if b:

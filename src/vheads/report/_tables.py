@@ -241,6 +241,16 @@ def matched_controls_table(run: RunData) -> Table | None:
                  "of S's head.", groups)
 
 
+def max_ncs_grid_note(run: RunData) -> str:
+    """The maximum attainable NCS_grid of the item set (seed Table 16's caption): NCS_grid of
+    the all-heads set, ``P(c | hide R_d from all heads) − P(c | hide R_c from all heads)``,
+    read from the stored ``all-heads`` outcomes (the same items for every setting)."""
+    vals = [c.controls["all-heads"] for (s, t), c in run.cells.items() if t == "ncs-grid" and "all-heads" in c.controls]
+    if not vals:
+        return ""
+    return f" The maximum attainable NCS_grid (every head hidden from the cell) is {fmt(float(vals[0][0]))}."
+
+
 # ---- NCS per row group, arms --------------------------------------------------------------
 
 

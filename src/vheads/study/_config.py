@@ -51,6 +51,7 @@ algebra_controls = 100    # layer-matched draws for the shared / only-one head-s
 layer-matched = 249       # R >= 239 lets a Holm-adjusted p over 12 settings fall under 0.05
 any-layer = 99
 attention-matched = 20    # layer- and image-attention-matched draws (Table 9, column B)
+# "random-n@200" = 5      # random-n with its own head count (Table 12); also sinks = 1, text-heavy = 1, whole-layers = R
 
 [run]
 backend = "local"         # local | ray
@@ -168,6 +169,7 @@ def validate(cfg: StudyConfig) -> None:
     """Semantic checks that need no model: names, ranges, folders."""
     from vheads.discovery._scores import QUERIES, SOURCES
     from vheads.evaluation import get_control
+    from vheads.evaluation._controls import split_control_name
 
     def bad(key, msg):
         raise ValueError(f"config key {key!r}: {msg}")
@@ -212,7 +214,7 @@ def validate(cfg: StudyConfig) -> None:
         bad("beta", f"must be finite, got {cfg.beta}")
     for name, R in cfg.controls.items():
         try:
-            ctl = get_control(name)
+            ctl = get_control(split_control_name(name)[0])
         except ValueError as e:
             bad("controls", str(e))
         if R < 1:

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from vheads import __version__
 from vheads.evaluation import HeadSet, draw_controls
+from vheads.evaluation._controls import split_control_name
 from vheads.study._backends import make_backend
 from vheads.study._config import StudyConfig
 from vheads.study._store import Store
@@ -168,11 +169,13 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> No
         rows.append((sid, "S", "S", 0, cfg.seed, _heads_json(S)))
         for name, R in cfg.controls.items():
             seed = derived_seed(cfg.seed, "control", sid, name)
-            draws = draw_controls(name, S, R, seed, **inputs)
+            base, n = split_control_name(name)  # "random-n@200": 200 heads per draw
+            draws = draw_controls(base, S, R, seed, **({"n": n} if n else {}), **inputs)
+            label = f"{base}(n={n})" if n else name
             if getattr(draws, "fallbacks", None):
                 fallbacks.setdefault(sid, []).extend(str(f) for f in draws.fallbacks)
             for i, d in enumerate(draws):
-                rows.append((sid, f"{name}#{i}", name, i, seed, _heads_json(d)))
+                rows.append((sid, f"{label}#{i}", label, i, seed, _heads_json(d)))
         sc = np.array(json.loads(scores))
         for kk in cfg.k_sweep:
             if kk <= L * H:

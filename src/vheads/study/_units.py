@@ -19,6 +19,7 @@ from vheads.evaluation import HeadSet, Outcomes
 from vheads.evaluation._run import TEST_SETS, audit_sets, item_sets, run_test
 from vheads.study._config import StudyConfig
 
+ALL_HEADS = "all-heads"  # head-set id of every head (the maximum attainable NCS_grid)
 K_SWEEP_TESTS = ("cers", "ncs")  # tests the k sweep's head-sets run in
 STRIP_FIGURE_ITEMS = 3  # strips per setting whose top heads' attention is stored for figures
 STRIP_FIGURE_HEADS = 4
@@ -120,6 +121,9 @@ class UnitComputer:
                 for i, iid in enumerate(res.item_ids):
                     out["outcomes"].append((uid, setting, test_id, ids[j], iid, float(res.values[jj, i])))
 
+        if test == "ncs-grid" and "S" in ids:
+            # the maximum attainable NCS_grid of the item set: every head hidden from the cell
+            ids, hsets = [*ids, ALL_HEADS], [*hsets, HeadSet([(l, h) for l in range(L) for h in range(H)], L, H)]
         # the k sweep's sets (S@k=K and its layer-matched@k=K controls) run in CERS and NCS
         # at all rows only (seed Tables 14 and 18)
         every = [j for j, h in enumerate(ids) if "@k=" not in h or test in K_SWEEP_TESTS]
