@@ -7,7 +7,7 @@ from scipy import stats
 
 from vheads.report._extras import algebra_table, paired_settings_table, spearman_table
 from vheads.study._runner import algebra_pairs
-from vheads.study._store import Store
+from vheads.store import Store
 
 
 def test_algebra_pairs_are_ordinal_vs_referring_of_the_same_corpus_and_source():

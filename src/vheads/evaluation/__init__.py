@@ -8,12 +8,17 @@ from vheads.evaluation._controls import (
 from vheads.evaluation._headsets import HeadSet, default_k
 from vheads.evaluation._metrics import Outcomes, baseline_audit, cers, distractor_cell, ncs, ncs_grid, text_arm
 from vheads.evaluation._probe import Action, option_probs
+from vheads.evaluation._run import (
+    AUDIT_SETS, TEST_SETS, TESTS, HeadsetResult, audit_sets, check_request, evaluate_headsets, item_sets, run_test,
+)
 from vheads.evaluation._stats import (
     BootstrapInterval, Holm, Interval, PairedT, RankP, Spearman, ZScore, bootstrap_ci, holm, paired_one_sided_p,
     paired_t, rank_p, spearman, t_interval, z_score,
 )
 
 __all__ = [
+    "AUDIT_SETS", "HeadsetResult", "TESTS", "TEST_SETS", "audit_sets", "check_request", "evaluate_headsets", "item_sets",
+    "run_test",
     "Action", "BootstrapInterval", "CONTROLS", "Control", "ControlDraws", "ControlRequest", "Fallback", "HeadSet",
     "Holm", "Interval", "Outcomes", "PairedT", "RankP", "Spearman", "ZScore", "any_layer_controls",
     "attention_matched_controls", "baseline_audit", "bootstrap_ci", "cers", "default_k", "distractor_cell",

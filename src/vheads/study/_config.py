@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vheads.engine import ROW_GROUPS
-from vheads.evaluation._run import TESTS
+from vheads.evaluation import TESTS
 
 DEFAULT_TOML = '''\
 # vheads study configuration. Every key is optional; these are the defaults.
@@ -159,7 +159,7 @@ def config_from_dict(data: dict[str, Any]) -> StudyConfig:
 
 def validate(cfg: StudyConfig) -> None:
     """Semantic checks that need no model: names, ranges, folders."""
-    from vheads.discovery._scores import QUERIES, SOURCES
+    from vheads.discovery import QUERIES, SOURCES
     from vheads.evaluation import get_control
 
     def bad(key, msg):

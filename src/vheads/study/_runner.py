@@ -21,7 +21,7 @@ from vheads import __version__
 from vheads.evaluation import HeadSet, draw_controls
 from vheads.study._backends import make_backend
 from vheads.study._config import StudyConfig
-from vheads.study._store import Store
+from vheads.store import Store
 from vheads._seeds import derived_seed
 
 
@@ -119,7 +119,7 @@ def algebra_pairs(settings: list[str]) -> list[tuple[str, str]]:
 
 
 def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> None:
-    from vheads.discovery._selection import select_heads
+    from vheads.discovery import select_heads
 
     if "headsets" in store.done_units():
         return

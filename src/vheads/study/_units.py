@@ -16,7 +16,7 @@ import numpy as np
 
 from vheads._seeds import derived_seed
 from vheads.evaluation import HeadSet
-from vheads.evaluation._run import TEST_SETS, audit_sets, item_sets, run_test
+from vheads.evaluation import TEST_SETS, audit_sets, item_sets, run_test
 from vheads.study._config import StudyConfig
 
 STRIP_FIGURE_ITEMS = 3  # strips per setting whose top heads' attention is stored for figures
@@ -63,8 +63,7 @@ class UnitComputer:
     def _discovery(self, unit):
         import torch
 
-        from vheads.discovery import load_corpus, score_settings
-        from vheads.discovery._selection import resolve_k, select_heads
+        from vheads.discovery import load_corpus, resolve_k, score_settings, select_heads
         from vheads.engine import Capture, positions_mask
 
         cfg, eng = self.cfg, self.engine
