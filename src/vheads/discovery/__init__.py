@@ -29,10 +29,11 @@ from vheads.discovery._scores import (
 from vheads.discovery._selection import MODES, ranked_heads, resolve_k, select_heads
 
 __all__ = [
-    "CORPUS_ABBREV", "Ceiling", "Corpus", "HeadSetRecord", "MODES", "OverlapReport", "QUERIES", "QUERY_ABBREV", "SCHEMA",
-    "SOURCES", "SOURCE_ABBREV", "Setting", "SettingScores", "check_model", "discover_command", "discover_headsets", "geometric_ceiling",
-    "greedy_answer", "headset_records", "headset_schema", "headset_schema_errors", "item_region_mass", "load_corpus", "load_headset", "load_headset_files", "load_per_item",
-    "overlap_command", "overlap_curve", "overlap_fraction", "overlap_matrix", "overlap_report", "plot_overlap_heatmap", "ranked_heads",
-    "resolve_k", "save_headset", "save_per_item", "score_settings", "select_heads", "split_half_ceiling",
-    "topk_overlap", "validate_headset_json",
+    "CORPUS_ABBREV", "Ceiling", "Corpus", "HeadSetRecord", "MODES", "OverlapReport", "QUERIES", "QUERY_ABBREV",
+    "SCHEMA", "SOURCES", "SOURCE_ABBREV", "Setting", "SettingScores", "check_model", "discover_command",
+    "discover_headsets", "geometric_ceiling", "greedy_answer", "headset_records", "headset_schema",
+    "headset_schema_errors", "item_region_mass", "load_corpus", "load_headset", "load_headset_files",
+    "load_per_item", "overlap_command", "overlap_curve", "overlap_fraction", "overlap_matrix", "overlap_report",
+    "plot_overlap_heatmap", "ranked_heads", "resolve_k", "save_headset", "save_per_item", "score_settings",
+    "select_heads", "split_half_ceiling", "topk_overlap", "validate_headset_json",
 ]
