@@ -49,11 +49,13 @@ def venv(wheel, tmp_path_factory):
     py = env_dir / "bin" / "python"
     purelib = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                   capture_output=True, text=True, check=True).stdout.strip())
+    # install first, into a venv that sees nothing else (a vheads elsewhere must not make pip skip the wheel)
+    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index",
+                        "--ignore-installed", "-q", str(wheel)], env=clean_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert list(purelib.glob("vheads-*.dist-info")), f"pip did not install the wheel into {purelib}: {r.stdout[-2000:]}"
     deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()}
     (purelib / "zz_shared_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
-    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
     return env_dir
 
 
