@@ -78,7 +78,8 @@ def evaluate(
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
     from vheads.engine import Engine
-    from vheads.evaluation._run import check_request, evaluate_headsets, load_headset_files
+    from vheads.discovery import load_headset_files
+    from vheads.evaluation import check_request, evaluate_headsets
     from vheads.models import load_model
 
     # every argument is checked before the model is loaded
@@ -116,8 +117,7 @@ def audit(
 ) -> None:
     """Baseline audit of the evaluation sets: oracle, floor, matched, mismatched, leak."""
     from vheads.engine import Engine
-    from vheads.evaluation import baseline_audit
-    from vheads.evaluation._run import audit_sets
+    from vheads.evaluation import audit_sets, baseline_audit
     from vheads.models import load_model
 
     lm = _fail_clearly(load_model, model)
@@ -133,7 +133,7 @@ def audit(
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="a study's run directory")]) -> None:
     """Rebuild the report (Markdown + HTML) of a study run from its results store."""
-    from vheads.study._runner import build_report_if_available
+    from vheads.study import build_report_if_available
 
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
@@ -148,7 +148,7 @@ def export(
     out: Annotated[Optional[Path], typer.Option(help="output folder (default: RUN_DIR/export)")] = None,  # noqa: UP007
 ) -> None:
     """Export the per-item outcomes and tables of a run as CSV or Parquet."""
-    from vheads.study._export import export_run
+    from vheads.study import export_run
 
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
@@ -172,16 +172,16 @@ def _fail_clearly(fn, *args, **kwargs):
 def _mount_optional() -> None:
     """Sub-commands that live beside their library code."""
     try:
-        from vheads.tiny._cli import app as tiny_app
+        from vheads.tiny import app as tiny_app
 
         app.add_typer(tiny_app, name="tiny", help="The built-in tiny model: train and evaluate it.")
     except ImportError:
         pass
     try:
-        from vheads.discovery._cli import discover, overlap
+        from vheads.discovery import discover_command, overlap_command
 
-        app.command("discover")(discover)
-        app.command("overlap")(overlap)
+        app.command("discover")(discover_command)
+        app.command("overlap")(overlap_command)
     except ImportError:
         pass
 

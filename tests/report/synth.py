@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vheads.study._store import Store
+from vheads.store import Store
 
 L, H, K = 4, 8, 4
 CORPORA = {"cm": "comics", "ph": "photo"}

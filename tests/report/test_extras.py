@@ -7,7 +7,7 @@ from scipy import stats
 
 from vheads.report._extras import algebra_table, mass_table, paired_settings_table
 from vheads.study._runner import algebra_pairs
-from vheads.study._store import Store
+from vheads.store import Store
 
 
 def test_algebra_pairs_cover_query_type_corpus_and_source_like_the_seed():

@@ -211,7 +211,7 @@ def test_minimal_run_skips_missing_sections(tmp_path):
 
 
 def test_empty_store_builds_a_report(tmp_path):
-    from vheads.study._store import Store
+    from vheads.store import Store
 
     Store(tmp_path).close()
     html = build_report(tmp_path).read_text()

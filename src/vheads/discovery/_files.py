@@ -18,6 +18,9 @@ Schema ``vheads.headset/1`` (all keys required unless marked optional)::
       "per_item_file": "cm-ref-qsp.items.npz" | null   # optional: per-item mass [N, L, H]
     }
 
+The same structure is shipped as a JSON Schema, ``vheads/schemas/headset.schema.json``
+(see :mod:`vheads.discovery._schema`); files are checked against it on write and read.
+
 Floats are written with Python's shortest round-trip repr, so a file read back gives the
 same float64 scores bit for bit; no timestamps, so the same run writes the same bytes.
 Every write is atomic (temp file in the same folder + ``os.replace``): a failure never
@@ -38,9 +41,10 @@ import numpy as np
 
 import vheads
 from vheads._io import read_json
+from vheads.discovery._schema import validate_headset_json
 from vheads.discovery._scores import Setting
 from vheads.discovery._selection import MODES, ranked_heads
-from vheads.evaluation._headsets import HeadSet
+from vheads.evaluation import HeadSet
 
 SCHEMA = "vheads.headset/1"
 
@@ -162,6 +166,7 @@ def _validate(d: dict[str, Any], where: str) -> None:
     schema = d.get("schema")
     if schema != SCHEMA:
         raise ValueError(f"{where}: schema {schema!r} is not {SCHEMA!r} (not a vheads head-set file, or another version)")
+    validate_headset_json(d, where)  # the shipped JSON Schema (vheads/schemas/headset.schema.json)
     missing = [k for k in ("setting", "model", "corpus", "seed", "selection", "heads", "head_scores", "scores") if k not in d]
     if missing:
         raise ValueError(f"{where}: missing keys {missing}")
@@ -217,3 +222,13 @@ def check_model(rec: HeadSetRecord, lm, force: bool = False) -> None:
             f"head-set {rec.setting.id}{where} was discovered on model {rec.model['id']} ({hs_fp}), not on "
             f"{lm.model_id} ({lm_fp}); discover heads on this model, or pass force=True / --force to use it anyway"
         )
+
+
+def load_headset_files(paths: list[str | Path], lm, force: bool = False) -> dict[str, HeadSet]:
+    """Read head-set files for ``lm`` as ``{setting id: HeadSet}`` (another model's files are
+    refused unless ``force``; a second file of the same setting is keyed by its file stem)."""
+    out = {}
+    for p in paths:
+        rec = load_headset(p, lm=lm, force=force)
+        out[rec.setting.id if rec.setting.id not in out else Path(p).stem] = rec.headset
+    return out

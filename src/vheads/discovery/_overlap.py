@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vheads.evaluation._headsets import HeadSet
+from vheads.evaluation import HeadSet
 
 
 def topk_overlap(a: HeadSet, b: HeadSet) -> int:

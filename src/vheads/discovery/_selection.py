@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vheads.evaluation._headsets import HeadSet, default_k
+from vheads.evaluation import HeadSet, default_k
 
 MODES = ("flat", "per-layer")
 

@@ -2,7 +2,7 @@
 
 from vheads.evaluation._controls import (
     CONTROLS, Control, ControlDraws, ControlRequest, Fallback, any_layer_controls, attention_matched_controls,
-    draw_controls, get_control, layer_matched_controls, parse_control_spec, random_n_controls, sink_heads,
+    draw_controls, get_control, layer_matched_controls, split_control_name, parse_control_spec, random_n_controls, sink_heads,
     text_heavy_heads, whole_layer_controls,
 )
 from vheads.evaluation._headsets import HeadSet, default_k
@@ -10,16 +10,21 @@ from vheads.evaluation._metrics import (
     Outcomes, baseline_audit, cers, distractor_cell, head_attention_mass, ncs, ncs_grid, text_arm,
 )
 from vheads.evaluation._probe import Action, option_probs
+from vheads.evaluation._run import (
+    AUDIT_SETS, TEST_SETS, TESTS, HeadsetResult, audit_sets, check_request, evaluate_headsets, item_sets, run_test,
+)
 from vheads.evaluation._stats import (
     BootstrapInterval, Holm, Interval, PairedT, RankP, Spearman, ZScore, bootstrap_ci, bootstrap_diff_ci, welch_interval, holm, paired_one_sided_p,
     paired_t, rank_p, spearman, t_interval, z_score,
 )
 
 __all__ = [
+    "AUDIT_SETS", "HeadsetResult", "TESTS", "TEST_SETS", "audit_sets", "check_request", "evaluate_headsets", "item_sets",
+    "run_test",
     "Action", "BootstrapInterval", "CONTROLS", "Control", "ControlDraws", "ControlRequest", "Fallback", "HeadSet",
     "Holm", "Interval", "Outcomes", "PairedT", "RankP", "Spearman", "ZScore", "any_layer_controls",
     "attention_matched_controls", "baseline_audit", "bootstrap_ci", "bootstrap_diff_ci", "welch_interval", "cers", "default_k", "distractor_cell",
     "draw_controls", "get_control", "head_attention_mass", "holm", "layer_matched_controls", "ncs", "ncs_grid", "option_probs",
     "paired_one_sided_p", "paired_t", "parse_control_spec", "random_n_controls", "rank_p", "sink_heads",
-    "spearman", "t_interval", "text_arm", "text_heavy_heads", "whole_layer_controls", "z_score",
+    "spearman", "split_control_name", "t_interval", "text_arm", "text_heavy_heads", "whole_layer_controls", "z_score",
 ]

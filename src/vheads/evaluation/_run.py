@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -175,14 +174,3 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
             for r, p in zip(fam, adj.p_adjusted):
                 r.controls[req.label]["holm_p"] = float(p)
     return results
-
-
-def load_headset_files(paths: list[Path], lm, force: bool = False) -> dict[str, HeadSet]:
-    """Read head-set files for ``lm`` (another model's files are refused unless ``force``)."""
-    from vheads.discovery import load_headset
-
-    out = {}
-    for p in paths:
-        rec = load_headset(p, lm=lm, force=force)
-        out[rec.setting.id if rec.setting.id not in out else Path(p).stem] = rec.headset
-    return out

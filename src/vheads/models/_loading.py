@@ -46,11 +46,24 @@ class LoadedModel:
         return self.n_layers * self.n_heads
 
 
+#: where the built-in tiny model's files lie inside the installed package (they ship in the
+#: wheel as package data; ``vheads.tiny`` holds the code that trains them)
+TINY_WEIGHTS = Path(__file__).resolve().parent.parent / "tiny" / "weights"
+
+
+def tiny_model_path() -> Path:
+    """Folder of the shipped tiny model's files (loaded like any local checkpoint)."""
+    if not (TINY_WEIGHTS / "config.json").exists():
+        raise FileNotFoundError(
+            f"the built-in tiny model's files are missing from {TINY_WEIGHTS}; rebuild them with "
+            "`vheads tiny train --out <dir>` and copy the folder there"
+        )
+    return TINY_WEIGHTS
+
+
 def resolve_model_path(model: str) -> str:
     """``tiny`` is the built-in model; anything else is a local path or a hub id."""
     if model == "tiny":
-        from vheads.tiny import tiny_model_path
-
         return str(tiny_model_path())
     return model
 

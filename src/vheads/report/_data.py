@@ -1,7 +1,7 @@
 """Reading a run's results store into the shapes the report needs.
 
 Everything the report shows comes from ``results.sqlite`` (schema in
-:mod:`vheads.study._store`) and, for the strip figures, ``strips/<item_id>.png``. Ids:
+:mod:`vheads.store`) and, for the strip figures, ``strips/<item_id>.png``. Ids:
 
 - head-set ids in ``outcomes``: ``S`` (the discovered set), ``<control>#<draw>`` (one
   control draw, e.g. ``layer-matched#17``), ``S@k=K`` (the k-sweep set of size K); a
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from vheads.study._store import STORE_NAME, Store
+from vheads.store import STORE_NAME, Store
 
 _HEADSET_RE = re.compile(r"^(?P<name>[^@#]+)(?:@k=(?P<k>\d+))?(?:#(?P<draw>\d+))?$")
 _TEST_RE = re.compile(r"^(?P<base>[^@]+)(?:@(?P<param>[A-Za-z_]+)=(?P<value>.+))?$")
@@ -100,7 +100,7 @@ class RunData:
     ksweep: dict[tuple[str, str], dict[int, Cell]]  # (setting, base test) -> k -> Cell, from 'S@k=K' head-sets
     headset_sizes: dict[tuple[str, str], int]  # (setting, headset role) -> heads in it (first draw)
     arms: dict[tuple[str, str, str], np.ndarray]  # (setting, test, arm) -> per-item drops of S (k sweep: test@k=K)
-    overlap: list[dict[str, Any]]  # one row per unordered pair (see vheads.study._store)
+    overlap: list[dict[str, Any]]  # one row per unordered pair (see vheads.store)
     ceilings: dict[str, dict[str, Any]]
     audit: list[dict[str, Any]]
     strip_attention: dict[str, dict[tuple[int, int], dict[str, list[float]]]]  # setting -> head -> item -> masses

@@ -22,7 +22,7 @@ import numpy as np
 from vheads.evaluation import paired_one_sided_p, paired_t, spearman
 from vheads.report._doc import Table
 from vheads.report._tables import fmt, fmt_p, what_changes
-from vheads.study._store import Store
+from vheads.store import Store
 
 HOW = (
     "Head-set algebra asks whether the heads two settings share, or the heads only one finds, carry the effect: each "

@@ -232,7 +232,7 @@ def score_map_figure(run: RunData) -> bytes | None:
 
 
 def overlap_figure(run: RunData, labels: list[str], matrix: np.ndarray, k: int | None) -> bytes:
-    from vheads.discovery._overlap import Ceiling, plot_overlap_heatmap
+    from vheads.discovery import Ceiling, plot_overlap_heatmap
 
     ceilings = None
     if all(s in run.ceilings for s in labels):

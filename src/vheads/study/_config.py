@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vheads.engine import ROW_GROUPS
-from vheads.evaluation._run import TESTS
+from vheads.evaluation import TESTS
 
 DEFAULT_TOML = '''\
 # vheads study configuration. Every key is optional; these are the defaults.
@@ -167,9 +167,9 @@ def config_from_dict(data: dict[str, Any]) -> StudyConfig:
 
 def validate(cfg: StudyConfig) -> None:
     """Semantic checks that need no model: names, ranges, folders."""
-    from vheads.discovery._scores import QUERIES, SOURCES
+    from vheads.discovery import QUERIES, SOURCES
     from vheads.evaluation import get_control
-    from vheads.evaluation._controls import split_control_name
+    from vheads.evaluation import split_control_name
 
     def bad(key, msg):
         raise ValueError(f"config key {key!r}: {msg}")

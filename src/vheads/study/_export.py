@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from vheads.study._store import Store
+from vheads.store import Store
 
 TABLES = ("outcomes", "arms", "discovery", "headsets", "overlap", "ceilings", "audit")
 

@@ -19,10 +19,10 @@ from tqdm.auto import tqdm
 
 from vheads import __version__
 from vheads.evaluation import HeadSet, draw_controls
-from vheads.evaluation._controls import split_control_name
+from vheads.evaluation import split_control_name
 from vheads.study._backends import make_backend
 from vheads.study._config import StudyConfig
-from vheads.study._store import Store
+from vheads.store import Store
 from vheads._seeds import derived_seed
 
 

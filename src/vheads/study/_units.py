@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from vheads._seeds import derived_seed
-from vheads.evaluation import HeadSet, Outcomes
-from vheads.evaluation._run import TEST_SETS, audit_sets, item_sets, run_test
+from vheads.evaluation import TEST_SETS, HeadSet, Outcomes, audit_sets, item_sets, run_test
 from vheads.study._config import StudyConfig
 
 ALL_HEADS = "all-heads"  # head-set id of every head (the maximum attainable NCS_grid)
@@ -65,8 +64,7 @@ class UnitComputer:
     def _discovery(self, unit):
         import torch
 
-        from vheads.discovery import load_corpus, score_settings
-        from vheads.discovery._selection import resolve_k, select_heads
+        from vheads.discovery import load_corpus, resolve_k, score_settings, select_heads
         from vheads.engine import Capture, positions_mask
 
         cfg, eng = self.cfg, self.engine

@@ -1,21 +1,16 @@
 """The built-in tiny VLM: a trained Qwen3-VL small enough for a laptop CPU."""
 
-from pathlib import Path
-
-
-def tiny_model_path() -> Path:
-    """Folder of the shipped tiny model's files (loaded like any local checkpoint)."""
-    path = Path(__file__).parent / "weights"
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(
-            f"the built-in tiny model's files are missing from {path}; rebuild them with "
-            "`vheads tiny train --out <dir>` and copy the folder there"
-        )
-    return path
-
 
 def __getattr__(name: str):
-    """Lazy access to the training and evaluation API (keeps ``import vheads`` light)."""
+    """Lazy access to the training and evaluation API (keeps ``import vheads`` light).
+
+    ``tiny_model_path`` lives in :mod:`vheads.models` (the model registry knows where the
+    built-in weights are); it is re-exported here for convenience.
+    """
+    if name == "tiny_model_path":
+        from vheads.models import tiny_model_path
+
+        return tiny_model_path
     if name in ("train", "train_shipped", "build_untrained"):
         from vheads.tiny import _train
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from vheads.data import Item
-from vheads.models import Prompt, adapter_for
-from vheads.models._loading import ProcessorBundle
+from vheads.models import ProcessorBundle, Prompt, adapter_for
 
 ADAPTER = adapter_for("qwen3_vl")
 

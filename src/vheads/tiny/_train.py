@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 from vheads.data import OPTION_LETTERS, Item
 from vheads.data import synthetic as syn
-from vheads.models._loading import ProcessorBundle
+from vheads.models import ProcessorBundle
 from vheads.models.tiny_random import build_qwen_vl, save_model_folder
 from vheads.tiny._batch import build_prompts, collate
 

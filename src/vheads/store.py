@@ -1,5 +1,8 @@
 """The results store of a study run: one SQLite file (WAL) in the run directory.
 
+The study runner (:mod:`vheads.study`) writes it, the report (:mod:`vheads.report`) and
+the export read it; it sits below both so neither reaches into the other.
+
 Only the driver writes it. Each work unit's rows are written in one transaction together
 with the unit's row in ``units``, so a unit is either wholly stored or absent: a killed
 run resumes by skipping the units already there.
