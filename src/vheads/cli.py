@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -156,11 +157,36 @@ def _die(msg: str) -> None:
 
 
 def _fail_clearly(fn, *args, **kwargs):
-    """Run ``fn``; a ValueError / FileNotFoundError becomes one line on stderr and exit 2."""
+    """Run ``fn``; an error a user can act on becomes one line on stderr and exit 2.
+
+    That is :class:`~vheads._errors.VheadsError` (and the ``ValueError`` /
+    ``FileNotFoundError`` / ``RuntimeError`` of library checks), a failed write (full or
+    read-only disk: :func:`~vheads._errors.storage_error` says what is safe and what to
+    do) and a damaged results store. Anything else is a bug and keeps its traceback.
+    """
+    import sqlite3
+
+    from vheads._errors import storage_error
+
     try:
         return fn(*args, **kwargs)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
-        _die(str(e))
+        _die(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+    except (OSError, sqlite3.DatabaseError) as e:
+        explained = storage_error(e)
+        if explained is None:
+            raise
+        _die(str(explained))
+
+
+def _one_line_errors(command):
+    """Every command runs inside :func:`_fail_clearly` (the one place errors become exit 2)."""
+
+    @functools.wraps(command)
+    def guarded(*args, **kwargs):
+        return _fail_clearly(command, *args, **kwargs)
+
+    return guarded
 
 
 def _mount_optional() -> None:
@@ -181,6 +207,8 @@ def _mount_optional() -> None:
 
 
 _mount_optional()
+for _info in [*app.registered_commands, *(c for g in app.registered_groups for c in g.typer_instance.registered_commands)]:
+    _info.callback = _one_line_errors(_info.callback)
 
 if __name__ == "__main__":
     app()
