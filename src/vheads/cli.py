@@ -81,18 +81,20 @@ def evaluate(
     from vheads.evaluation._run import check_request, evaluate_headsets, load_headset_files
     from vheads.models import load_model
 
-    # every argument is checked before the model is loaded
-    _fail_clearly(check_request, test, controls, beta, rows)
-    for p in headset:
-        if not p.is_file():
-            _die(f"head-set file {str(p)!r} does not exist")
+    from vheads.discovery import load_headset
+
+    # every argument, and every head-set file, is checked before the model is loaded
+    _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size)
+    records = [_fail_clearly(load_headset, p) for p in headset]
     if model is None:
-        model = json.loads(headset[0].read_text())["model"]["id"]
+        model = records[0].model["id"]
     lm = _fail_clearly(load_model, model)
     hs = _fail_clearly(load_headset_files, headset, lm, force)
     results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out)
     if json_out:
-        typer.echo(json.dumps([r.to_dict(per_item=True) for r in results], indent=1))
+        from vheads._io import json_safe
+
+        typer.echo(json.dumps(json_safe([r.to_dict(per_item=True) for r in results]), indent=1, allow_nan=False))
         return
     typer.echo(f"{'head-set':<14} {'test':<10} {'T_S':>8} {'95% CI':>19}  control          mean ± sd        z     rank p   Holm p")
     for r in results:
