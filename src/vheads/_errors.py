@@ -81,3 +81,18 @@ def storage_error(e: BaseException, where: str | Path | None = None) -> VheadsEr
         f"{what}; every work unit finished before this is safe in results.sqlite and partial files were not "
         "kept. Fix the cause (free space, a writable folder) and rerun the same command to resume"
     )
+
+
+def make_output_folder(path: str | Path, hint: str = "pass --out to a writable folder") -> Path:
+    """``mkdir -p path``; a read-only or full disk is one line that says the input is untouched."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise VheadsError(f"output folder {path} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".vheads-write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise VheadsError(f"cannot write to {path} ({e.strerror or e}); nothing was changed: {hint}") from None
+    return path

@@ -128,13 +128,16 @@ def audit(
 
 
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(help="a study's run directory")]) -> None:
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="a study's run directory")],
+    out: Annotated[Optional[Path], typer.Option(help="write the report here (default: RUN_DIR; for a run on read-only media)")] = None,  # noqa: UP007
+) -> None:
     """Rebuild the report (Markdown + HTML) of a study run from its results store."""
     from vheads.study._runner import build_report_if_available
 
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
-    path = _fail_clearly(build_report_if_available, run_dir)
+    path = _fail_clearly(build_report_if_available, run_dir, out)
     typer.echo(f"report: {path}")
 
 

@@ -45,13 +45,10 @@ def load_corpus(spec: str, query: str, n: int, seed: int = 0, panel_size: int = 
         return Corpus(spec, CORPUS_ABBREV[spec], f"synthetic:{spec}", query, strip_items(spec, query, n, seed))
     kind, _, rest = spec.partition(":")
     if kind == "strips" and rest:
-        from vheads.data.loaders import ABBREV, load_strip_folder, read_strip_index, strip_corpus_name
+        from vheads.data.loaders import load_strip_folder
 
         folder = Path(rest)
-        data = read_strip_index(folder)
-        name = strip_corpus_name(folder, data)
-        abbrev = data.get("abbrev") or CORPUS_ABBREV.get(name, "".join(ch for ch in name if ch.isalnum())[:2].lower() or "st")
-        safe_name(abbrev, f"{folder / 'strips.json'}: key 'abbrev'", ABBREV)
+        name, abbrev = strip_folder_names(folder)
         items = load_strip_folder(folder, query, n, seed)
         return Corpus(name, abbrev, f"strips:{folder.resolve()}", query, items)
     if kind == "coco" and rest:
@@ -63,6 +60,28 @@ def load_corpus(spec: str, query: str, n: int, seed: int = 0, panel_size: int = 
     raise VheadsError(
         f"unknown corpus {spec!r}; use comics, photo (built-in), strips:FOLDER or coco:IMAGES[,ANNOTATIONS.json]"
     )
+
+
+def strip_folder_names(folder: str | Path) -> tuple[str, str]:
+    """Corpus name and setting-id abbreviation of a strip folder (its ``strips.json`` read
+    and checked): ``corpus`` / ``abbrev`` there, else from the folder's name."""
+    from vheads.data.loaders import ABBREV, STRIP_INDEX, read_strip_index, strip_corpus_name
+
+    folder = Path(folder)
+    data = read_strip_index(folder)
+    name = strip_corpus_name(folder, data)
+    abbrev = data.get("abbrev") or CORPUS_ABBREV.get(name, "".join(ch for ch in name if ch.isalnum())[:2].lower() or "st")
+    return name, safe_name(abbrev, f"{folder / STRIP_INDEX}: key 'abbrev'", ABBREV)
+
+
+def corpus_abbrev(spec: str) -> str | None:
+    """The setting-id abbreviation corpus ``spec`` gets (``None`` for an unknown spec)."""
+    if spec in SYNTHETIC:
+        return CORPUS_ABBREV[spec]
+    kind, _, rest = spec.partition(":")
+    if kind == "coco" and rest:
+        return CORPUS_ABBREV["coco"]
+    return strip_folder_names(rest)[1] if kind == "strips" and rest else None
 
 
 def _ids_hash(items: Sequence[Item]) -> str:

@@ -107,7 +107,7 @@ def spearman_table(store: Store, settings: list[str]) -> Table | None:
 
 
 def comparison_tables(run_dir, settings: list[str]) -> list[Table]:
-    store = Store(run_dir)
+    store = Store(run_dir, readonly=True)
     try:
         return [t for t in (algebra_table(store), paired_settings_table(store, settings), spearman_table(store, settings)) if t]
     finally:
