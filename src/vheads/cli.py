@@ -175,6 +175,8 @@ def _fail_clearly(fn, *args, **kwargs):
 
     try:
         return fn(*args, **kwargs)
+    except (typer.Exit, typer.Abort):  # already decided (click's Exit is a RuntimeError)
+        raise
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         _die(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
     except (OSError, sqlite3.DatabaseError) as e:

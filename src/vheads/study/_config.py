@@ -117,8 +117,11 @@ def _check(key: str, value: Any, default: Any) -> Any:
     if isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e300
-        value = float(value) if ok else value
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        try:
+            value = float(value) if ok else value
+        except OverflowError:  # an integer beyond float range
+            ok = False
     elif isinstance(default, int):
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif isinstance(default, str):
@@ -179,6 +182,8 @@ def validate(cfg: StudyConfig) -> None:
     for t in cfg.tests:
         if t not in TESTS:
             bad("tests", f"unknown test {t!r}; choose from {', '.join(TESTS)}")
+    if not cfg.controls:
+        bad("controls", "is empty: a head-set means something only against controls; e.g. layer-matched = 249")
     for c in cfg.row_group_controls:
         if c not in cfg.controls:
             bad("row_group_controls", f"{c!r} is not one of the configured controls ({', '.join(cfg.controls)})")
@@ -244,8 +249,6 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
         bad("tests", f"is empty: the study would compute nothing; list some of {', '.join(TESTS)}")
     if "ncs" in cfg.tests and not cfg.row_groups:
         bad("row_groups", f"is empty but tests include 'ncs'; list some of {', '.join(ROW_GROUPS)}")
-    if not cfg.controls:
-        bad("controls", "is empty: a head-set means something only against controls; e.g. layer-matched = 249")
     if cfg.seed < 0:
         bad("seed", f"must be 0 or positive, got {cfg.seed}")
     for key in ("n_discovery", "n_eval", "splits"):
