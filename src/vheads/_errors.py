@@ -78,8 +78,9 @@ def storage_error(e: BaseException, where: str | Path | None = None) -> VheadsEr
     else:
         return None
     return VheadsError(
-        f"{what}; every work unit finished before this is safe in results.sqlite and partial files were not "
-        "kept. Fix the cause (free space, a writable folder) and rerun the same command to resume"
+        f"{what}; no partial file was kept (files are written whole or not at all) and work already committed to "
+        "a run's results.sqlite is safe. Fix the cause (free space, a writable folder) and rerun the same command "
+        "(a study resumes where it stopped)"
     )
 
 

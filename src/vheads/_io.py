@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vheads._errors import MissingFileError, VheadsError
+from vheads._errors import MissingFileError, VheadsError, storage_error
 
 
 def read_json(path: Path, what: str | None = None) -> Any:
@@ -60,8 +60,11 @@ def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> P
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        explained = storage_error(e, path) if isinstance(e, OSError) else None
+        if explained is not None:
+            raise explained from None
         raise
     return path
