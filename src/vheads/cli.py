@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -82,20 +83,22 @@ def evaluate(
     from vheads.evaluation import check_request, evaluate_headsets
     from vheads.models import load_model
 
-    # every argument is checked before the model is loaded
-    _fail_clearly(check_request, test, controls, beta, rows)
+    from vheads.discovery import load_headset
+
+    # every argument, and every head-set file, is checked before the model is loaded
+    _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size)
     _fail_clearly(check_request, test, controls, beta, steer_rows)
-    for p in headset:
-        if not p.is_file():
-            _die(f"head-set file {str(p)!r} does not exist")
+    records = [_fail_clearly(load_headset, p) for p in headset]
     if model is None:
-        model = json.loads(headset[0].read_text())["model"]["id"]
+        model = records[0].model["id"]
     lm = _fail_clearly(load_model, model)
     hs = _fail_clearly(load_headset_files, headset, lm, force)
     results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out,
                             steer_rows)
     if json_out:
-        typer.echo(json.dumps([r.to_dict(per_item=True) for r in results], indent=1))
+        from vheads._io import json_safe
+
+        typer.echo(json.dumps(json_safe([r.to_dict(per_item=True) for r in results]), indent=1, allow_nan=False))
         return
     typer.echo(f"{'head-set':<14} {'test':<10} {'T_S':>8} {'95% CI':>19}  control          mean ± sd        z     rank p   Holm p")
     typer.echo("(95% CI: t over items; NCS: Welch over its two arms, bootstrap below — see --json)")
@@ -131,13 +134,16 @@ def audit(
 
 
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(help="a study's run directory")]) -> None:
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="a study's run directory")],
+    out: Annotated[Optional[Path], typer.Option(help="write the report here (default: RUN_DIR; for a run on read-only media)")] = None,  # noqa: UP007
+) -> None:
     """Rebuild the report (Markdown + HTML) of a study run from its results store."""
     from vheads.study import build_report_if_available
 
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
-    path = _fail_clearly(build_report_if_available, run_dir)
+    path = _fail_clearly(build_report_if_available, run_dir, out)
     typer.echo(f"report: {path}")
 
 
@@ -162,11 +168,38 @@ def _die(msg: str) -> None:
 
 
 def _fail_clearly(fn, *args, **kwargs):
-    """Run ``fn``; a ValueError / FileNotFoundError becomes one line on stderr and exit 2."""
+    """Run ``fn``; an error a user can act on becomes one line on stderr and exit 2.
+
+    That is :class:`~vheads._errors.VheadsError` (and the ``ValueError`` /
+    ``FileNotFoundError`` / ``RuntimeError`` of library checks), a failed write (full or
+    read-only disk: :func:`~vheads._errors.storage_error` says what is safe and what to
+    do) and a damaged results store. Anything else is a bug and keeps its traceback.
+    """
+    import sqlite3
+
+    from vheads._errors import storage_error
+
     try:
         return fn(*args, **kwargs)
+    except (typer.Exit, typer.Abort):  # already decided (click's Exit is a RuntimeError)
+        raise
     except (ValueError, FileNotFoundError, RuntimeError) as e:
-        _die(str(e))
+        _die(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+    except (OSError, sqlite3.DatabaseError) as e:
+        explained = storage_error(e)
+        if explained is None:
+            raise
+        _die(str(explained))
+
+
+def _one_line_errors(command):
+    """Every command runs inside :func:`_fail_clearly` (the one place errors become exit 2)."""
+
+    @functools.wraps(command)
+    def guarded(*args, **kwargs):
+        return _fail_clearly(command, *args, **kwargs)
+
+    return guarded
 
 
 def _mount_optional() -> None:
@@ -187,6 +220,8 @@ def _mount_optional() -> None:
 
 
 _mount_optional()
+for _info in [*app.registered_commands, *(c for g in app.registered_groups for c in g.typer_instance.registered_commands)]:
+    _info.callback = _one_line_errors(_info.callback)
 
 if __name__ == "__main__":
     app()

@@ -37,10 +37,14 @@ strip_attention(setting, item_id, layer, head, masses)
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
+
+from vheads._errors import MissingFileError, storage_error
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -72,13 +76,23 @@ STORE_NAME = "results.sqlite"
 class Store:
     """The results store of one run directory."""
 
-    def __init__(self, run_dir: str | Path):
+    def __init__(self, run_dir: str | Path, readonly: bool = False):
+        """Open (or create) the store. ``readonly``: open an existing store for reading only
+        (``report``, ``export``), which works on read-only media too. A damaged file, a
+        full or read-only disk are :class:`~vheads._errors.VheadsError` (one line)."""
         self.path = Path(run_dir) / STORE_NAME
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
+        try:
+            if readonly:
+                self.db = _connect_readonly(self.path)
+                self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # a damaged file fails here
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(self.path, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(SCHEMA)
+        except (sqlite3.DatabaseError, OSError) as e:
+            raise storage_error(e, self.path) from None
 
     def close(self) -> None:
         self.db.close()
@@ -99,14 +113,19 @@ class Store:
 
     @contextmanager
     def transaction(self):
-        self.db.execute("BEGIN IMMEDIATE")
+        """All or nothing; a failed write (full disk, damaged file) is one clear line."""
         try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        else:
-            self.db.execute("COMMIT")
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
+            else:
+                self.db.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            raise storage_error(e, self.path) from None
 
     def commit_unit(self, unit_id: str, kind: str, seconds: float, rows: dict[str, list[tuple]]) -> None:
         """Write ``rows`` (table -> tuples in column order) and mark the unit done, atomically."""
@@ -120,3 +139,27 @@ class Store:
 
     def query(self, sql: str, *args) -> list[tuple]:
         return self.db.execute(sql, args).fetchall()
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """``mode=ro``; on read-only media, where SQLite cannot make the WAL index, ``immutable=1``
+    (nothing can write there, so the file cannot change while it is read)."""
+    if not path.is_file():
+        raise MissingFileError(f"no results store at {path}; pass the run directory a `vheads study` wrote")
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    db = sqlite3.connect(uri, uri=True, isolation_level=None)
+    try:
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return db
+    except sqlite3.OperationalError:
+        db.close()
+        if os.access(path.parent, os.W_OK) and not _read_only_fs(path):
+            raise
+    return sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None)
+
+
+def _read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False

@@ -61,7 +61,7 @@ def test_bad_record_writes_nothing_and_keeps_the_old_file(tmp_path):
 
 
 def test_crash_during_write_leaves_no_partial_file(tmp_path, monkeypatch):
-    import vheads.discovery._files as files
+    import vheads._io as files  # atomic_write lives there
 
     def boom(*a, **k):
         raise OSError("disk full")

@@ -156,3 +156,58 @@ def test_export_writes_every_table(reference_run, tmp_path):
     assert {p.stem for p in paths} == set(TABLES)
     lines = (tmp_path / "x" / "outcomes.csv").read_text().splitlines()
     assert len(lines) == 1 + len(outcomes(out))
+
+
+def _toml(d: dict) -> str:
+    """A study config dict as TOML (the value types a config holds)."""
+    top = [f"{k} = {json.dumps(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    tables = [f"[{k}]\n" + "\n".join(f"{kk} = {json.dumps(vv)}" for kk, vv in v.items()) for k, v in d.items() if isinstance(v, dict)]
+    return "\n".join(top + tables) + "\n"
+
+
+def test_a_second_run_on_the_folder_is_refused_and_a_kill_during_the_report_resumes(tiny_random_dirs, reference_run, tmp_path):
+    """Two runs on one folder: the second is refused at once (exit 2, one line naming the
+    holder) and changes nothing. Then kill -9 during the first run's report: a rerun
+    computes no unit again, rebuilds the whole report and leaves no partial file."""
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from vheads.cli import app
+
+    ref_out, _ = reference_run
+    cfg = tmp_path / "c.toml"
+    d = small_config(tiny_random_dirs["qwen3_vl"]).to_dict()
+    d["run"] = {k: v for k, v in d["run"].items() if k != "ray_address"}
+    cfg.write_text(_toml(d))
+    out = tmp_path / "shared"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, "-m", "vheads.cli", "study", str(cfg), "--out", str(out), "--quiet"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+    log = out / "units.log"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (log.exists() and "start" in log.read_text()):
+        time.sleep(0.05)
+    second = CliRunner().invoke(app, ["study", str(cfg), "--out", str(out), "--quiet"])
+    assert second.exit_code == 2, second.output
+    err = [l for l in second.stderr.splitlines() if l.strip()]
+    assert len(err) == 1 and "in use by another vheads study" in err[0] and f"process {first.pid}" in err[0], second.stderr
+    while time.time() < deadline and "start report" not in log.read_text():
+        time.sleep(0.02)
+    time.sleep(random.Random(os.getpid()).uniform(0, 0.5))  # a random moment in the report
+    assert first.poll() is None, "the first run finished before it could be killed during its report"
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    done_before = {l.split()[1] for l in log.read_text().splitlines() if l.startswith("done")}
+    n_lines = len(log.read_text().splitlines())
+
+    again = CliRunner().invoke(app, ["study", str(cfg), "--out", str(out), "--quiet"])
+    assert again.exit_code == 0, again.output
+    assert "(0 work units computed this run)" in again.stdout
+    assert not {l.split()[1] for l in log.read_text().splitlines()[n_lines:] if l.startswith("start ") and "report" not in l} & done_before
+    assert outcomes(out) == outcomes(ref_out)
+    assert (out / "report.html").read_text().rstrip().endswith("</html>")
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert not [p for p in files if p.name.endswith(".tmp") or p.stat().st_size == 0]
+    for p in (out / "figures").glob("*.png"):
+        with Image.open(p) as im:
+            im.load()

@@ -29,13 +29,15 @@ panel's label is its dominant category's name. Images are drawn without replacem
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 from PIL import Image
 
+from vheads._errors import MissingFileError, VheadsError, safe_name
 from vheads._io import read_json
 from vheads.data._items import Item
 
@@ -51,17 +53,68 @@ def _rng(seed: int, *tags: str) -> np.random.Generator:
 
 def _check_query(query: str) -> None:
     if query not in QUERIES:
-        raise ValueError(f"unknown strip query {query!r}; choose one of: {', '.join(QUERIES)}")
+        raise VheadsError(f"unknown strip query {query!r}; choose one of: {', '.join(QUERIES)}")
+
+
+#: the colour transparent pixels are composited on (alpha, LA, RGBA, palette transparency)
+BACKGROUND = (255, 255, 255)
+#: images with a side below this are refused: too small to hold a strip's panels
+MIN_SIDE = 8
+#: width / height (or height / width) above this is refused: VLM processors reject it
+MAX_ASPECT = 100.0
+
+
+def image_to_rgb(im: Image.Image, where: str) -> Image.Image:
+    """``im`` as 8-bit RGB, every PIL mode converted by its meaning, or :class:`VheadsError`.
+
+    - ``RGB``, ``L``, ``1``, ``CMYK``, ``YCbCr``, ``P`` without transparency: PIL's conversion;
+    - alpha (``RGBA``, ``LA``, ``PA``, ``RGBa``, ``La``, ``P`` with transparency): composited
+      on :data:`BACKGROUND` (white), ``out = a·c + (1 − a)·255``;
+    - 16-bit (``I;16*``, and ``I`` with values in 0…65535, as 16-bit PNGs open): ``v / 257``
+      rounded, so 0 → 0 and 65535 → 255 (PIL's own conversion clips to 255: a white image);
+    - ``F`` with values in [0, 1]: ``v · 255`` rounded;
+    - anything else (``I`` or ``F`` outside those ranges, ``LAB``, ``HSV``, …) is refused
+      with the file named: guessing a range would silently change what the model sees.
+    """
+    mode = im.mode
+    if mode in ("RGB", "L", "1", "CMYK", "YCbCr") or (mode == "P" and "transparency" not in im.info):
+        return im.convert("RGB")
+    if mode in ("RGBA", "LA", "PA", "RGBa", "La", "P"):
+        rgba = im.convert("RGBA")
+        return Image.alpha_composite(Image.new("RGBA", im.size, BACKGROUND + (255,)), rgba).convert("RGB")
+    if mode.startswith("I;16") or mode in ("I", "F"):
+        a = np.asarray(im, dtype=np.float64)
+        lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+        if mode == "F":
+            if not (np.isfinite(a).all() and lo >= 0.0 and hi <= 1.0):
+                raise VheadsError(f"{where}: float image (mode F) with values in [{lo:g}, {hi:g}], not [0, 1]; save it as 8-bit RGB")
+            v = a * 255.0
+        else:
+            if lo < 0 or hi > 65535:
+                raise VheadsError(f"{where}: 32-bit integer image (mode {mode}) with values in [{lo:g}, {hi:g}], not 16-bit; save it as 8-bit RGB")
+            v = a / 257.0
+        grey = np.clip(np.rint(v), 0, 255).astype(np.uint8)
+        return Image.fromarray(np.repeat(grey[..., None], 3, axis=2), "RGB")
+    raise VheadsError(f"{where}: image mode {mode!r} is not supported; save it as 8-bit RGB (or L, RGBA, 16-bit grey)")
 
 
 def _open_image(path: Path, where: str) -> Image.Image:
+    """The image at ``path`` as RGB (:func:`image_to_rgb`); unreadable, tiny or extreme-aspect
+    images are refused with the file named."""
     if not path.is_file():
-        raise FileNotFoundError(f"{where}: image file {path} is missing")
+        raise MissingFileError(f"{where}: image file {path} is missing")
     try:
         with Image.open(path) as im:
-            return im.convert("RGB")
-    except OSError as e:
-        raise ValueError(f"{where}: {path} is not a readable image ({e})") from None
+            im.load()
+            rgb = image_to_rgb(im, f"{where}: {path}")
+    except (OSError, Image.DecompressionBombError, SyntaxError) as e:
+        raise VheadsError(f"{where}: {path} is not a readable image ({e})") from None
+    w, h = rgb.size
+    if min(w, h) < MIN_SIDE:
+        raise VheadsError(f"{where}: {path} is {w}x{h} pixels; images need at least {MIN_SIDE} pixels a side")
+    if max(w, h) / min(w, h) > MAX_ASPECT:
+        raise VheadsError(f"{where}: {path} is {w}x{h} pixels, an aspect ratio above {MAX_ASPECT:g}; VLM processors refuse it")
+    return rgb
 
 
 def strip_item(corpus: str, query: str, item_id: str, image: Image.Image, boxes: Sequence[tuple[int, int, int, int]],
@@ -90,29 +143,80 @@ def _ask(query: str, labels: Sequence[str], rng: np.random.Generator) -> int | N
     return int(rng.choice(unique)) if unique else None
 
 
+#: a strip folder's setting-id abbreviation: letters, digits, ``_`` (no ``-``: ids split on it)
+ABBREV = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,15}")
+
+
+def _relative_file(value: object, what: str) -> str:
+    """A file name from data: a relative path that stays inside its folder (no ``..``, not absolute)."""
+    if not isinstance(value, str) or not value or PurePosixPath(value).is_absolute() or Path(value).is_absolute() \
+            or ".." in PurePosixPath(value.replace("\\", "/")).parts or "\x00" in value:
+        raise VheadsError(f"{what} must be a file name relative to its folder (no '..', not absolute), got {value!r}")
+    return value
+
+
+def _box(value: object, what: str) -> tuple[int, int, int, int]:
+    """A panel box ``[x0, y0, x1, y1]`` of whole pixels (``32.0`` is accepted, ``31.5`` refused)."""
+    if not isinstance(value, list) or len(value) != 4 or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        raise VheadsError(f"{what}: 'box' must be [x0, y0, x1, y1] (4 numbers), got {value!r}")
+    if not all(float(v).is_integer() for v in value):
+        raise VheadsError(f"{what}: box {value} is not in whole pixels; round it (boxes are pixel edges, x1/y1 exclusive)")
+    return tuple(int(v) for v in value)
+
+
 def read_strip_index(folder: str | Path, index: str = STRIP_INDEX) -> dict:
-    """The validated ``strips.json`` of a strip folder (images are checked for existence)."""
+    """The validated ``strips.json`` of a strip folder (images are checked for existence).
+
+    Refused, with the file and key named: a non-object, no or an empty ``strips`` list;
+    a ``corpus`` / ``abbrev`` that is not a plain name (they become parts of file names);
+    an ``image`` that is absolute or climbs out of the folder; panels without a box of 4
+    whole-pixel numbers or without a non-empty string label; two panels of one strip with
+    the same box (the asked panel could not be told apart).
+    """
     folder = Path(folder)
     path = folder / index
     if not folder.is_dir():
-        raise FileNotFoundError(f"strip folder {folder} does not exist")
+        raise MissingFileError(f"strip folder {folder} does not exist")
     if not path.is_file():
-        raise FileNotFoundError(f"strip folder {folder} has no {index} (a JSON of panel boxes and labels)")
+        raise MissingFileError(f"strip folder {folder} has no {index} (a JSON of panel boxes and labels)")
     data = read_json(path)
     strips = data.get("strips") if isinstance(data, dict) else None
     if not isinstance(strips, list):
-        raise ValueError(f"{path}: expected an object with a list under 'strips'")
+        raise VheadsError(f"{path}: expected an object with a list under 'strips'")
     if not strips:
-        raise ValueError(f"strip folder {folder}: {index} lists no strips (empty corpus)")
+        raise VheadsError(f"strip folder {folder}: {index} lists no strips (empty corpus)")
+    if data.get("corpus") is not None:
+        safe_name(data["corpus"], f"{path}: key 'corpus'")
+    if data.get("abbrev") is not None:
+        safe_name(data["abbrev"], f"{path}: key 'abbrev'", ABBREV)
     for i, s in enumerate(strips):
-        if not isinstance(s, dict) or "image" not in s or not s.get("panels"):
-            raise ValueError(f"{path}: strip {i} needs an 'image' and a non-empty 'panels' list")
+        if not isinstance(s, dict) or "image" not in s or not isinstance(s.get("panels"), list) or not s["panels"]:
+            raise VheadsError(f"{path}: strip {i} needs an 'image' and a non-empty 'panels' list")
+        image = _relative_file(s["image"], f"{path}: strip {i} 'image'")
+        boxes = []
         for j, p in enumerate(s["panels"]):
-            if "box" not in p or "label" not in p or len(p["box"]) != 4:
-                raise ValueError(f"{path}: strip {i} ({s['image']}) panel {j + 1} needs 'box' [x0, y0, x1, y1] and 'label'")
-        if not (folder / s["image"]).is_file():
-            raise FileNotFoundError(f"strip folder {folder}: image {s['image']!r} (strip {i} of {index}) is missing")
+            where = f"{path}: strip {i} ({image}) panel {j + 1}"
+            if not isinstance(p, dict) or "box" not in p or "label" not in p:
+                raise VheadsError(f"{where} needs 'box' [x0, y0, x1, y1] and 'label'")
+            boxes.append(_box(p["box"], where))
+            if not isinstance(p["label"], str) or not p["label"].strip():
+                raise VheadsError(f"{where}: 'label' must be a non-empty string, got {p['label']!r}")
+        if len(set(boxes)) < len(boxes):
+            twin = next(b for b in boxes if boxes.count(b) > 1)
+            raise VheadsError(f"{path}: strip {i} ({image}) has two panels with the same box {list(twin)}")
+        if not (folder / image).is_file():
+            raise MissingFileError(f"strip folder {folder}: image {image!r} (strip {i} of {index}) is missing")
     return data
+
+
+def strip_corpus_name(folder: str | Path, data: dict) -> str:
+    """The corpus name of a strip folder: ``strips.json``'s ``corpus``, else the folder's
+    name made a plain name (other characters become ``_``)."""
+    if data.get("corpus") is not None:
+        return safe_name(data["corpus"], f"{Path(folder) / STRIP_INDEX}: key 'corpus'")
+    name = re.sub(r"[^A-Za-z0-9_.+-]", "_", Path(folder).resolve().name)[:64].lstrip("_.+-")
+    return name or "strips"
 
 
 def load_strip_folder(folder: str | Path, query: str, n: int | None = None, seed: int = 0, index: str = STRIP_INDEX) -> list[Item]:
@@ -124,7 +228,7 @@ def load_strip_folder(folder: str | Path, query: str, n: int | None = None, seed
     _check_query(query)
     folder = Path(folder)
     data = read_strip_index(folder, index)
-    corpus = str(data.get("corpus") or folder.name)
+    corpus = strip_corpus_name(folder, data)
     rng = _rng(seed, "strip-folder", query)
     items: list[Item] = []
     for i, s in enumerate(data["strips"]):
@@ -133,10 +237,10 @@ def load_strip_folder(folder: str | Path, query: str, n: int | None = None, seed
         where = f"strip folder {folder}, strip {i} ({s['image']})"
         img = _open_image(folder / s["image"], where)
         w, h = img.size
-        boxes = [tuple(int(v) for v in p["box"]) for p in s["panels"]]
+        boxes = [_box(p["box"], where) for p in s["panels"]]
         for j, (x0, y0, x1, y1) in enumerate(boxes):
             if not (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h):
-                raise ValueError(f"{where}: panel {j + 1} box {(x0, y0, x1, y1)} lies outside the {w}x{h} image")
+                raise VheadsError(f"{where}: panel {j + 1} box {(x0, y0, x1, y1)} lies outside the {w}x{h} image")
         labels = [str(p["label"]) for p in s["panels"]]
         asked = _ask(query, labels, rng)
         if asked is None:
@@ -144,7 +248,7 @@ def load_strip_folder(folder: str | Path, query: str, n: int | None = None, seed
         items.append(strip_item(corpus, query, f"{corpus}-{query}-s{seed}-{Path(s['image']).stem}", img, boxes, labels, asked,
                                 {"image_file": s["image"]}))
     if not items:
-        raise ValueError(f"strip folder {folder}: no strip has a panel whose label is unique in its strip, so no referring question can be asked")
+        raise VheadsError(f"strip folder {folder}: no strip has a panel whose label is unique in its strip, so no referring question can be asked")
     return items
 
 
@@ -153,13 +257,48 @@ def find_coco_annotations(images: Path) -> Path:
     cands = sorted(images.glob("instances_*.json")) + sorted((images.parent / "annotations").glob("instances_*.json")) \
         + sorted(images.parent.glob("instances_*.json"))
     if not cands:
-        raise FileNotFoundError(f"no instances_*.json found in {images}, {images.parent / 'annotations'} or {images.parent}; pass the annotations file")
+        raise MissingFileError(f"no instances_*.json found in {images}, {images.parent / 'annotations'} or {images.parent}; pass the annotations file")
     named = [c for c in cands if images.name in c.name]  # instances_val2017.json for val2017/
     if len(named) == 1:
         return named[0]
     if len(set(cands)) > 1:
-        raise ValueError(f"several COCO annotation files found ({', '.join(map(str, cands))}); pass the one for {images}")
+        raise VheadsError(f"several COCO annotation files found ({', '.join(map(str, cands))}); pass the one for {images}")
     return cands[0]
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_coco(coco: object, ann_path: Path) -> None:
+    """Refuse (:class:`VheadsError`, the file and entry named) a COCO instances file whose
+    ``images`` / ``annotations`` / ``categories`` lack the fields the loader reads:
+    category ``id`` (int) and non-empty ``name``; image ``id`` (int) and a relative
+    ``file_name``; annotation ``image_id``, ``category_id`` (ints) and ``bbox`` (4 numbers)
+    or ``area`` (a number)."""
+    if not isinstance(coco, dict):
+        raise VheadsError(f"{ann_path} is not a COCO instances file: not a JSON object")
+    for key in ("images", "annotations", "categories"):
+        if not isinstance(coco.get(key), list):
+            raise VheadsError(f"{ann_path} is not a COCO instances file: no {key!r} list")
+    for i, c in enumerate(coco["categories"]):
+        if not isinstance(c, dict) or not isinstance(c.get("id"), int) or not isinstance(c.get("name"), str) or not c["name"].strip():
+            raise VheadsError(f"{ann_path}: categories[{i}] needs an integer 'id' and a non-empty 'name', got {c!r:.80}")
+    names = [c["name"] for c in coco["categories"]]
+    twins = sorted({n for n in names if names.count(n) > 1})
+    if twins:
+        raise VheadsError(f"{ann_path}: category name {twins[0]!r} is used by several categories; panel labels must tell them apart")
+    for i, im in enumerate(coco["images"]):
+        if not isinstance(im, dict) or not isinstance(im.get("id"), int):
+            raise VheadsError(f"{ann_path}: images[{i}] needs an integer 'id' and a 'file_name', got {im!r:.80}")
+        _relative_file(im.get("file_name"), f"{ann_path}: images[{i}] 'file_name'")
+    for i, a in enumerate(coco["annotations"]):
+        ok = isinstance(a, dict) and isinstance(a.get("image_id"), int) and isinstance(a.get("category_id"), int) and (
+            _number(a.get("area")) and a["area"] > 0
+            or isinstance(a.get("bbox"), list) and len(a["bbox"]) == 4 and all(_number(v) for v in a["bbox"]))
+        if not ok:
+            raise VheadsError(f"{ann_path}: annotations[{i}] needs integer 'image_id' and 'category_id' and a 'bbox' "
+                              f"[x, y, w, h] or a positive 'area', got {a!r:.80}")
 
 
 def load_coco_strips(images: str | Path, query: str, n: int | None = None, seed: int = 0, annotations: str | Path | None = None,
@@ -172,23 +311,21 @@ def load_coco_strips(images: str | Path, query: str, n: int | None = None, seed:
     """
     _check_query(query)
     if missing not in ("error", "skip"):
-        raise ValueError(f"missing must be 'error' or 'skip', got {missing!r}")
+        raise VheadsError(f"missing must be 'error' or 'skip', got {missing!r}")
     images = Path(images)
     if not images.is_dir():
-        raise FileNotFoundError(f"COCO image folder {images} does not exist")
+        raise MissingFileError(f"COCO image folder {images} does not exist")
     ann_path = Path(annotations) if annotations else find_coco_annotations(images)
     if not ann_path.is_file():
-        raise FileNotFoundError(f"COCO annotations file {ann_path} does not exist")
+        raise MissingFileError(f"COCO annotations file {ann_path} does not exist")
     coco = read_json(ann_path)
-    for key in ("images", "annotations", "categories"):
-        if not isinstance(coco.get(key), list):
-            raise ValueError(f"{ann_path} is not a COCO instances file: no {key!r} list")
+    check_coco(coco, ann_path)
     cats = {c["id"]: c["name"] for c in coco["categories"]}
     files = {im["id"]: im["file_name"] for im in coco["images"]}
     absent = sorted(f for f in files.values() if not (images / f).is_file())
     if absent and missing == "error":
         more = f" and {len(absent) - 3} more" if len(absent) > 3 else ""
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{ann_path.name} names image {absent[0]!r}{', ' + ', '.join(map(repr, absent[1:3])) if len(absent) > 1 else ''}{more}, "
             f"not found in {images}; point to the matching image folder, or pass missing='skip' for a partial folder"
         )
@@ -197,8 +334,8 @@ def load_coco_strips(images: str | Path, query: str, n: int | None = None, seed:
     for a in coco["annotations"]:
         if a.get("iscrowd", 0) or a["image_id"] not in files or a["category_id"] not in cats:
             continue
-        area = float(a.get("area") or a["bbox"][2] * a["bbox"][3])
-        cand = (area, -int(a.get("id", 0)), a["category_id"])
+        area = float(a["area"]) if _number(a.get("area")) and a["area"] > 0 else float(a["bbox"][2] * a["bbox"][3])
+        cand = (area, -a["id"] if isinstance(a.get("id"), int) else 0, a["category_id"])
         if a["image_id"] not in best or cand > best[a["image_id"]]:
             best[a["image_id"]] = cand
     present = sorted(i for i in best if (images / files[i]).is_file())
@@ -219,7 +356,7 @@ def load_coco_strips(images: str | Path, query: str, n: int | None = None, seed:
         strips.append(chosen)
         pool = rest
     if not strips or (n is not None and len(strips) < n):
-        raise ValueError(
+        raise VheadsError(
             f"COCO corpus {images}: {len(present)} annotated images make {len(strips)} strips of {n_panels} images with "
             f"distinct dominant categories; {n or 1} needed" + (" (empty corpus)" if not strips else "")
         )

@@ -11,7 +11,7 @@
 - :func:`discover_headsets` — the whole run (the ``vheads discover`` command).
 """
 
-from vheads.discovery._discover import Corpus, discover_headsets, headset_records, load_corpus
+from vheads.discovery._discover import corpus_abbrev, strip_folder_names, Corpus, discover_headsets, headset_records, load_corpus
 from vheads.discovery._cli import discover as discover_command
 from vheads.discovery._cli import overlap as overlap_command
 from vheads.discovery._files import (
@@ -29,6 +29,7 @@ from vheads.discovery._scores import (
 from vheads.discovery._selection import MODES, ranked_heads, resolve_k, select_heads
 
 __all__ = [
+    "corpus_abbrev", "strip_folder_names",
     "CORPUS_ABBREV", "Ceiling", "Corpus", "HeadSetRecord", "MODES", "OverlapReport", "PairOverlap", "QUERIES", "QUERY_ABBREV",
     "SCHEMA", "SOURCES", "SOURCE_ABBREV", "Setting", "SettingScores", "check_model", "discover_command",
     "discover_headsets", "geometric_ceiling", "greedy_answer", "headset_records", "headset_schema",

@@ -11,9 +11,24 @@ from typing import Annotated, Optional
 
 import typer
 
-from vheads.discovery._discover import discover_headsets
+from vheads._errors import VheadsError
+from vheads._io import json_safe
+from vheads.discovery._discover import check_out_folder, discover_headsets, load_corpora
 from vheads.discovery._files import load_headset
+from vheads.discovery._scores import SOURCES
 from vheads.discovery._overlap import overlap_report, plot_overlap_heatmap
+
+
+def json_dumps(obj) -> str:
+    """JSON for ``--json``: NaN and infinities become ``null`` (strict JSON has neither)."""
+    return json.dumps(json_safe(obj), indent=1, allow_nan=False)
+
+
+def check_positive(**values: int) -> None:
+    """Each named option must be at least 1 (``--splits 0`` is refused before any work)."""
+    for name, v in values.items():
+        if v < 1:
+            raise VheadsError(f"--{name.replace('_', '-')} must be at least 1, got {v}")
 
 
 def discover(
@@ -33,17 +48,27 @@ def discover(
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
     with_overlap: Annotated[bool, typer.Option("--overlap", help="then print the overlap matrix with half-split ceilings and write overlap.png")] = False,
     splits: Annotated[int, typer.Option(help="half-splits for the noise ceilings (with --overlap)")] = 200,
+    force: Annotated[bool, typer.Option("--force", help="overwrite head-set files already in --out")] = False,
 ) -> list[Path]:
     """Rank heads under every corpus × query × source setting and write one head-set file each."""
     from vheads.models import load_model
+    from vheads.models import check_device
 
+    # every input is checked, and every corpus loaded, before the model is
+    check_device(device)
+    check_positive(max_new_tokens=max_new_tokens, panel_size=panel_size, splits=splits)
+    check_out_folder(out, force)
+    for s in source:
+        if s not in SOURCES:
+            raise VheadsError(f"unknown attention source {s!r}; choose one of: {', '.join(SOURCES)}")
+    corpora = load_corpora(corpus, query, n, seed, panel_size)
     lm = load_model(model, dtype=dtype, device=device)
-    records = discover_headsets(lm, corpus, query, source, k, "per-layer" if per_layer else "flat", n, seed, out,
-                                max_new_tokens, panel_size, progress=not json_out)
+    records = discover_headsets(lm, corpora, query, source, k, "per-layer" if per_layer else "flat", n, seed, out,
+                                max_new_tokens, panel_size, progress=not json_out, force=force)
     paths = [r.path for r in records]
     if json_out:
-        typer.echo(json.dumps([{"setting": r.setting.id, "file": str(r.path), "k": r.k, "mode": r.mode,
-                                "heads": [list(h) for h in r.ranked], "n_items": r.corpus["n_items"]} for r in records], indent=1))
+        typer.echo(json_dumps([{"setting": r.setting.id, "file": str(r.path), "k": r.k, "mode": r.mode,
+                                "heads": [list(h) for h in r.ranked], "n_items": r.corpus["n_items"]} for r in records]))
     else:
         for r in records:
             top = ", ".join(f"L{l}H{h}" for l, h in r.ranked[:5]) + (" …" if len(r.headset) > 5 else "")
@@ -64,6 +89,9 @@ def overlap(
 ):
     """Top-k overlap matrix of head-sets, split-half noise ceilings, and each pair's overlap at half size as a
     fraction of their geometric-mean ceiling (both taken at the same number of items)."""
+    check_positive(splits=splits)
+    if figure is not None and Path(figure).is_dir():
+        raise VheadsError(f"--figure {figure} is a folder; pass a file name (.png, .pdf or .svg)")
     records = [load_headset(p) for p in headsets]
     rep = overlap_report(records, splits, seed, progress=not json_out)
     if figure is not None:
@@ -71,7 +99,7 @@ def overlap(
     if json_out:
         d = rep.to_dict()
         d["figure"] = str(figure) if figure else None
-        typer.echo(json.dumps(d, indent=1))
+        typer.echo(json_dumps(d))
         return rep
     w = max(len(i) for i in rep.ids) + 1
     typer.echo(f"top-{rep.k} overlap ({rep.mode}); diagonal: split-half ceiling mean [2.5, 97.5] over {splits} splits")

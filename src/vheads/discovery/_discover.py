@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from vheads._errors import VheadsError, path_inside, safe_name
 from vheads.data import Item
 from vheads.discovery._files import HeadSetRecord, save_headset, save_per_item
 from vheads.discovery._scores import CORPUS_ABBREV, QUERIES, SOURCES, SettingScores, score_settings
@@ -37,29 +38,50 @@ class Corpus:
 def load_corpus(spec: str, query: str, n: int, seed: int = 0, panel_size: int = 224) -> Corpus:
     """The ``n`` discovery items of corpus ``spec`` (see module docstring) for ``query``."""
     if query not in QUERIES:
-        raise ValueError(f"unknown query type {query!r}; choose one of: {', '.join(QUERIES)}")
+        raise VheadsError(f"unknown query type {query!r}; choose one of: {', '.join(QUERIES)}")
     if spec in SYNTHETIC:
         from vheads.data.synthetic import strip_items
 
         return Corpus(spec, CORPUS_ABBREV[spec], f"synthetic:{spec}", query, strip_items(spec, query, n, seed))
     kind, _, rest = spec.partition(":")
     if kind == "strips" and rest:
-        from vheads.data.loaders import load_strip_folder, read_strip_index
+        from vheads.data.loaders import load_strip_folder
 
         folder = Path(rest)
-        data = read_strip_index(folder)
-        name = str(data.get("corpus") or folder.resolve().name)
+        name, abbrev = strip_folder_names(folder)
         items = load_strip_folder(folder, query, n, seed)
-        return Corpus(name, str(data.get("abbrev") or CORPUS_ABBREV.get(name, name[:2].lower())), f"strips:{folder.resolve()}", query, items)
+        return Corpus(name, abbrev, f"strips:{folder.resolve()}", query, items)
     if kind == "coco" and rest:
         from vheads.data.loaders import load_coco_strips
 
         images, _, ann = rest.partition(",")
         items = load_coco_strips(images, query, n, seed, annotations=ann or None, panel_size=panel_size)
         return Corpus("coco", "co", f"coco:{Path(images).resolve()}", query, items)
-    raise ValueError(
+    raise VheadsError(
         f"unknown corpus {spec!r}; use comics, photo (built-in), strips:FOLDER or coco:IMAGES[,ANNOTATIONS.json]"
     )
+
+
+def strip_folder_names(folder: str | Path) -> tuple[str, str]:
+    """Corpus name and setting-id abbreviation of a strip folder (its ``strips.json`` read
+    and checked): ``corpus`` / ``abbrev`` there, else from the folder's name."""
+    from vheads.data.loaders import ABBREV, STRIP_INDEX, read_strip_index, strip_corpus_name
+
+    folder = Path(folder)
+    data = read_strip_index(folder)
+    name = strip_corpus_name(folder, data)
+    abbrev = data.get("abbrev") or CORPUS_ABBREV.get(name, "".join(ch for ch in name if ch.isalnum())[:2].lower() or "st")
+    return name, safe_name(abbrev, f"{folder / STRIP_INDEX}: key 'abbrev'", ABBREV)
+
+
+def corpus_abbrev(spec: str) -> str | None:
+    """The setting-id abbreviation corpus ``spec`` gets (``None`` for an unknown spec)."""
+    if spec in SYNTHETIC:
+        return CORPUS_ABBREV[spec]
+    kind, _, rest = spec.partition(":")
+    if kind == "coco" and rest:
+        return CORPUS_ABBREV["coco"]
+    return strip_folder_names(rest)[1] if kind == "strips" and rest else None
 
 
 def _ids_hash(items: Sequence[Item]) -> str:
@@ -79,22 +101,50 @@ def headset_records(lm, corpora: Sequence[Corpus], scores: dict[str, SettingScor
     return records
 
 
-def discover_headsets(lm, corpora: Sequence[str] = SYNTHETIC, queries: Sequence[str] = QUERIES, sources: Sequence[str] = SOURCES,
-                      k: int | None = None, mode: str = "flat", n: int = 32, seed: int = 0, out: str | Path | None = None,
-                      max_new_tokens: int = 4, panel_size: int = 224, progress: bool = True) -> list[HeadSetRecord]:
-    """Run discovery for every corpus × query × source and (with ``out``) write the files.
+def check_out_folder(out: str | Path, force: bool = False) -> Path:
+    """``out`` may receive head-set files: not a file, and (unless ``force``) holding no
+    head-set files (``*.json``, ``*.items.npz``) of another run. Checked before any work."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise VheadsError(f"--out {out} is a file, not a folder; pass a folder for the head-set files")
+    if out.is_dir() and not force:
+        old = sorted(p.name for p in out.iterdir() if p.name.endswith((".json", ".items.npz")))
+        if old:
+            raise VheadsError(f"--out {out} already holds head-set files ({', '.join(old[:3])}{' …' if len(old) > 3 else ''}); "
+                              "choose a new folder, or pass --force to overwrite them")
+    return out
 
-    All corpora are loaded and all settings scored before anything is written, so bad
-    input never leaves a partial run behind; each file is written atomically. Writes
-    ``{setting}.json`` (``{setting}.per-layer.json`` for per-layer selection) and the
-    per-item mass ``{setting}.items.npz`` that noise ceilings need.
-    """
-    resolve_k(lm.n_layers, lm.n_heads, k, mode)  # mode check before any work
+
+def load_corpora(corpora: Sequence[str], queries: Sequence[str], n: int, seed: int = 0, panel_size: int = 224) -> list[Corpus]:
+    """Every corpus × query of a discovery run (no model needed), refused on bad input:
+    ``n`` < 1, two corpora with one setting-id abbreviation."""
+    if n < 1:
+        raise VheadsError(f"--n must be at least 1 discovery item per corpus and query, got {n}")
     loaded = [load_corpus(spec, q, n, seed, panel_size) for spec in dict.fromkeys(corpora) for q in dict.fromkeys(queries)]
     seen: dict[str, str] = {}
     for c in loaded:
         if seen.setdefault(c.abbrev, c.id) != c.id:
-            raise ValueError(f"corpora {seen[c.abbrev]} and {c.id} share the setting-id abbreviation {c.abbrev!r}; set 'abbrev' in a strips.json")
+            raise VheadsError(f"corpora {seen[c.abbrev]} and {c.id} share the setting-id abbreviation {c.abbrev!r}; set 'abbrev' in a strips.json")
+    return loaded
+
+
+def discover_headsets(lm, corpora: Sequence[str | Corpus] = SYNTHETIC, queries: Sequence[str] = QUERIES, sources: Sequence[str] = SOURCES,
+                      k: int | None = None, mode: str = "flat", n: int = 32, seed: int = 0, out: str | Path | None = None,
+                      max_new_tokens: int = 4, panel_size: int = 224, progress: bool = True, force: bool = False) -> list[HeadSetRecord]:
+    """Run discovery for every corpus × query × source and (with ``out``) write the files.
+
+    ``corpora`` are specs (loaded with :func:`load_corpora`) or already loaded
+    :class:`Corpus` objects. All corpora are loaded and all settings scored before
+    anything is written, so bad input never leaves a partial run behind; each file is
+    written atomically, inside ``out`` (checked), which must not hold another run's
+    head-set files unless ``force``. Writes ``{setting}.json`` (``{setting}.per-layer.json``
+    for per-layer selection) and the per-item mass ``{setting}.items.npz`` that noise
+    ceilings need.
+    """
+    resolve_k(lm.n_layers, lm.n_heads, k, mode)  # mode check before any work
+    if out is not None:
+        check_out_folder(out, force)
+    loaded = list(corpora) if all(isinstance(c, Corpus) for c in corpora) else load_corpora(corpora, queries, n, seed, panel_size)
     scores = score_settings(lm, {(c.name, c.query): c.items for c in loaded}, sources, max_new_tokens,
                             corpus_abbrev={c.name: c.abbrev for c in loaded}, progress=progress)
     records = headset_records(lm, loaded, scores, k, mode, seed)
@@ -103,7 +153,7 @@ def discover_headsets(lm, corpora: Sequence[str] = SYNTHETIC, queries: Sequence[
         for rec in records:
             sid = rec.setting.id
             npz = f"{sid}.items.npz"
-            save_per_item(out / npz, scores[sid].per_item, scores[sid].item_ids, lm.fingerprint)
+            save_per_item(path_inside(out, npz), scores[sid].per_item, scores[sid].item_ids, lm.fingerprint)
             rec.per_item_file = npz
-            save_headset(rec, out / (f"{sid}.json" if mode == "flat" else f"{sid}.per-layer.json"))
+            save_headset(rec, path_inside(out, f"{sid}.json" if mode == "flat" else f"{sid}.per-layer.json"))
     return records

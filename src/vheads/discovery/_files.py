@@ -30,9 +30,6 @@ leaves a partial file.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +37,8 @@ from typing import Any
 import numpy as np
 
 import vheads
-from vheads._io import read_json
+from vheads._errors import VheadsError
+from vheads._io import atomic_write, read_json
 from vheads.discovery._schema import validate_headset_json
 from vheads.discovery._scores import Setting
 from vheads.discovery._selection import MODES, ranked_heads
@@ -84,24 +82,6 @@ class HeadSetRecord:
             "scores": [[float(v) for v in row] for row in self.scores],
             "per_item_file": self.per_item_file,
         }
-
-
-def atomic_write(path: Path, write: Callable[[Any], None], mode: str = "w") -> Path:
-    """Write ``path`` through ``write(fileobj)`` into a temp file, then ``os.replace`` it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def save_headset(record: HeadSetRecord, path: str | Path) -> Path:
@@ -191,17 +171,19 @@ def load_headset(path: str | Path, lm=None, force: bool = False) -> HeadSetRecor
     head-set discovered on another model (different fingerprint) unless ``force``; a
     head-set for another model *shape* is refused even when forced."""
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"head-set file {path} does not exist")
     d = read_json(path, f"head-set file {path}")
-    _validate(d, f"head-set file {path}")
-    m = d["model"]
-    hs = HeadSet(d["heads"], m["n_layers"], m["n_heads"])
-    rec = HeadSetRecord(
-        headset=hs, setting=Setting.from_dict(d["setting"]), scores=np.asarray(d["scores"], dtype=np.float64),
-        model=m, corpus=d["corpus"], seed=d["seed"], k=d["selection"]["k"], mode=d["selection"]["mode"],
-        vheads_version=d.get("vheads_version", "?"), per_item_file=d.get("per_item_file"), path=path,
-    )
+    try:
+        _validate(d, f"head-set file {path}")
+        m = d["model"]
+        hs = HeadSet(d["heads"], m["n_layers"], m["n_heads"])
+        rec = HeadSetRecord(
+            headset=hs, setting=Setting.from_dict(d["setting"]), scores=np.asarray(d["scores"], dtype=np.float64),
+            model=m, corpus=d["corpus"], seed=d["seed"], k=d["selection"]["k"], mode=d["selection"]["mode"],
+            vheads_version=d.get("vheads_version", "?"), per_item_file=d.get("per_item_file"), path=path,
+        )
+    except (KeyError, TypeError, AttributeError, ValueError) as e:  # a hand-edited or foreign file
+        msg = str(e) if isinstance(e, ValueError) else f"malformed ({type(e).__name__} {e})"
+        raise VheadsError(msg if str(path) in msg else f"head-set file {path}: {msg}") from None
     if lm is not None:
         check_model(rec, lm, force)
     return rec

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from vheads._errors import VheadsError
 from vheads.evaluation import HeadSet, default_k
 
 MODES = ("flat", "per-layer")
@@ -23,6 +24,10 @@ def resolve_k(n_layers: int, n_heads: int, k: int | None, mode: str = "flat") ->
     if mode not in MODES:
         raise ValueError(f"unknown selection mode {mode!r}; choose one of: {', '.join(MODES)}")
     if k is not None:
+        limit = n_heads if mode == "per-layer" else n_layers * n_heads
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= limit:
+            where = "heads per layer" if mode == "per-layer" else "heads in the model"
+            raise VheadsError(f"k must be an integer in 1..{limit} ({where} of this {n_layers}x{n_heads} model), got {k!r}")
         return k
     flat = default_k(n_layers, n_heads)
     return flat if mode == "flat" else max(1, int(np.floor(flat / n_layers + 0.5)))

@@ -32,6 +32,7 @@ import numpy as np
 from vheads.evaluation._headsets import HeadSet
 
 DEFAULT_R = 100  # draws of a random control when a spec gives no R
+MAX_R = 100_000  # more draws than this is a typo, not a study (each draw is a forward per item)
 
 
 # --- results --------------------------------------------------------------------------
@@ -90,8 +91,8 @@ class ControlDraws:
 
 
 def _check_draws(R: int, seed: int) -> np.random.Generator:
-    if isinstance(R, bool) or not isinstance(R, (int, np.integer)) or R < 1:
-        raise ValueError(f"R (number of control draws) must be an integer ≥ 1, got {R!r}")
+    if isinstance(R, bool) or not isinstance(R, (int, np.integer)) or not 1 <= R <= MAX_R:
+        raise ValueError(f"R (number of control draws) must be an integer in 1..{MAX_R}, got {R!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(
             f"seed must be a non-negative integer so the draws can be reproduced, got {seed!r}"
@@ -478,6 +479,8 @@ def parse_control_spec(spec: str) -> list[ControlRequest]:
                 raise ValueError(f"control {name!r}: R must be an integer, got {r_text!r}") from None
             if R < 1:
                 raise ValueError(f"control {name!r}: R must be at least 1, got {R}")
+            if R > MAX_R:
+                raise ValueError(f"control {name!r}: R = {R} draws is more than {MAX_R:,}; give a smaller R")
         else:
             R = DEFAULT_R if control.random else 1
         if not control.random and R != 1:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vheads._errors import VheadsError
 from vheads._seeds import derived_seed
 from vheads.evaluation._controls import draw_controls, get_control, parse_control_spec
 from vheads.evaluation._headsets import HeadSet
@@ -105,9 +106,17 @@ def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float
     raise ValueError(f"unknown test {test!r}; choose from {', '.join(TESTS)}")
 
 
-def check_request(tests: Iterable[str], controls: str, beta: float, rows: str) -> list:
-    """Validate an evaluation request before any work; returns the parsed control requests."""
+def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n: int = 2, batch_size: int = 1) -> list:
+    """Validate an evaluation request before any work; returns the parsed control requests.
+
+    ``n`` (items per set) must be at least 2 (a t-interval needs two items) and
+    ``batch_size`` at least 1."""
     from vheads.engine import ROW_GROUPS
+
+    if n < 2:
+        raise VheadsError(f"--n must be at least 2 items per evaluation set (a 95% interval needs two), got {n}")
+    if batch_size < 1:
+        raise VheadsError(f"--batch-size must be at least 1 head-set per forward, got {batch_size}")
 
     for t in tests:
         if t not in TESTS:

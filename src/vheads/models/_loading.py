@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from vheads._errors import VheadsError
 from vheads.models._adapter import Adapter, adapter_for
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -102,6 +103,25 @@ def load_processor(path: str, revision: str | None, config) -> ProcessorBundle:
     return ProcessorBundle(image_processor, tokenizer, int(patch))
 
 
+def check_device(device: str) -> str:
+    """``device`` if torch can use it here; otherwise :class:`VheadsError` naming it
+    (``cuda`` without CUDA, ``cuda:3`` on a 1-GPU machine, ``mps`` off Apple, a typo)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise VheadsError(f"device {device!r} is not a torch device; use cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise VheadsError(f"device {device!r}: CUDA is not available on this machine (torch {torch.__version__}); use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise VheadsError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise VheadsError(f"device {device!r}: MPS is not available on this machine; use --device cpu")
+    elif dev.type not in ("cpu", "cuda", "mps"):
+        raise VheadsError(f"device {device!r} is not supported; use cpu, cuda, cuda:N or mps")
+    return device
+
+
 def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
     """Load a VLM (``AutoModelForImageTextToText``) and its processor, pick its adapter.
 
@@ -112,7 +132,8 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "f
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     if dtype not in DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+        raise VheadsError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    check_device(device)
     path = resolve_model_path(model)
     local = os.path.isdir(path)
     if not local and (model.startswith((".", "/")) or os.sep in model and os.path.exists(os.path.dirname(model))):

@@ -17,6 +17,8 @@ import datetime as _dt
 import re
 from pathlib import Path
 
+from vheads._errors import make_output_folder, path_inside
+from vheads._io import atomic_write
 from vheads.report import _figures as F
 from vheads.report import _overlaps as O
 from vheads.report import _tables as T
@@ -181,8 +183,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
     """Build ``report.md``, ``report.html`` and ``figures/*.png`` from ``run_dir``'s results
     store; returns the path of ``report.html``. Rebuilding replaces the previous report."""
     run = load_run(run_dir)
-    out = Path(out_dir) if out_dir is not None else Path(run_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_output_folder(Path(out_dir) if out_dir is not None else Path(run_dir), "pass --out to a writable folder for the report")
     sections, warnings = build_sections(run)
 
     L, H = run.shape
@@ -196,11 +197,17 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
     for old in figdir.glob("*.png"):  # a previous report's figures (other files are left alone)
         if old.stem in REPORT_FIGURES or old.stem.startswith("strips_"):
             old.unlink()
+    for old in [*figdir.glob(".*.tmp"), *out.glob(".report.*.tmp")]:  # left by a report killed mid-write
+        old.unlink()
+    # every file is written to a temp file and renamed: a full disk or a kill leaves the
+    # previous file or none, never a truncated one
     for s in sections:
         for blk in s.blocks:
             if isinstance(blk, Figure):
-                (figdir / f"{blk.name}.png").write_bytes(blk.png)
-    (out / "report.md").write_text(render_markdown(title, subtitle, warnings, sections), encoding="utf-8")
+                atomic_write(path_inside(figdir, f"{blk.name}.png"), lambda fh, png=blk.png: fh.write(png), mode="wb")
+    md = render_markdown(title, subtitle, warnings, sections)
+    atomic_write(out / "report.md", lambda fh: fh.write(md.encode("utf-8")), mode="wb")
     html_path = out / "report.html"
-    html_path.write_text(render_html(title, subtitle, warnings, sections), encoding="utf-8")
+    html = render_html(title, subtitle, warnings, sections)
+    atomic_write(html_path, lambda fh: fh.write(html.encode("utf-8")), mode="wb")
     return html_path

@@ -193,7 +193,7 @@ def load_run(run_dir: str | Path) -> RunData:
         raise FileNotFoundError(
             f"no results store at {run_dir / STORE_NAME}; pass the run directory a `vheads study` wrote"
         )
-    store = Store(run_dir)
+    store = Store(run_dir, readonly=True)
     try:
         return _load(store, run_dir)
     finally:

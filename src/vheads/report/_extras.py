@@ -135,7 +135,7 @@ def mass_table(store: Store, settings: list[str]) -> Table | None:
 
 
 def comparison_tables(run_dir, settings: list[str]) -> list[Table]:
-    store = Store(run_dir)
+    store = Store(run_dir, readonly=True)
     try:
         return [t for t in (algebra_table(store), paired_settings_table(store, settings), mass_table(store, settings)) if t]
     finally:

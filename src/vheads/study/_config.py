@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from vheads._errors import MissingFileError, VheadsError
 from vheads.engine import ROW_GROUPS
-from vheads.evaluation import TESTS
+from vheads.evaluation import MAX_R, TESTS
+
+MAX_ITEMS = 1_000_000  # items or splits above this are a typo, not a study
 
 DEFAULT_TOML = '''\
 # vheads study configuration. Every key is optional; these are the defaults.
@@ -121,7 +125,10 @@ def _check(key: str, value: Any, default: Any) -> Any:
         ok = isinstance(value, bool)
     elif isinstance(default, float):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
+        try:
+            value = float(value) if ok else value
+        except OverflowError:  # an integer beyond float range
+            ok = False
     elif isinstance(default, int):
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif isinstance(default, str):
@@ -136,7 +143,7 @@ def _check(key: str, value: Any, default: Any) -> Any:
     else:
         ok = True
     if not ok:
-        raise ValueError(f"config key {key!r}: expected {_type_name(type(default))}, got {type(value).__name__} {value!r}")
+        raise VheadsError(f"config key {key!r}: expected {_type_name(type(default))}, got {type(value).__name__} {value!r:.80}")
     return value
 
 
@@ -147,15 +154,15 @@ def config_from_dict(data: dict[str, Any]) -> StudyConfig:
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
-            raise ValueError(f"unknown config key {key!r}; known keys: {', '.join(sorted(known))}")
+            raise VheadsError(f"unknown config key {key!r}; known keys: {', '.join(sorted(known))}")
         if key == "run":
             if not isinstance(value, dict):
-                raise ValueError(f"config key 'run' must be a table, got {value!r}")
+                raise VheadsError(f"config key 'run' must be a table, got {value!r:.80}")
             run_known = {f.name for f in fields(RunConfig)}
             rk = {}
             for k2, v2 in value.items():
                 if k2 not in run_known:
-                    raise ValueError(f"unknown config key 'run.{k2}'; known keys: {', '.join(sorted(run_known))}")
+                    raise VheadsError(f"unknown config key 'run.{k2}'; known keys: {', '.join(sorted(run_known))}")
                 rk[k2] = _check(f"run.{k2}", v2, getattr(run, k2))
             kwargs["run"] = RunConfig(**rk)
         else:
@@ -172,7 +179,7 @@ def validate(cfg: StudyConfig) -> None:
     from vheads.evaluation import split_control_name
 
     def bad(key, msg):
-        raise ValueError(f"config key {key!r}: {msg}")
+        raise VheadsError(f"config key {key!r}: {msg}")
 
     for q in cfg.queries:
         if q not in QUERIES:
@@ -183,6 +190,8 @@ def validate(cfg: StudyConfig) -> None:
     for t in cfg.tests:
         if t not in TESTS:
             bad("tests", f"unknown test {t!r}; choose from {', '.join(TESTS)}")
+    if not cfg.controls:
+        bad("controls", "is empty: a head-set means something only against controls; e.g. layer-matched = 249")
     for c in cfg.row_group_controls:
         if c not in cfg.controls:
             bad("row_group_controls", f"{c!r} is not one of the configured controls ({', '.join(cfg.controls)})")
@@ -199,6 +208,13 @@ def validate(cfg: StudyConfig) -> None:
             folder = Path(rest.split(",")[0])
             if not folder.is_dir():
                 bad("corpora", f"corpus folder {str(folder)!r} does not exist")
+            if kind == "strips":
+                from vheads.discovery import strip_folder_names
+
+                try:
+                    strip_folder_names(folder)  # strips.json read and checked: names, files, boxes
+                except VheadsError as e:
+                    bad("corpora", str(e))
             continue
         bad("corpora", f"unknown corpus {c!r}; use comics, photo, strips:FOLDER or coco:IMAGES[,ANNOTATIONS.json]")
     if not cfg.corpora or not cfg.queries or not cfg.sources:
@@ -219,6 +235,8 @@ def validate(cfg: StudyConfig) -> None:
             bad("controls", str(e))
         if R < 1:
             bad(f"controls.{name}", f"R must be at least 1, got {R}")
+        if R > MAX_R:
+            bad(f"controls.{name}", f"R = {R} draws is more than {MAX_R:,}")
         if not ctl.random and R != 1:
             bad(f"controls.{name}", f"{name} is deterministic, so R must be 1, got {R}")
     for key in ("beta_sweep_controls", "k_sweep_controls"):
@@ -233,6 +251,75 @@ def validate(cfg: StudyConfig) -> None:
         bad("run", "shard_size, batch_size and ray_workers must be positive")
     if cfg.dtype not in ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16"):
         bad("dtype", f"unknown dtype {cfg.dtype!r}")
+    _validate_more(cfg, bad)
+
+
+def _validate_more(cfg: StudyConfig, bad) -> None:
+    """Checks that keep a run from stopping half-made: every one runs before the run folder exists."""
+    for key in ("corpora", "queries", "sources", "tests", "row_groups", "row_group_controls"):
+        values = getattr(cfg, key)
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            bad(key, f"{twice[0]!r} is listed twice")
+    if not cfg.tests:
+        bad("tests", f"is empty: the study would compute nothing; list some of {', '.join(TESTS)}")
+    if "ncs" in cfg.tests and not cfg.row_groups:
+        bad("row_groups", f"is empty but tests include 'ncs'; list some of {', '.join(ROW_GROUPS)}")
+    if cfg.seed < 0:
+        bad("seed", f"must be 0 or positive, got {cfg.seed}")
+    for key in ("n_discovery", "n_eval", "splits"):
+        if getattr(cfg, key) > MAX_ITEMS:
+            bad(key, f"{getattr(cfg, key)} is more than {MAX_ITEMS:,}")
+    if not 0 <= cfg.algebra_controls <= MAX_R:
+        bad("algebra_controls", f"must be 0 (skip) to {MAX_R:,} layer-matched draws, got {cfg.algebra_controls}")
+    for kk in cfg.k_sweep:
+        if kk < 1:
+            bad("k_sweep", f"head-set sizes must be at least 1, got {kk}")
+    if len(set(cfg.k_sweep)) < len(cfg.k_sweep):
+        bad("k_sweep", f"lists a size twice: {cfg.k_sweep}")
+    for b in cfg.beta_sweep:
+        if not math.isfinite(b):
+            bad("beta_sweep", f"must hold finite numbers, got {b}")
+    if len(set(cfg.beta_sweep)) < len(cfg.beta_sweep):
+        bad("beta_sweep", f"lists a beta twice: {cfg.beta_sweep}")
+    if cfg.run.torch_threads < 0:
+        bad("run.torch_threads", f"must be 0 (all cores) or positive, got {cfg.run.torch_threads}")
+    if cfg.run.backend == "local":  # Ray workers may have devices the driver lacks
+        from vheads.models import check_device
+
+        try:
+            check_device(cfg.device)
+        except VheadsError as e:
+            bad("device", str(e))
+    else:
+        import torch
+
+        try:
+            torch.device(cfg.device)
+        except (RuntimeError, ValueError, TypeError):
+            bad("device", f"{cfg.device!r} is not a torch device; use cpu, cuda, cuda:N or mps")
+    if any(c.startswith("strips:") for c in cfg.corpora):
+        from vheads.discovery import corpus_abbrev
+
+        seen: dict[str, str] = {}
+        for c in cfg.corpora:
+            a = corpus_abbrev(c)
+            if a is not None and seen.setdefault(a, c) != c:
+                bad("corpora", f"{seen[a]} and {c} share the setting-id abbreviation {a!r}; set 'abbrev' in a strips.json")
+
+
+def validate_for_model(cfg: StudyConfig, n_layers: int, n_heads: int) -> None:
+    """Checks that need the model's shape (read from its config, no weights): ``k`` and
+    ``k_sweep`` within the model's heads."""
+    from vheads.discovery import resolve_k
+
+    try:
+        resolve_k(n_layers, n_heads, cfg.k or None, cfg.selection)
+    except VheadsError as e:
+        raise VheadsError(f"config key 'k': {e}") from None
+    for kk in cfg.k_sweep:
+        if kk > n_layers * n_heads:
+            raise VheadsError(f"config key 'k_sweep': {kk} heads is more than the model's {n_layers}x{n_heads} = {n_layers * n_heads}")
 
 
 def load_config(path: str | Path | None = None, **overrides) -> StudyConfig:
@@ -241,10 +328,10 @@ def load_config(path: str | Path | None = None, **overrides) -> StudyConfig:
     if path is not None:
         p = Path(path)
         if not p.is_file():
-            raise FileNotFoundError(f"config file {str(p)!r} does not exist")
+            raise MissingFileError(f"config file {str(p)!r} does not exist" + (" (it is a folder)" if p.is_dir() else ""))
         try:
-            data = tomllib.loads(p.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"config file {str(p)!r} is not valid TOML: {e}") from None
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise VheadsError(f"config file {str(p)!r} is not valid TOML: {e}") from None
     data.update({k: v for k, v in overrides.items() if v is not None})
     return config_from_dict(data)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from vheads._errors import make_output_folder
+from vheads._io import atomic_write
 from vheads.store import Store
 
-TABLES = ("outcomes", "arms", "discovery", "headsets", "overlap", "ceilings", "audit")
+TABLES = ("outcomes", "arms", "discovery", "headsets", "overlap", "ceilings", "random_overlap", "audit")
 
 
 def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = None) -> list[Path]:
@@ -15,8 +17,8 @@ def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = N
         raise ValueError(f"unknown export format {fmt!r}; use csv or parquet")
     run_dir = Path(run_dir)
     out = Path(out) if out else run_dir / "export"
-    out.mkdir(parents=True, exist_ok=True)
-    store = Store(run_dir)
+    make_output_folder(out)
+    store = Store(run_dir, readonly=True)  # a run on read-only media exports too (with --out elsewhere)
     paths = []
     try:
         for table in TABLES:
@@ -25,10 +27,13 @@ def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = N
             rows = cur.fetchall()
             if fmt == "csv":
                 p = out / f"{table}.csv"
-                with open(p, "w", newline="") as f:
+
+                def write(f, cols=cols, rows=rows):
                     w = csv.writer(f)
                     w.writerow(cols)
                     w.writerows(rows)
+
+                atomic_write(p, write)
             else:
                 try:
                     import pyarrow as pa
@@ -36,7 +41,8 @@ def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = N
                 except ImportError:
                     raise RuntimeError("parquet export needs pyarrow: pip install pyarrow") from None
                 p = out / f"{table}.parquet"
-                pq.write_table(pa.table({c: [r[i] for r in rows] for i, c in enumerate(cols)}), p)
+                tab = pa.table({c: [r[i] for r in rows] for i, c in enumerate(cols)})
+                atomic_write(p, lambda fh, tab=tab: pq.write_table(tab, fh), mode="wb")
             paths.append(p)
     finally:
         store.close()

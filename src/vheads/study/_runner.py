@@ -21,7 +21,10 @@ from vheads import __version__
 from vheads.evaluation import HeadSet, draw_controls
 from vheads.evaluation import split_control_name
 from vheads.study._backends import make_backend
-from vheads.study._config import StudyConfig
+from vheads._errors import VheadsError, path_inside, storage_error
+from vheads._io import atomic_write
+from vheads.study._config import StudyConfig, validate_for_model
+from vheads.study._lock import RunLock
 from vheads.store import Store
 from vheads._seeds import derived_seed
 
@@ -59,11 +62,11 @@ def _log(run_dir: Path, line: str) -> None:
 
 def _commit(store: Store, run_dir: Path, res: dict) -> None:
     payload = res["rows"]
-    for name, png in payload.get("strips", {}).items():
-        (run_dir / "strips").mkdir(exist_ok=True)
-        (run_dir / "strips" / f"{name}.png").write_bytes(png)
+    strips = run_dir / "strips"
+    for name, png in payload.get("strips", {}).items():  # item ids hold names from data: kept inside strips/
+        atomic_write(path_inside(strips, f"{name}.png"), lambda fh: fh.write(png), mode="wb")
     for name, meta in payload.get("strip_meta", {}).items():
-        (run_dir / "strips" / f"{name}.json").write_text(json.dumps(meta))
+        atomic_write(path_inside(strips, f"{name}.json"), lambda fh: fh.write(json.dumps(meta)))
     store.commit_unit(res["unit_id"], res["kind"], res["seconds"], payload["rows"])
     _log(run_dir, f"done {res['unit_id']}")
 
@@ -222,10 +225,26 @@ def _eval_units(store: Store, cfg: StudyConfig) -> list[dict]:
 
 
 def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool = True, report: bool = True) -> StudyResult:
-    """Run (or resume) the whole study of ``cfg`` into ``out``; returns the report's path."""
+    """Run (or resume) the whole study of ``cfg`` into ``out``; returns the report's path.
+
+    Everything is checked before the run folder is made (the config against the model's
+    shape included); the run holds ``out``'s lock (:class:`RunLock`) throughout, so a
+    second run on the same folder is refused instead of racing this one.
+    """
     run_dir = Path(out)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise VheadsError(f"--out {run_dir} is a file, not a run folder; pass a folder")
     shape = preflight_model(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    validate_for_model(cfg, shape["n_layers"], shape["n_heads"])
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise storage_error(e, run_dir) from None
+    with RunLock(run_dir):
+        return _run_locked(cfg, run_dir, shape, progress, report)
+
+
+def _run_locked(cfg: StudyConfig, run_dir: Path, shape: dict, progress: bool, report: bool) -> StudyResult:
     store = Store(run_dir)
     have = store.get_meta("config_hash")
     if have is not None and have != cfg.science_hash():
@@ -264,20 +283,22 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
     report_path = None
     if report:
         t = time.time()
+        _log(run_dir, "start report")
         report_path = build_report_if_available(run_dir)
         secs["report"] = time.time() - t
     return StudyResult(run_dir, report_path, secs, n_computed)
 
 
-def build_report_if_available(run_dir: Path) -> Path | None:
-    """Build the report; also leave ``report.png``, a screenshot, where Chromium exists."""
+def build_report_if_available(run_dir: Path, out_dir: Path | None = None) -> Path | None:
+    """Build the report (into ``out_dir``, default ``run_dir``); also leave ``report.png``,
+    a screenshot, where Chromium exists."""
     try:
         from vheads.report import build_report, screenshot
     except ImportError:
         return None
-    html = build_report(run_dir)
+    html = build_report(run_dir, out_dir)
     try:
-        screenshot(html, Path(run_dir) / "report.png")
+        screenshot(html, html.parent / "report.png")
     except Exception:  # noqa: BLE001 - the screenshot is a convenience, never a failure
         pass
     return html

@@ -1,0 +1,99 @@
+"""The error a user can act on, and the guards that keep data from choosing where files go.
+
+:class:`VheadsError` is the project's one error type for bad input and for a run that
+cannot go on (damaged store, full or read-only disk). Its message is one line that says
+what was wrong, with the value or file, and what to do; the CLI prints it as
+``error: <message>`` and exits 2, with no traceback. It subclasses ``ValueError`` (and
+:class:`MissingFileError` also ``FileNotFoundError``) so callers that catch those keep
+working.
+
+Names read from data (a ``strips.json``'s ``corpus`` / ``abbrev``, an image's name) may
+become parts of file names. :func:`safe_name` accepts only plain identifiers, and
+:func:`path_inside` resolves every output path and refuses one outside its root folder.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+import sqlite3
+from pathlib import Path
+
+
+class VheadsError(ValueError):
+    """Bad input, or a run that cannot go on: one line for a person, exit 2 in the CLI."""
+
+
+class MissingFileError(VheadsError, FileNotFoundError):
+    """An input file or folder that does not exist."""
+
+
+#: letters, digits and ``_ . + -``, starting with a letter or digit, at most 64 characters
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+
+
+def safe_name(value: object, what: str, allowed: re.Pattern = SAFE_NAME) -> str:
+    """``value`` if it is a safe identifier (see :data:`SAFE_NAME`), else :class:`VheadsError`.
+
+    ``what`` names where the value came from (``"strips.json key 'abbrev'"``).
+    """
+    if not isinstance(value, str) or not allowed.fullmatch(value) or value in (".", ".."):
+        raise VheadsError(
+            f"{what} must be a plain name ({allowed.pattern}), got {value!r}; names read from data "
+            "become parts of file names, so path separators and other characters are refused"
+        )
+    return value
+
+
+def path_inside(root: str | Path, *parts: str) -> Path:
+    """``root / parts…``, resolved, refused (:class:`VheadsError`) unless it lies inside ``root``."""
+    base = Path(root).resolve()
+    p = base.joinpath(*parts).resolve()
+    if p != base and base not in p.parents:
+        raise VheadsError(f"refusing to write {p}: it lies outside the output folder {base}")
+    return p
+
+
+def storage_error(e: BaseException, where: str | Path | None = None) -> VheadsError | None:
+    """One line for a failed write or a damaged SQLite store (``None`` if ``e`` is neither).
+
+    Says what happened, what is safe and what to do: every finished work unit of a study
+    is committed atomically, so rerunning the same command resumes after the cause is fixed.
+    """
+    where = str(where or getattr(e, "filename", None) or "the run folder")
+    msg = str(e).lower()
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC or "disk is full" in msg:
+        what = f"the disk is full (writing {where})"
+    elif isinstance(e, OSError) and e.errno == errno.EROFS or "readonly" in msg or "read-only" in msg:
+        what = f"{where} is on a read-only file system"
+    elif isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM):
+        what = f"no permission to write {where}"
+    elif isinstance(e, sqlite3.DatabaseError) and ("not a database" in msg or "malformed" in msg or "corrupt" in msg):
+        return VheadsError(
+            f"results store {where} is damaged ({e}); nothing was changed. Move the run folder's results.sqlite "
+            "aside and rerun the same command to recompute the run (figures and strips are rebuilt from it)"
+        )
+    elif isinstance(e, sqlite3.DatabaseError):
+        what = f"the results store {where} failed ({e})"
+    else:
+        return None
+    return VheadsError(
+        f"{what}; no partial file was kept (files are written whole or not at all) and work already committed to "
+        "a run's results.sqlite is safe. Fix the cause (free space, a writable folder) and rerun the same command "
+        "(a study resumes where it stopped)"
+    )
+
+
+def make_output_folder(path: str | Path, hint: str = "pass --out to a writable folder") -> Path:
+    """``mkdir -p path``; a read-only or full disk is one line that says the input is untouched."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise VheadsError(f"output folder {path} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".vheads-write-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise VheadsError(f"cannot write to {path} ({e.strerror or e}); nothing was changed: {hint}") from None
+    return path

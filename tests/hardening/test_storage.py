@@ -1,0 +1,99 @@
+"""Damaged store, full disk, read-only disk: one clear line, nothing half-written (point 5).
+
+The full and read-only disks are real: a 300 KiB tmpfs and a read-only bind mount, made
+in a private mount namespace (``unshare -m``); skipped where that is not permitted.
+"""
+
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from PIL import Image
+
+from tests.hardening.clitools import SRC, refused, vheads
+from tests.report.synth import make_run
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("run") / "run")
+
+
+@pytest.fixture()
+def run(run_dir, tmp_path):
+    """A fresh copy of a synthetic run (no model) per test."""
+    return shutil.copytree(run_dir, tmp_path / "run")
+
+
+def _mount_namespace_ok() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    r = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"], capture_output=True)
+    return r.returncode == 0
+
+
+needs_mounts = pytest.mark.skipif(not _mount_namespace_ok(), reason="needs unshare -m and mount (a privileged container)")
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_a_damaged_store_is_one_line_and_left_untouched(run, damage, command):
+    store = run / "results.sqlite"
+    data = store.read_bytes()
+    store.write_bytes(b"this is not SQLite " * 64 if damage == "garbage" else data[:1000])
+    before = store.read_bytes()
+    line = refused(vheads(command, run), "results.sqlite")
+    assert "damaged" in line or "not a database" in line or "malformed" in line
+    assert store.read_bytes() == before
+
+
+def _png_ok(p) -> bool:
+    with Image.open(p) as im:
+        im.load()
+    return True
+
+
+@needs_mounts
+def test_full_disk_during_the_report_is_one_line_and_leaves_no_partial_figure(run, tmp_path):
+    out = tmp_path / "full"
+    out.mkdir()
+    script = textwrap.dedent(f"""
+        mount -t tmpfs -o size=300k tmpfs {out} || exit 99
+        PYTHONPATH={SRC} OMP_NUM_THREADS=1 {sys.executable} -m vheads.cli report {run} --out {out}
+        echo "rc=$?"
+        mkdir -p {tmp_path}/seen && cp -r {out}/. {tmp_path}/seen/
+    """)
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    assert "rc=2" in r.stdout, r.stdout + r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: the disk is full") and "Traceback" not in r.stderr, r.stderr
+    seen = list((tmp_path / "seen").rglob("*"))
+    files = [p for p in seen if p.is_file()]
+    assert files, "the disk filled before any figure: the test no longer exercises a mid-report failure"
+    assert not [p for p in files if p.stat().st_size == 0 or p.name.endswith(".tmp")]
+    assert all(_png_ok(p) for p in files if p.suffix == ".png")
+    assert not (tmp_path / "seen" / "report.html").exists()  # the report stops at the failure
+
+
+@needs_mounts
+def test_report_and_export_work_on_a_read_only_run(run, tmp_path):
+    before = {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    script = textwrap.dedent(f"""
+        mount --bind {run} {run} && mount -o remount,bind,ro {run} || exit 99
+        touch {run}/probe 2>/dev/null && echo "not read-only"
+        export PYTHONPATH={SRC} OMP_NUM_THREADS=1
+        {sys.executable} -m vheads.cli report {run} --out {tmp_path}/rep; echo "report-out rc=$?"
+        {sys.executable} -m vheads.cli export {run} --out {tmp_path}/csv; echo "export rc=$?"
+        {sys.executable} -m vheads.cli report {run}; echo "report-in-place rc=$?"
+    """)
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    assert "not read-only" not in r.stdout
+    assert "report-out rc=0" in r.stdout and "export rc=0" in r.stdout, r.stdout + r.stderr
+    assert "report-in-place rc=2" in r.stdout
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "Read-only file system" in lines[0] and "--out" in lines[0], r.stderr
+    assert (tmp_path / "rep" / "report.html").read_text().rstrip().endswith("</html>")
+    assert (tmp_path / "csv" / "outcomes.csv").read_text().startswith("unit_id,")
+    assert {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
