@@ -159,6 +159,20 @@ def _split_by(seq, key):
 def _run_forward(engine: Engine, probes: list[Probe], pieces: list[tuple[int, int, int]], prefix_reuse: bool) -> list[np.ndarray]:
     """One forward of ``pieces`` ((probe, first head-set, n rows), grouped by prompt):
     the probabilities of each piece's rows."""
+    batch, plan = probe_batch(engine, probes, pieces, prefix_reuse)
+    logits = engine.run(batch, plan, logits_at=[batch.length - 1]).logits[:, 0]
+    p = engine.letter_probs(logits).cpu().numpy()
+    out, at = [], 0
+    for _, _, n in pieces:
+        out.append(p[at : at + n])
+        at += n
+    return out
+
+
+def probe_batch(engine: Engine, probes: list[Probe], pieces: list[tuple[int, int, int]], prefix_reuse: bool = True):
+    """The row batch and plan of one forward of ``pieces`` ((probe, first head-set, n
+    rows), grouped by prompt): every row's heads, acted rows and key bias placed at the
+    row's padded positions."""
     prompts, counts, firsts, slot = [], [], [], []
     for i, _, n in pieces:
         pr = probes[i].prompt
@@ -181,13 +195,7 @@ def _run_forward(engine: Engine, probes: list[Probe], pieces: list[tuple[int, in
             rows.append(r)
             bias.append(b)
     iv = Intervention(torch.stack(heads), torch.stack(rows), torch.stack(bias))  # [B, L, H], [B, T], [B, T]
-    logits = engine.run(batch, engine.plan(batch.n_rows, [iv]), logits_at=[batch.length - 1]).logits[:, 0]
-    p = engine.letter_probs(logits).cpu().numpy()
-    out, at = [], 0
-    for _, _, n in pieces:
-        out.append(p[at : at + n])
-        at += n
-    return out
+    return batch, engine.plan(batch.n_rows, [iv])
 
 
 def option_probs(engine: Engine, prompt: Prompt, headsets: list[HeadSet], action: Action | None, batch_size: int | None = None, prefix_reuse: bool = True) -> np.ndarray:
