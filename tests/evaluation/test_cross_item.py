@@ -127,3 +127,21 @@ def test_token_budget_bounds_every_forward(loaded):
     eng.batching = Batching(cross_item=False)
     want = run_probes(eng, probes)
     assert max(np.abs(a - b).max() for a, b in zip(got, want)) <= 1e-5
+
+
+def test_cross_item_with_qwen3_vl_deepstack_features(tmp_path):
+    """Qwen3-VL adds vision features of some blocks to the first language-model layers
+    (deepstack): the repeated vision output must carry them to the right rows too."""
+    from vheads.models import load_model
+    from vheads.models.tiny_random import build_tiny_random
+
+    lm = load_model(str(build_tiny_random("qwen3_vl", tmp_path / "m", layers=3, deepstack=(0,))))
+    eng = Engine(lm)
+    prompts = [lm.adapter.build(it, lm.processor) for it in _items()]
+    probes = [Probe(pr, Action("mask", rows="all"), _headsets(lm.n_layers, lm.n_heads, n=3)) for pr in prompts] + [Probe(pr, None) for pr in prompts]
+    eng.batching = Batching(cross_item=False)
+    alone = run_probes(eng, probes)
+    eng.batching = Batching(cross_item=True)
+    together = run_probes(eng, probes)
+    assert max(np.abs(a - b).max() for a, b in zip(alone, together)) <= 1e-5
+    assert max(np.abs(alone[i] - alone[3 + i]).max() for i in range(3)) > 1e-4  # hiding the image moves P: not vacuous
