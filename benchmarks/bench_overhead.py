@@ -59,7 +59,6 @@ def run(lm, eng, image_tokens: int, rows: int, repeats: int, device: str, log) -
 def memory_one(model_dir: str, budget: int, items: int, image_tokens: int, device: str, dtype: str) -> dict:
     """Run in a fresh process: peak memory of the probes of ``items`` items × 64 head-sets
     (mask@all) at ``budget`` positions per forward."""
-    from benchmarks.bench_capture import _peak_rss
     from benchmarks.bench_evaluation import random_headsets
     from vheads.engine import Batching, Engine
     from vheads.evaluation._probe import Action, Probe, run_probes
@@ -75,18 +74,8 @@ def memory_one(model_dir: str, budget: int, items: int, image_tokens: int, devic
         return run(batch, *a, **k)
 
     eng.run = counted
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-    else:
-        before = _peak_rss()
-    run_probes(eng, [Probe(p, Action("mask", rows="all"), random_headsets(lm.n_layers, lm.n_heads)) for p in prompts])
-    if device == "cuda":
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated()
-    else:
-        peak = _peak_rss()
+    probes = [Probe(p, Action("mask", rows="all"), random_headsets(lm.n_layers, lm.n_heads)) for p in prompts]
+    before, peak = _setup.peak_memory(lambda: run_probes(eng, probes), device)
     return {"budget": budget, "growth_mb": (peak - before) / 2**20, "peak_mb": peak / 2**20, "forwards": len(held), "max_positions": max(held)}
 
 
