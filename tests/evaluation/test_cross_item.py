@@ -119,14 +119,18 @@ def test_token_budget_bounds_every_forward(loaded):
     prompts = [lm.adapter.build(it, lm.processor) for it in _items()]
     hs = _headsets(lm.n_layers, lm.n_heads, n=7)
     longest = max(p.layout.n_tokens for p in prompts)
-    budget = 10 * longest
-    eng.batching = Batching(cross_item=True, max_rows=64, token_budget=budget)
-    probes = [Probe(pr, Action("mask", rows="all"), hs) for pr in prompts]
-    got = run_probes(eng, probes)
-    assert len(calls) > 1 and all(sum(c) * T <= budget for _, c, _, T in calls)
-    eng.batching = Batching(cross_item=False)
-    want = run_probes(eng, probes)
-    assert max(np.abs(a - b).max() for a, b in zip(got, want)) <= 1e-5
+    budget = 16 * longest  # two items of 7 rows fit, three do not
+    for rows in ("all", "question"):  # without and with a shared prefix (padded length P + S)
+        probes = [Probe(pr, Action("mask", rows=rows), hs) for pr in prompts]
+        eng.batching = Batching(cross_item=True, max_rows=64, token_budget=budget)
+        got = run_probes(eng, probes)
+        assert len(calls) > 1 and all(sum(c) * T <= budget for _, c, _, T in calls)
+        assert any(len(c) > 1 for _, c, _, _ in calls)
+        calls.clear()
+        eng.batching = Batching(cross_item=False)
+        want = run_probes(eng, probes)
+        assert max(np.abs(a - b).max() for a, b in zip(got, want)) <= 1e-5
+        calls.clear()
 
 
 def test_cross_item_with_qwen3_vl_deepstack_features(tmp_path):

@@ -253,7 +253,7 @@ class Engine:
         request, ``{name: [L, H, G]}`` (see :class:`Capture`). Prompts share forwards
         (one row each, left-padded) within the batching limits; no logits are computed."""
         out: list[dict[str, torch.Tensor]] = []
-        for group in pack([(pr, 1) for pr, _, _ in requests], self.batching if self.cross_item else dataclasses.replace(self.batching, max_rows=1)):
+        for group in pack([(pr, 1, 0) for pr, _, _ in requests], self.batching if self.cross_item else dataclasses.replace(self.batching, max_rows=1)):
             prompts = [requests[i][0] for i in group]
             batch = RowBatch(prompts, [1] * len(group), [0] * len(group))
             caps = []
@@ -266,23 +266,26 @@ class Engine:
         return out
 
 
-def pack(requests: list[tuple[Prompt, int]], batching: Batching) -> list[list[int]]:
-    """Group request indices into forwards, in order: ``requests[i] = (prompt, rows)``.
+def pack(requests: list[tuple[Prompt, int, int]], batching: Batching) -> list[list[int]]:
+    """Group request indices into forwards, in order: ``requests[i] = (prompt, rows, split)``
+    (``split``: where the prompt's shared prefix would end, 0 for none).
 
-    A forward holds at most ``max_rows`` rows and ``rows × longest prompt`` at most
-    ``token_budget`` positions (a request larger than either gets a forward of its own; the
-    caller splits its rows). Consecutive requests of one prompt stay together.
+    A forward holds at most ``max_rows`` rows and at most ``token_budget`` positions,
+    counted as rows × the padded length a :class:`RowBatch` of these prompts can have
+    (longest prefix + longest suffix); a request larger than either gets a forward of its
+    own (the caller cuts its rows to fit). Consecutive requests of one prompt stay together.
     """
     groups: list[list[int]] = []
-    rows = longest = 0
-    for i, (pr, n) in enumerate(requests):
+    rows = pre = suf = 0
+    for i, (pr, n, split) in enumerate(requests):
         T = pr.layout.n_tokens
-        if groups and (rows + n <= batching.max_rows and (rows + n) * max(longest, T) <= batching.token_budget):
+        p2, s2 = max(pre, split), max(suf, T - split)
+        if groups and rows + n <= batching.max_rows and (rows + n) * (p2 + s2) <= batching.token_budget:
             groups[-1].append(i)
-            rows, longest = rows + n, max(longest, T)
+            rows, pre, suf = rows + n, p2, s2
         else:
             groups.append([i])
-            rows, longest = n, T
+            rows, pre, suf = n, split, T - split
     return groups
 
 
