@@ -102,10 +102,10 @@ def run_probes(engine: Engine, probes: list[Probe], prefix_reuse: bool = True, m
     of different probes and items share a forward (padded, each with its own position ids
     and image; see :class:`vheads.engine.RowBatch`), at most ``max_rows`` rows and
     ``token_budget`` positions per forward (``max_rows`` overrides the engine's); the probes
-    of one prompt are kept together so
-    its prefix (system prompt and image, before the first acted row) runs once. Without it,
-    each probe runs on its own, in chunks of ``max_rows`` head-sets. The values do not
-    depend on the packing (tests/evaluation/test_cross_item.py).
+    of one prompt are kept together so its prefix (system prompt and image, before the
+    first acted row) runs once. Without it, each probe runs on its own, in chunks of
+    ``max_rows`` head-sets. The values do not depend on the packing
+    (tests/evaluation/test_cross_item.py).
     """
     L, H = engine.shape
     for pb in probes:
