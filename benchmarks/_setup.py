@@ -98,3 +98,32 @@ def timed(fn, device: str) -> float:
 
 def median(xs: list[float]) -> float:
     return float(statistics.median(xs))
+
+
+def peak_rss() -> int:
+    """This process's peak resident memory in bytes (``VmHWM``). Not ``ru_maxrss``: that
+    survives ``exec`` and so starts at the parent's size when the parent is large."""
+    from pathlib import Path
+
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # not Linux: best effort
+
+
+def peak_memory(fn, device: str) -> tuple[int, int]:
+    """(bytes held before, peak bytes during) ``fn()``: GPU ``max_memory_allocated``
+    (peak stats reset first), CPU the process's peak RSS."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    else:
+        before = peak_rss()
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        return before, torch.cuda.max_memory_allocated()
+    return before, peak_rss()

@@ -15,7 +15,6 @@ Both include the model's weights: the ratio is the whole footprint of a forward.
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -76,15 +75,6 @@ def _available_bytes(device: str) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def _peak_rss() -> int:
-    """This process's peak resident memory in bytes (``VmHWM``). Not ``ru_maxrss``: that
-    survives ``exec`` and so starts at the parent's size when the parent is large."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # not Linux: best effort
-
-
 def peak_memory_one(model_dir: str, mode: str, n_tokens: int, device: str, dtype: str) -> dict:
     """Run in a fresh process: load, one warm-up plain forward, then one ``mode`` forward."""
     from vheads.engine import Engine
@@ -93,18 +83,7 @@ def peak_memory_one(model_dir: str, mode: str, n_tokens: int, device: str, dtype
     eng = Engine(lm)
     prompt = _setup.prompt_of_length(lm, n_tokens)
     _runner(lm, eng, prompt, "plain")()  # warm-up: the model code's own allocations
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-    else:
-        before = _peak_rss()
-    _runner(lm, eng, prompt, mode)()
-    if device == "cuda":
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated()
-    else:
-        peak = _peak_rss()
+    before, peak = _setup.peak_memory(_runner(lm, eng, prompt, mode), device)
     return {"mode": mode, "tokens": prompt.layout.n_tokens, "peak_mb": peak / 2**20, "growth_mb": (peak - before) / 2**20}
 
 

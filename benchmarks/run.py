@@ -1,6 +1,6 @@
 """vheads benchmarks: ratios measured side by side in one run.
 
-    python benchmarks/run.py [--quick] [--json PATH] [--only capture|evaluation|study]
+    python benchmarks/run.py [--quick] [--json PATH] [--only capture|evaluation|overhead|memory|study]
 
 Runs on CUDA + bf16 when a GPU is there, else CPU + fp32 (the same command either way),
 on a random-initialised Qwen3-VL with the 2B language-model layout (28 layers × 16 heads
@@ -26,23 +26,31 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
 
-from benchmarks import _setup, bench_capture, bench_evaluation, bench_study  # noqa: E402
+from benchmarks import _setup, bench_capture, bench_evaluation, bench_overhead, bench_study  # noqa: E402
 
-CAPTURE_TIME_TARGET = 1.1
+CAPTURE_TIME_TARGET = 1.1  # at every prompt length from CAPTURE_TARGET_FROM tokens up
 CAPTURE_MEMORY_TARGET = 1.05
-QUESTION_ROWS_TARGET = 30.0
-ALL_ROWS_TARGET = 3.0  # on GPU; the CPU figure is reported without a verdict
+CAPTURE_TARGET_FROM = 1024
+QUESTION_ROWS_TARGET = 30.0  # these and the overhead targets apply from TARGET_IMAGE_TOKENS image tokens
+ALL_ROWS_TARGET = 6.0
+OVERHEAD_QUESTION_TARGET = 1.15
+OVERHEAD_ALL_TARGET = 1.3
+TARGET_IMAGE_TOKENS = 1000
+STUDY_SPEEDUP_TARGET = 2.0  # cross-item off / on, default study (not --quick)
 
 
 def params(device: str, quick: bool) -> dict:
     if device == "cuda":
-        p = dict(lengths=[256, 1024, 4096], repeats=5, items=4, image_tokens=1024, baseline_sample=8, batched_sample=64, batch_size=64)
+        p = dict(lengths=[256, 1024, 4096], repeats=5, items=4, image_tokens=1024, baseline_sample=8, batched_sample=64, batch_size=64,
+                 overhead_rows=64, budget_rows=[16, 64], memory_items=2)
         if quick:
             p.update(repeats=3, items=1, baseline_sample=4)
         return p
     if quick:
-        return dict(lengths=[256, 1024], repeats=3, items=1, image_tokens=1024, baseline_sample=2, batched_sample=8, batch_size=64)
-    return dict(lengths=[256, 1024, 4096], repeats=3, items=2, image_tokens=1024, baseline_sample=4, batched_sample=16, batch_size=64)
+        return dict(lengths=[256, 1024], repeats=3, items=1, image_tokens=1024, baseline_sample=2, batched_sample=8, batch_size=64,
+                    overhead_rows=8, budget_rows=[8, 32], memory_items=1)
+    return dict(lengths=[256, 1024, 4096], repeats=3, items=2, image_tokens=1024, baseline_sample=4, batched_sample=16, batch_size=64,
+                overhead_rows=16, budget_rows=[8, 32], memory_items=2)
 
 
 def entry(name, ratio, target, better, raw, command, note=""):
@@ -54,11 +62,10 @@ def entry(name, ratio, target, better, raw, command, note=""):
 
 def capture_entries(res: dict, model: str, cmd: str, quick: bool) -> list[dict]:
     out = []
-    top = max(res)
     for T, r in sorted(res.items()):
         plain, cap, eager = r["plain"], r["capture"], r["eager"]
-        at_target = T == top
-        note = "target is stated at T=4096; --quick stops earlier" if at_target and quick else ""
+        at_target = T >= CAPTURE_TARGET_FROM
+        note = "" if at_target else f"targets apply from {CAPTURE_TARGET_FROM:,} tokens"
         raw = {"tokens": T, "plain": plain, "capture": cap}
         out.append(entry(f"{model} capture time / plain, T={T}", cap["time_s"] / plain["time_s"],
                          CAPTURE_TIME_TARGET if at_target else None, "lower", raw, cmd, note))
@@ -76,16 +83,54 @@ def capture_entries(res: dict, model: str, cmd: str, quick: bool) -> list[dict]:
 def evaluation_entries(res: dict, model: str, cmd: str, device: str) -> list[dict]:
     q, a = res["question"], res["all"]
     n = f"64 head-sets × {q['items']} item(s), {q['image_tokens']} image tokens, prompt {q['prompt_tokens']} tokens"
-    gpu = device == "cuda"
+    applies = q["image_tokens"] >= TARGET_IMAGE_TOKENS
+    why = "" if applies else f"; targets apply from {TARGET_IMAGE_TOKENS:,} image tokens"
     return [
         entry(f"{model} eval mask@question: per-head-set / batched+reuse",
-              q["baseline_s"] / q["reuse_s"], QUESTION_ROWS_TARGET, "higher", q, cmd, n),
+              q["baseline_s"] / q["reuse_s"], QUESTION_ROWS_TARGET if applies else None, "higher", q, cmd, n + why),
         entry(f"{model} eval mask@question: per-head-set / batched",
               q["baseline_s"] / q["batched_s"], None, "higher", q, cmd),
         entry(f"{model} eval mask@all: per-head-set / batched",
-              a["baseline_s"] / a["batched_s"], ALL_ROWS_TARGET if gpu else None, "higher", a, cmd,
-              n + ("" if gpu else "; target (≥3×) applies on GPU, CPU figure reported")),
+              a["baseline_s"] / a["batched_s"], ALL_ROWS_TARGET if applies else None, "higher", a, cmd, n + why),
     ]
+
+
+def overhead_entries(res: dict, model: str, cmd: str) -> list[dict]:
+    out = []
+    for group, target in (("question", OVERHEAD_QUESTION_TARGET), ("all", OVERHEAD_ALL_TARGET)):
+        r = res[group]
+        applies = r["image_tokens"] >= TARGET_IMAGE_TOKENS and model.startswith("random-2B")
+        note = f"{r['rows']} rows, T={r['tokens']}, {r['image_tokens']} image tokens, prefix {r['prefix']}" + (
+            "" if applies else f"; target applies to the 2B layout from {TARGET_IMAGE_TOKENS:,} image tokens")
+        out.append(entry(f"{model} masked forward / plain forward, mask@{group}", r["masked_s"] / r["plain_s"],
+                         target if applies else None, "lower", r, cmd, note))
+    return out
+
+
+def memory_entries(res: list[dict], model: str, cmd: str) -> list[dict]:
+    lo, hi = res
+    bounded = all(r["max_positions"] <= r["budget"] for r in res)
+    note = (f"budgets {lo['budget']:,} and {hi['budget']:,} positions: +{lo['growth_mb']:.0f} MB and +{hi['growth_mb']:.0f} MB; "
+            f"largest forward {lo['max_positions']:,} and {hi['max_positions']:,} positions ({'within' if bounded else 'OVER'} budget)")
+    return [entry(f"{model} eval peak mem growth, budget ×{hi['budget'] / lo['budget']:g} / budget ×1", hi["growth_mb"] / max(lo["growth_mb"], 1e-9),
+                  None, "lower", {"budgets": res, "within_budget": bounded}, cmd, note)]
+
+
+def study_entries(study: dict, quick: bool) -> list[dict]:
+    q = " --quick" if quick else ""
+    cmd = f"python benchmarks/run.py{q} --only study"
+    if not study.get("available"):
+        return [entry("study cross-item off / on", None, None, "higher", study, cmd, study.get("why", ""))]
+    on, off = study["on"], study["off"]
+    same = f"same outcomes: keys {'equal' if study['same_keys'] else 'DIFFER'}, max |Δ| {study['max_abs_outcome_diff']}"
+    note = (f"{study['config']} study: on {on['total_s']:.0f}s, off {off['total_s']:.0f}s; {same}"
+            + ("; reduced study: no target" if quick else ""))
+    rows = [entry("study cross-item off / on, total", off["total_s"] / on["total_s"], None if quick else STUDY_SPEEDUP_TARGET, "higher", study, cmd, note)]
+    for stage in on["stages_s"]:
+        if stage in off["stages_s"] and on["stages_s"][stage] > 0:
+            rows.append(entry(f"study cross-item off / on, {stage}", off["stages_s"][stage] / on["stages_s"][stage], None, "higher",
+                              {"on_s": on["stages_s"][stage], "off_s": off["stages_s"][stage]}, cmd))
+    return rows
 
 
 def print_table(entries: list[dict]) -> None:
@@ -120,6 +165,14 @@ def bench_model(name, lm, model_dir, spec_line, args, p, device, dtype, log) -> 
         res = bench_evaluation.run(lm, eng, items, p["image_tokens"], p["baseline_sample"], p["batched_sample"], p["batch_size"], device, log)
         cmd = f"python benchmarks/run.py{q}{model_flag} --only evaluation --items {items}"
         entries += evaluation_entries(res, name, cmd, device)
+    if args.only in (None, "overhead"):
+        res = bench_overhead.run(lm, eng, p["image_tokens"], p["overhead_rows"], p["repeats"], device, log)
+        entries += overhead_entries(res, name, f"python benchmarks/run.py{q}{model_flag} --only overhead")
+    if args.only in (None, "memory") and model_dir != "tiny":
+        T = _setup.prompt_of_length(lm, p["image_tokens"]).layout.n_tokens
+        budgets = [r * T for r in p["budget_rows"]]
+        res = bench_overhead.memory(model_dir, budgets, p["memory_items"], p["image_tokens"], device, dtype, log)
+        entries += memory_entries(res, name, f"python benchmarks/run.py{q}{model_flag} --only memory")
     return entries
 
 
@@ -127,7 +180,7 @@ def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="shorter prompts, fewer repeats and samples (a few minutes on a 2-core CPU)")
     ap.add_argument("--json", type=Path, help="write the entries here")
-    ap.add_argument("--only", choices=["capture", "evaluation", "study"])
+    ap.add_argument("--only", choices=["capture", "evaluation", "overhead", "memory", "study"])
     ap.add_argument("--model", choices=["random", "tiny", "both"], default="both", help="random 2B-layout Qwen3-VL, the built-in tiny model, or both")
     ap.add_argument("--lengths", type=int, nargs="+", help="capture prompt lengths (tokens)")
     ap.add_argument("--items", type=int, help="evaluation items")
@@ -163,15 +216,11 @@ def main(argv=None) -> list[dict]:
         study = bench_study.run(log, quick=args.quick)
         if not study["available"]:
             log(f"  study: {study['why']}")
+        entries += study_entries(study, args.quick)
     if entries:
         print_table(entries)
-    if study is not None:
-        print("\nstudy (time per stage): " + (study["why"] if not study["available"] else json.dumps(study)))
-        print("    reproduce: python benchmarks/run.py --only study")
     if args.json:
-        payload = entries + ([{"name": "study time per stage", "ratio": None, "target": None, "better": "lower", "met": None,
-                               "raw": study, "command": "python benchmarks/run.py --only study", "note": ""}] if study is not None else [])
-        args.json.write_text(json.dumps(payload, indent=1, default=float))
+        args.json.write_text(json.dumps(entries, indent=1, default=float))
         log(f"wrote {args.json}")
     log("done")
     return entries

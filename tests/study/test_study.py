@@ -211,3 +211,22 @@ def test_a_second_run_on_the_folder_is_refused_and_a_kill_during_the_report_resu
     for p in (out / "figures").glob("*.png"):
         with Image.open(p) as im:
             im.load()
+
+
+def test_cross_item_batching_on_or_off_stores_the_same_outcomes(tiny_random_dirs, reference_run, tmp_path):
+    """The reference run batches across items (the default); the same study with
+    ``run.cross_item = false`` (one item per forward) stores the same head-sets and
+    outcomes (same keys; values equal up to float rounding of differently shaped batches)."""
+    ref_out, _ = reference_run
+    cfg = small_config(tiny_random_dirs["qwen3_vl"], run={"shard_size": 2, "batch_size": 16, "cross_item": False})
+    run_study(cfg, tmp_path / "off", progress=False, report=False)
+    on, off = outcomes(ref_out), outcomes(tmp_path / "off")
+    assert [r[:4] for r in on] == [r[:4] for r in off] and len(on) > 0
+    assert max(abs(a[4] - b[4]) for a, b in zip(on, off)) <= 1e-6
+    heads = "SELECT setting, headset_id, heads FROM headsets ORDER BY 1, 2"
+    s_on, s_off = Store(ref_out), Store(tmp_path / "off")
+    try:
+        assert s_on.query(heads) == s_off.query(heads)
+    finally:
+        s_on.close()
+        s_off.close()

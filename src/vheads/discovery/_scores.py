@@ -33,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vheads.data import Item
-from vheads.engine import Capture, Engine, positions_mask
+from vheads.engine import Engine, positions_mask
 from vheads.models import LoadedModel, Prompt
 
 SOURCES: tuple[str, ...] = ("last", "qspan", "out")
@@ -151,29 +151,36 @@ def item_region_mass(engine: Engine, item: Item, answer: str, sources: Sequence[
 
     ``answer`` is teacher-forced after the assistant prefix (it defines the ``out`` rows).
     """
+    return region_masses(engine, [item], [answer], sources)[0]
+
+
+def region_masses(engine: Engine, items: Sequence[Item], answers: Sequence[str | None], sources: Sequence[str] = SOURCES) -> list[dict[str, np.ndarray]]:
+    """:func:`item_region_mass` of many items; items share forwards (one row each) when the
+    engine batches across items."""
     lm = engine.lm
-    if item.target is None or item.target not in item.regions:
-        raise ValueError(f"item {item.id!r} has no target region among its regions {sorted(item.regions)}")
-    if "qspan" in sources and item.query_span is None:
-        raise ValueError(f"item {item.id!r} has no query_span, which the qspan source needs")
-    prompt = lm.adapter.build(item, lm.processor, answer_text=answer)
-    lay = prompt.layout
-    T = lay.n_tokens
-    target = lay.regions[item.target].positions
-    if len(target) == 0:
-        raise ValueError(
-            f"item {item.id!r}: target region {item.target!r} box {item.regions[item.target]} covers no image "
-            f"token of the {lay.grid[0]}x{lay.grid[1]} token grid; use larger panels for this model"
-        )
-    groups = positions_mask(T, target)[None, None]  # [1, 1, T]
-    captures = []
-    for s in sources:
-        rows = lay.spans.get(SOURCE_SPAN[s], [])
-        if not rows:
-            raise ValueError(f"item {item.id!r}: the {s!r} source has no rows in its prompt (span {SOURCE_SPAN[s]!r} empty)")
-        captures.append(Capture(positions_mask(T, rows)[None], groups, s))
-    res = engine.forward(prompt, engine.plan(1, captures=captures), logits_at=[])
-    return {s: res.captures[s][0, :, :, 0].double().cpu().numpy() for s in sources}  # [L, H]
+    requests = []
+    for item, answer in zip(items, answers):
+        if item.target is None or item.target not in item.regions:
+            raise ValueError(f"item {item.id!r} has no target region among its regions {sorted(item.regions)}")
+        if "qspan" in sources and item.query_span is None:
+            raise ValueError(f"item {item.id!r} has no query_span, which the qspan source needs")
+        prompt = lm.adapter.build(item, lm.processor, answer_text=answer)
+        lay = prompt.layout
+        T = lay.n_tokens
+        target = lay.regions[item.target].positions
+        if len(target) == 0:
+            raise ValueError(
+                f"item {item.id!r}: target region {item.target!r} box {item.regions[item.target]} covers no image "
+                f"token of the {lay.grid[0]}x{lay.grid[1]} token grid; use larger panels for this model"
+            )
+        rows = {}
+        for s in sources:
+            pos = lay.spans.get(SOURCE_SPAN[s], [])
+            if not pos:
+                raise ValueError(f"item {item.id!r}: the {s!r} source has no rows in its prompt (span {SOURCE_SPAN[s]!r} empty)")
+            rows[s] = positions_mask(T, pos)
+        requests.append((prompt, rows, positions_mask(T, target)[None]))  # groups [1, T]
+    return [{s: m[s][:, :, 0].double().cpu().numpy() for s in sources} for m in engine.capture_many(requests)]  # [L, H]
 
 
 def score_settings(
@@ -212,7 +219,6 @@ def score_settings(
     results: dict[str, SettingScores] = {}
     try:
         for (corpus, query), items in items_by_corpus_and_query.items():
-            masses: dict[str, list[np.ndarray]] = {s: [] for s in sources}
             answers, n_empty = [], 0
             for item in items:
                 bar.set_postfix_str(f"{corpus}/{query}")
@@ -222,14 +228,12 @@ def score_settings(
                     if not answer:
                         n_empty += 1
                         answer = _eos_text(lm)
-                m = item_region_mass(engine, item, answer if "out" in sources else None, sources)
-                for s in sources:
-                    masses[s].append(m[s])
                 answers.append(answer)
                 bar.update(1)
+            masses = region_masses(engine, items, [a if "out" in sources else None for a in answers], sources)
             for s in sources:
                 st = Setting(corpus, query, s, abbrevs.get(corpus))
-                results[st.id] = SettingScores(st, np.stack(masses[s]), [it.id for it in items], answers, n_empty)
+                results[st.id] = SettingScores(st, np.stack([m[s] for m in masses]), [it.id for it in items], answers, n_empty)
     finally:
         bar.close()
     return results

@@ -1,11 +1,30 @@
-"""Run probe plans on a loaded model: single forwards, batched head-sets, prefix reuse."""
+"""Run probe plans on a loaded model: batched head-sets, several items per forward, prefix reuse.
+
+A forward runs a :class:`RowBatch`: batch rows drawn from one or more prompts (items),
+padded to one length. Each prompt is split at ``split`` into a prefix and a suffix and laid
+out as ``[prefix, pad][pad, suffix]``: prefixes left-aligned in ``[0, P)``, suffixes
+right-aligned in ``[P, P + S)``. So
+
+- the last prompt token of every row sits at the last position ``T - 1``: one LM-head
+  row (``logits_to_keep``) serves every item;
+- with prefix reuse (split > 0) the prefixes — system prompt and image — run once per
+  item (batch = number of items) and their KV cache is shared by that item's rows;
+  without it (split 0) the layout is plain left padding;
+- every row gets its own item's position ids (Qwen's M-RoPE ids from the adapter, plain
+  ``0 … T_u − 1`` otherwise) at its own positions: padding changes no real token's rope
+  phase, and padded keys are masked out for every real query row.
+
+The vision tower runs once over the batch's distinct images; its output is repeated for
+each item's rows. Plans are given in padded coordinates: :meth:`RowBatch.place` maps a
+prompt's ``[T_u]`` vector there.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import contextlib
 import dataclasses
+import os
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
@@ -14,6 +33,8 @@ from vheads.engine._attention import active_plan, install
 from vheads.engine._plan import Capture, Intervention, ProbePlan
 from vheads.models import LoadedModel, Prompt
 
+PIXEL_KEYS = ("pixel_values", "image_grid_thw")
+
 
 @dataclass
 class ForwardResult:
@@ -21,45 +42,151 @@ class ForwardResult:
     captures: dict[str, torch.Tensor]  # name -> [B, L, H, G]
 
 
+@dataclass
+class Batching:
+    """How work is packed into forwards.
+
+    ``cross_item``: rows of different items share a forward (off: one item per forward,
+    one request per forward — the behaviour before cross-item batching; the environment
+    variable ``VHEADS_CROSS_ITEM=0`` sets the default to off). ``max_rows``: at most this
+    many batch rows per forward. ``token_budget``: at most this many ``rows × padded
+    length`` positions per forward (it bounds the hidden states and KV cache held at once).
+    """
+
+    cross_item: bool = field(default_factory=lambda: os.environ.get("VHEADS_CROSS_ITEM", "1") != "0")
+    max_rows: int = 256
+    token_budget: int = 1 << 19
+
+
+@dataclass
+class RowBatch:
+    """Batch rows from several prompts: ``counts[u]`` consecutive rows read ``prompts[u]``,
+    split at ``splits[u]`` (all 0: no prefix; else every split > 0)."""
+
+    prompts: list[Prompt]
+    counts: list[int]
+    splits: list[int]
+
+    def __post_init__(self) -> None:
+        if not (len(self.prompts) == len(self.counts) == len(self.splits)) or not self.prompts:
+            raise ValueError("a row batch needs one count and one split per prompt, and at least one prompt")
+        if any(s > 0 for s in self.splits) and not all(0 < s < p.layout.n_tokens for s, p in zip(self.splits, self.prompts)):
+            raise ValueError(f"prefix splits {self.splits} must all lie inside their prompts, or all be 0")
+        self.prefix = max(self.splits)  # P
+        self.length = self.prefix + max(p.layout.n_tokens - s for p, s in zip(self.prompts, self.splits))  # T = P + S
+
+    @property
+    def n_rows(self) -> int:
+        return sum(self.counts)
+
+    def index(self, u: int) -> torch.Tensor:
+        """Padded position of each of prompt u's positions: [T_u] long."""
+        T_u, s = self.prompts[u].layout.n_tokens, self.splits[u]
+        j = torch.arange(T_u)
+        return torch.where(j < s, j, self.length - T_u + j)
+
+    def place(self, u: int, values: torch.Tensor, fill=0) -> torch.Tensor:
+        """``values [..., T_u]`` of prompt u at their padded positions: [..., T] (``fill`` elsewhere)."""
+        out = torch.full((*values.shape[:-1], self.length), fill, dtype=values.dtype)
+        out[..., self.index(u)] = values
+        return out
+
+    def row_items(self) -> torch.Tensor:
+        """The prompt index of each batch row: [B]."""
+        return torch.repeat_interleave(torch.arange(len(self.counts)), torch.tensor(self.counts))
+
+    @classmethod
+    def build(cls, prompts: list[Prompt], counts: list[int], first_rows: list[int], prefix_reuse: bool = True) -> "RowBatch":
+        """Split every prompt at the first row its plan acts on (``first_rows[u]``, prompt
+        coordinates) when prefix reuse applies to all of them: some prompt has more than one
+        row (else there is nothing to share, and the cache would only add to peak memory),
+        and each split lies after the prompt's last image token (the suffix runs without
+        pixel values) and before its end."""
+        ok = prefix_reuse and max(counts) > 1 and all(can_split(p, f) for p, f in zip(prompts, first_rows))
+        return cls(prompts, counts, list(first_rows) if ok else [0] * len(prompts))
+
+
+def can_split(prompt: Prompt, first_row: int) -> bool:
+    """Whether ``prompt`` can be split into a shared prefix at ``first_row``: after its last
+    image token (the suffix runs without pixel values), after position 0, before its end."""
+    pos = prompt.layout.image_positions
+    img_end = int(pos.max()) + 1 if len(pos) else 0
+    return max(img_end, 1) <= first_row < prompt.layout.n_tokens
+
+
 class Engine:
     """Wraps a :class:`LoadedModel` whose language model runs the vheads attention."""
 
-    def __init__(self, lm: LoadedModel):
+    def __init__(self, lm: LoadedModel, batching: Batching | None = None):
         self.lm = lm
+        self.batching = batching or Batching()
         install(lm.model)
 
     @property
     def shape(self) -> tuple[int, int]:
         return self.lm.n_layers, self.lm.n_heads
 
-    def _inputs_for(self, prompt: Prompt, batch: int) -> dict[str, torch.Tensor]:
-        """Model inputs for ``batch`` copies of ``prompt``; pixel inputs are laid out for a
-        single vision pass (see :meth:`_shared_vision`)."""
-        dev = self.lm.device
-        inputs = {k: v.expand(batch, *v.shape[1:]) if batch > 1 else v
-                  for k, v in prompt.inputs.items() if k not in ("pixel_values", "image_grid_thw")}
-        pixel = {k: v for k, v in prompt.inputs.items() if k in ("pixel_values", "image_grid_thw")}
-        if pixel and batch > 1:
-            pixel = self.lm.adapter.batch_pixel_inputs(pixel, batch)
-        inputs.update(pixel)
-        inputs = {k: v.to(dev) for k, v in inputs.items()}
+    @property
+    def cross_item(self) -> bool:
+        """Whether rows of different items may share a forward (the switch, and the adapter's support)."""
+        return self.batching.cross_item and self.lm.adapter.cross_item
+
+    def _positions(self, prompt: Prompt) -> torch.Tensor:
+        """The prompt's position ids: [..., 1, T_u] (M-RoPE: [3, 1, T_u]; else [1, T_u])."""
+        if not prompt._positions_known:
+            prompt.position_ids = self.lm.adapter.position_ids(self.lm.model, {k: v.to(self.lm.device) for k, v in prompt.inputs.items()})
+            prompt._positions_known = True
+        if prompt.position_ids is None:
+            return torch.arange(prompt.layout.n_tokens)[None]
+        return prompt.position_ids.cpu()
+
+    def _inputs(self, batch: RowBatch, part: str) -> dict[str, torch.Tensor]:
+        """Model inputs of ``batch``: ``part`` = ``full`` (every row, all positions),
+        ``prefix`` (one row per prompt, positions [0, P), with pixel inputs) or ``suffix``
+        (every row, positions [P, T), no pixel inputs; the attention mask covers all T)."""
+        P, T = batch.prefix, batch.length
+        counts = [1] * len(batch.prompts) if part == "prefix" else batch.counts
+        pad = self.lm.adapter.tokenizer(self.lm.processor).pad_token_id or 0
+        text: dict[str, list[torch.Tensor]] = {}
+        for u, pr in enumerate(batch.prompts):
+            per = {"input_ids": batch.place(u, pr.inputs["input_ids"][0], pad),
+                   "attention_mask": batch.place(u, torch.ones(pr.layout.n_tokens, dtype=torch.long)),
+                   "position_ids": batch.place(u, self._positions(pr)[..., 0, :])}
+            for k, v in pr.inputs.items():  # token-aligned extras (Qwen's mm_token_type_ids)
+                if k not in per and k not in PIXEL_KEYS and v.dim() == 2 and v.shape[1] == pr.layout.n_tokens:
+                    per[k] = batch.place(u, v[0])
+            for k, v in per.items():
+                text.setdefault(k, []).append(v)
+        inputs = {}
+        for k, vs in text.items():
+            rows = [v.unsqueeze(-2).expand(*v.shape[:-1], n, T) for v, n in zip(vs, counts)]  # [..., n_u, T] views
+            inputs[k] = rows[0] if len(rows) == 1 else torch.cat(rows, -2)  # [..., B, T]
+        if part == "prefix":
+            inputs = {k: v[..., :P] for k, v in inputs.items()}
+        elif part == "suffix":
+            inputs = {k: (v if k == "attention_mask" else v[..., P:]) for k, v in inputs.items()}
+        if part != "suffix" and "pixel_values" in batch.prompts[0].inputs:
+            inputs.update(self.lm.adapter.items_pixel_inputs([{k: p.inputs[k] for k in PIXEL_KEYS if k in p.inputs} for p in batch.prompts], counts))
+        inputs = {k: v.to(self.lm.device) for k, v in inputs.items()}
         if "pixel_values" in inputs:
             inputs["pixel_values"] = inputs["pixel_values"].to(self.lm.model.dtype)
         return inputs
 
     @contextlib.contextmanager
-    def _shared_vision(self, batch: int):
-        """Run the vision tower once for ``batch`` copies of one image and repeat its output
-        (every tensor of it along dim 0): the copies are identical, so is their encoding."""
-        if batch <= 1:
+    def _shared_vision(self, batch: RowBatch):
+        """Run the vision tower once over the batch's distinct images and repeat its output
+        (every tensor of it, along dim 0) for each item's rows: copies of one image encode
+        alike."""
+        if all(n == 1 for n in batch.counts):
             yield
             return
         module = self.lm.adapter.vision_module(self.lm.model)
         original = module.forward
+        weights = [len(p.layout.image_positions) for p in batch.prompts]
 
         def once(*args, **kwargs):
-            a, k = self.lm.adapter.single_vision_call(args, kwargs, batch)
-            return _repeat_batch(original(*a, **k), batch)
+            a, k = self.lm.adapter.items_vision_call(args, kwargs, batch.counts)
+            return _repeat_items(original(*a, **k), weights, batch.counts)
 
         module.forward = once
         try:
@@ -68,57 +195,48 @@ class Engine:
             del module.forward  # back to the class's forward
 
     @torch.no_grad()
-    def forward(self, prompt: Prompt, plan: ProbePlan | None = None, prefix_reuse: bool = True, logits_at: list[int] | None = None) -> ForwardResult:
-        """One forward of ``prompt`` repeated ``plan.batch_size`` times under ``plan``.
+    def run(self, batch: RowBatch, plan: ProbePlan | None = None, logits_at: list[int] | None = None) -> ForwardResult:
+        """One forward of ``batch`` under ``plan`` (padded coordinates, batch = ``batch.n_rows``).
 
-        With ``prefix_reuse`` and a plan whose actions all start at row p > 0, the prefix
-        [0, p) — system prompt and image — runs once
-        (only when p lies after the last image token) with batch 1 and its KV cache is
-        shared by every batch row. A plan of batch 1 runs in one plain pass: there is
-        nothing to share, and the cache would only add to peak memory. ``logits_at`` limits the returned logits to those
-        absolute positions (all of the computed ones by default).
+        With a prefix (``batch.prefix > 0``) the prompts' prefixes run first, one row per
+        prompt and no plan, and their KV cache serves the rows of each prompt; then the
+        suffixes run under the plan. ``logits_at`` limits the returned logits to those
+        padded positions (all computed ones by default); the LM head runs on those rows only.
         """
-        batch = plan.batch_size if plan is not None else 1
-        T = prompt.layout.n_tokens
-        p = plan.first_row() if plan is not None else 0
         model = self.lm.model
-        if not prompt._positions_known:
-            prompt.position_ids = self.lm.adapter.position_ids(model, {k: v.to(self.lm.device) for k, v in prompt.inputs.items()})
-            prompt._positions_known = True
-        pos = prompt.position_ids
-        # the prefix must hold every image token: the suffix runs without pixel values
-        img_end = int(prompt.layout.image_positions.max()) + 1 if len(prompt.layout.image_positions) else 0
-        # batch 1 shares nothing: a prefix pass would only add a KV cache to peak memory
-        if prefix_reuse and batch > 1 and max(img_end, 1) <= p < T:
+        P, T, B = batch.prefix, batch.length, batch.n_rows
+        if plan is not None and plan.batch_size != B:
+            raise ValueError(f"plan of batch {plan.batch_size} for a row batch of {B} rows")
+        if P > 0:
             with active_plan(None):
-                pre = self._inputs_for(prompt, 1)
-                pre_in = {k: (v[:, :p] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v) for k, v in pre.items()}
-                if pos is not None:
-                    pre_in["position_ids"] = pos[..., :p]
                 cache = DynamicCache()
-                model(**pre_in, cache=cache, use_cache=True, logits_to_keep=1)
+                model(**self._inputs(batch, "prefix"), cache=cache, use_cache=True, logits_to_keep=1)
             shared = DynamicCache()
             for li, layer in enumerate(cache.layers):
-                shared.update(layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1), li)
-            full = self._inputs_for(prompt, batch)
-            suf = {"input_ids": full["input_ids"][:, p:], "attention_mask": full["attention_mask"]}
-            if pos is not None:
-                suf["position_ids"] = pos[..., p:].expand(*pos.shape[:-2], batch, T - p) if pos.dim() == 3 else pos[..., p:].expand(batch, T - p)
-            if "mm_token_type_ids" in full:
-                suf["mm_token_type_ids"] = full["mm_token_type_ids"][:, p:]
+                shared.update(_rows(layer.keys, batch.counts), _rows(layer.values, batch.counts), li)
             with active_plan(plan) as results:
-                out = model(**suf, cache=shared, use_cache=True, logits_to_keep=_keep(logits_at, p, T))
-            logits, computed = out.logits, list(range(p, T))
+                out = model(**self._inputs(batch, "suffix"), cache=shared, use_cache=True, logits_to_keep=_keep(logits_at, P, T))
         else:
-            inputs = self._inputs_for(prompt, batch)
-            if pos is not None:
-                inputs["position_ids"] = pos.expand(*pos.shape[:-2], batch, T) if pos.dim() == 3 else pos.expand(batch, T)
-            with active_plan(plan) as results, self._shared_vision(batch if "pixel_values" in inputs else 1):
-                out = model(**inputs, use_cache=False, logits_to_keep=_keep(logits_at, 0, T))
-            logits, computed = out.logits, list(range(T))
+            with active_plan(plan) as results, self._shared_vision(batch):
+                out = model(**self._inputs(batch, "full"), use_cache=False, logits_to_keep=_keep(logits_at, 0, T))
+        logits = out.logits
         if logits_at is not None:
             logits = logits[:, : len(logits_at)]  # the LM head ran on exactly these rows
         return ForwardResult(logits=logits.float(), captures=dict(results))
+
+    def forward(self, prompt: Prompt, plan: ProbePlan | None = None, prefix_reuse: bool = True, logits_at: list[int] | None = None) -> ForwardResult:
+        """One forward of ``prompt`` repeated ``plan.batch_size`` times under ``plan``
+        (prompt coordinates: one prompt needs no padding).
+
+        With ``prefix_reuse`` and a plan whose actions all start at row p > 0, the prefix
+        [0, p) — system prompt and image — runs once (only when p lies after the last image
+        token) and its KV cache is shared by every batch row. A plan of batch 1 runs in one
+        plain pass: there is nothing to share. ``logits_at`` limits the returned logits to
+        those absolute positions (all of the computed ones by default).
+        """
+        batch = plan.batch_size if plan is not None else 1
+        first = plan.first_row() if plan is not None else 0
+        return self.run(RowBatch.build([prompt], [batch], [first], prefix_reuse), plan, logits_at)
 
     def letter_probs(self, logits_last: torch.Tensor) -> torch.Tensor:
         """P over the four option letters, renormalized over them: [B, 4]."""
@@ -128,6 +246,54 @@ class Engine:
     def plan(self, batch: int, interventions: list[Intervention] = (), captures: list[Capture] = ()) -> ProbePlan:
         L, H = self.shape
         return ProbePlan(batch, L, H, list(interventions), list(captures))
+
+    def capture_many(self, requests: list[tuple[Prompt, dict[str, torch.Tensor], torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
+        """Region mass of many prompts: ``requests[i] = (prompt, {name: rows [T_i] bool},
+        groups [G, T_i] bool)``, the same names and G for every request. Returns, per
+        request, ``{name: [L, H, G]}`` (see :class:`Capture`). Prompts share forwards
+        (one row each, left-padded) within the batching limits; no logits are computed."""
+        out: list[dict[str, torch.Tensor]] = []
+        for group in pack([(pr, 1, 0) for pr, _, _ in requests], self.batching if self.cross_item else dataclasses.replace(self.batching, max_rows=1)):
+            prompts = [requests[i][0] for i in group]
+            batch = RowBatch(prompts, [1] * len(group), [0] * len(group))
+            caps = []
+            for name in requests[group[0]][1]:
+                rows = torch.stack([batch.place(u, requests[i][1][name].bool(), False) for u, i in enumerate(group)])  # [B, T]
+                groups = torch.stack([batch.place(u, requests[i][2].bool(), False) for u, i in enumerate(group)])  # [B, G, T]
+                caps.append(Capture(rows, groups, name))
+            res = self.run(batch, self.plan(len(group), captures=caps), logits_at=[])
+            out += [{name: res.captures[name][u] for name in res.captures} for u in range(len(group))]
+        return out
+
+
+def pack(requests: list[tuple[Prompt, int, int]], batching: Batching) -> list[list[int]]:
+    """Group request indices into forwards, in order: ``requests[i] = (prompt, rows, split)``
+    (``split``: where the prompt's shared prefix would end, 0 for none).
+
+    A forward holds at most ``max_rows`` rows and at most ``token_budget`` positions,
+    counted as rows × the padded length a :class:`RowBatch` of these prompts can have
+    (longest prefix + longest suffix); a request larger than either gets a forward of its
+    own (the caller cuts its rows to fit). Consecutive requests of one prompt stay together.
+    """
+    groups: list[list[int]] = []
+    rows = pre = suf = 0
+    for i, (pr, n, split) in enumerate(requests):
+        T = pr.layout.n_tokens
+        p2, s2 = max(pre, split), max(suf, T - split)
+        if groups and rows + n <= batching.max_rows and (rows + n) * (p2 + s2) <= batching.token_budget:
+            groups[-1].append(i)
+            rows, pre, suf = rows + n, p2, s2
+        else:
+            groups.append([i])
+            rows, pre, suf = n, split, T - split
+    return groups
+
+
+def _rows(x: torch.Tensor, counts: list[int]) -> torch.Tensor:
+    """Prefix-cache rows [U, ...] repeated ``counts[u]`` times: [B, ...] (a view for one prompt)."""
+    if len(counts) == 1:
+        return x.expand(counts[0], *x.shape[1:])
+    return torch.repeat_interleave(x, torch.tensor(counts, device=x.device), dim=0)
 
 
 def _keep(logits_at: list[int] | None, start: int, end: int):
@@ -143,15 +309,27 @@ def _keep(logits_at: list[int] | None, start: int, end: int):
     return torch.tensor([i - start for i in logits_at])
 
 
-def _repeat_batch(out, batch: int):
-    """Every tensor in ``out`` (a tensor, tuple, list, dict or ModelOutput) repeated ``batch``
-    times along dim 0."""
+def _repeat_items(out, weights: list[int], counts: list[int]):
+    """The vision tower's output for U distinct images, repeated for the batch rows.
+
+    Every tensor in ``out`` (a tensor, tuple, list, dict or ModelOutput) is cut along dim 0
+    into U segments in proportion to ``weights`` (the images' token counts: Qwen-VL's
+    outputs are flat over tokens or patches, LLaVA's have one entry per image), and
+    segment u is repeated ``counts[u]`` times."""
     if isinstance(out, torch.Tensor):
-        return out.repeat(batch, *([1] * (out.dim() - 1)))
+        if out.dim() == 0:
+            return out
+        if len(counts) == 1:
+            return out.repeat(counts[0], *([1] * (out.dim() - 1)))
+        n, total = out.shape[0], sum(weights)
+        if any(n * w % total for w in weights):
+            raise ValueError(f"vision output of {n} rows cannot be split over images of {weights} tokens")
+        segs = out.split([n * w // total for w in weights])
+        return torch.cat([s.repeat(c, *([1] * (out.dim() - 1))) for s, c in zip(segs, counts)])
     if isinstance(out, (list, tuple)) and not hasattr(out, "keys"):
-        return type(out)(_repeat_batch(x, batch) for x in out)
+        return type(out)(_repeat_items(x, weights, counts) for x in out)
     if dataclasses.is_dataclass(out) and hasattr(out, "keys"):  # transformers ModelOutput
-        return type(out)(**{k: _repeat_batch(v, batch) for k, v in out.items()})
+        return type(out)(**{k: _repeat_items(v, weights, counts) for k, v in out.items()})
     if isinstance(out, dict):
-        return {k: _repeat_batch(v, batch) for k, v in out.items()}
+        return {k: _repeat_items(v, weights, counts) for k, v in out.items()}
     return out

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
-from tqdm.auto import tqdm
 
 from vheads.data import OPTION_LETTERS, Item
 from vheads.engine import Engine
 from vheads.evaluation._headsets import HeadSet
-from vheads.evaluation._probe import Action, option_probs
+from vheads.evaluation._probe import Action, Probe, run_probes
 
 
 def _check_items(items: list[Item], what: str) -> None:
@@ -74,13 +73,14 @@ def cers(engine: Engine, items: list[Item], headsets: list[HeadSet], beta: float
     if not np.isfinite(beta):
         raise ValueError(f"beta must be finite, got {beta}")
     prompts = [engine.lm.adapter.build(it, engine.lm.processor) for it in items]
+    cells = [(it.target, distractor_cell(it, seed)) for it in items]
+    probes = [Probe(pr, Action("steer", rows=rows, target=cell, beta=beta), headsets) for pr, cd in zip(prompts, cells) for cell in cd]
+    p = run_probes(engine, probes, max_rows=batch_size, progress=progress, desc="CERS")  # per item: steer onto c, steer onto d
     one = np.zeros((len(headsets), len(items)))  # P(c | S→c) − P(c | S→d)
     sym = np.zeros((len(headsets), len(items)))  # its average with P(d | S→d) − P(d | S→c)
-    for i, (it, pr) in enumerate(tqdm(list(zip(items, prompts)), desc="CERS", disable=not progress)):
-        c, d = it.target, distractor_cell(it, seed)
+    for i, (it, (c, d)) in enumerate(zip(items, cells)):
         lc, ld = _cell_letter(it, c), _cell_letter(it, d)
-        to_c = option_probs(engine, pr, headsets, Action("steer", rows=rows, target=c, beta=beta), batch_size)
-        to_d = option_probs(engine, pr, headsets, Action("steer", rows=rows, target=d, beta=beta), batch_size)
+        to_c, to_d = p[2 * i], p[2 * i + 1]
         one[:, i] = to_c[:, lc] - to_d[:, lc]
         sym[:, i] = 0.5 * (one[:, i] + to_d[:, ld] - to_c[:, ld])
     # both variants come from the same two forwards; ``detail`` carries the other one
@@ -95,15 +95,18 @@ def _drops(engine, items, headsets, action, batch_size, progress, desc, cache=No
     ``cache`` (a dict the caller keeps) holds each item's prompt and baseline P by item id,
     so NCS at several row groups builds and runs the unmasked prompt once per item."""
     cache = {} if cache is None else cache
-    drops = np.zeros((len(headsets), len(items)))
-    for i, it in enumerate(tqdm(items, desc=desc, disable=not progress)):
+    for it in items:
         if it.id not in cache:
-            pr = engine.lm.adapter.build(it, engine.lm.processor)
-            cache[it.id] = (pr, option_probs(engine, pr, [], None)[0])
-        pr, base = cache[it.id]
-        masked = option_probs(engine, pr, headsets, action, batch_size)
+            cache[it.id] = (engine.lm.adapter.build(it, engine.lm.processor), None)
+    need = list(dict.fromkeys(it.id for it in items if cache[it.id][1] is None))  # baselines not run yet
+    probes = [Probe(cache[iid][0], None) for iid in need] + [Probe(cache[it.id][0], action, headsets) for it in items]
+    p = run_probes(engine, probes, max_rows=batch_size, progress=progress, desc=desc)
+    for iid, base in zip(need, p):
+        cache[iid] = (cache[iid][0], base[0])
+    drops = np.zeros((len(headsets), len(items)))
+    for i, (it, masked) in enumerate(zip(items, p[len(need):])):
         k = _letter(it)
-        drops[:, i] = base[k] - masked[:, k]
+        drops[:, i] = cache[it.id][1][k] - masked[:, k]
     return drops
 
 
@@ -131,14 +134,15 @@ def ncs_grid(engine: Engine, items: list[Item], headsets: list[HeadSet], rows: s
     """Region contrast on 2x2 grids whose question names the target cell c:
     ``P(c | hide R_d from S) − P(c | hide R_c from S)``."""
     _check_items(items, "NCS_grid")
+    prompts = [engine.lm.adapter.build(it, engine.lm.processor) for it in items]
+    cells = [(it.target, distractor_cell(it, seed)) for it in items]
+    # per item: hide R_d, hide R_c
+    p = run_probes(engine, [Probe(pr, Action("mask", rows=rows, keys=cell), headsets) for pr, (c, d) in zip(prompts, cells) for cell in (d, c)],
+                   max_rows=batch_size, progress=progress, desc="NCS_grid")
     vals = np.zeros((len(headsets), len(items)))
-    for i, it in enumerate(tqdm(items, desc="NCS_grid", disable=not progress)):
-        pr = engine.lm.adapter.build(it, engine.lm.processor)
-        c, d = it.target, distractor_cell(it, seed)
+    for i, (it, (c, d)) in enumerate(zip(items, cells)):
         lc = _cell_letter(it, c)
-        hide_d = option_probs(engine, pr, headsets, Action("mask", rows=rows, keys=d), batch_size)
-        hide_c = option_probs(engine, pr, headsets, Action("mask", rows=rows, keys=c), batch_size)
-        vals[:, i] = hide_d[:, lc] - hide_c[:, lc]
+        vals[:, i] = p[2 * i][:, lc] - p[2 * i + 1][:, lc]
     return Outcomes("ncs-grid", vals, [it.id for it in items], {})
 
 
@@ -157,17 +161,19 @@ def head_attention_mass(engine: Engine, items: list[Item]) -> dict[str, np.ndarr
     ``sink_mass [L, H]`` = mean A[l,h][last, 0] (the first token: sinks). No intervention."""
     import torch
 
-    from vheads.engine import Capture, positions_mask
+    from vheads.engine import positions_mask
 
     if not items:
         raise ValueError("head_attention_mass needs at least one item")
     image = sink = 0.0
+    requests = []
     for it in items:
         pr = engine.lm.adapter.build(it, engine.lm.processor)
         T = pr.layout.n_tokens
-        groups = torch.stack([positions_mask(T, pr.layout.image_positions), positions_mask(T, [0])])[None]
-        plan = engine.plan(1, captures=[Capture(positions_mask(T, pr.layout.spans["last"])[None], groups)])
-        m = engine.forward(pr, plan, logits_at=[]).captures["capture"][0]  # [L, H, 2]
+        groups = torch.stack([positions_mask(T, pr.layout.image_positions), positions_mask(T, [0])])  # [2, T]
+        requests.append((pr, {"capture": positions_mask(T, pr.layout.spans["last"])}, groups))
+    for res in engine.capture_many(requests):  # items batched across forwards
+        m = res["capture"]  # [L, H, 2]
         image = image + m[..., 0].double().numpy() / len(items)
         sink = sink + m[..., 1].double().numpy() / len(items)
     return {"image_mass": image, "sink_mass": sink}
@@ -193,7 +199,8 @@ def baseline_audit(engine: Engine, sets: dict[str, list[Item]]) -> dict[str, dic
         sets["leak"] = [_blank(it) for it in sets["matched"]]
     for name, items in sets.items():
         _check_items(items, f"audit {name}")
-        p = np.array([option_probs(engine, engine.lm.adapter.build(it, engine.lm.processor), [], None)[0][_letter(it)] for it in items])
+        probs = run_probes(engine, [Probe(engine.lm.adapter.build(it, engine.lm.processor), None) for it in items])
+        p = np.array([pi[0][_letter(it)] for pi, it in zip(probs, items)])
         lo, hi = EXPECTED.get(name, (0.0, 1.0))
         m = float(p.mean())
         report[name] = {"n": len(items), "mean_p_key": m, "expected": [lo, hi], "ok": lo <= m <= hi}

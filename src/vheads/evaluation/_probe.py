@@ -1,20 +1,25 @@
-"""Option-letter probabilities of many head-sets on one item, batched through the engine.
+"""Option-letter probabilities of many head-sets on many items, batched through the engine.
 
 Every test of DESIGN.md reduces to: for an item and a list of head-sets, run one action
 (mask some keys, or steer onto a region) at a row group, and read P over the four option
-letters at the last prompt position. Head-sets share a forward (batch row b = head-set
-b), and the prefix before the first acted-on row is computed once when the row group
-allows it (``question`` and ``last``).
+letters at the last prompt position. One such request is a :class:`Probe`; a test hands
+all of its probes (every item, every action, the baselines) to :func:`run_probes` at once.
+Head-sets share a forward (batch row = head-set), rows of different items share a
+forward (cross-item batching), and the prefix before the first acted-on row is computed
+once per item when the row group allows it (``question`` and ``last``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
-from vheads.engine import Engine, mask_keys, positions_mask, row_mask, steer_keys
+from vheads.engine import Engine, Intervention, RowBatch, mask_keys, pack, positions_mask, row_mask, steer_keys
+from vheads.engine._runner import can_split
 from vheads.evaluation._headsets import HeadSet
 from vheads.models import Prompt
 
@@ -46,38 +51,158 @@ def key_positions(prompt: Prompt, keys: str) -> list[int]:
     raise ValueError(f"unknown key group {keys!r} for item {prompt.item.id!r}; use image, text or a region ({', '.join(lay.regions)})")
 
 
-def option_probs(engine: Engine, prompt: Prompt, headsets: list[HeadSet], action: Action | None, batch_size: int = 64, prefix_reuse: bool = True) -> np.ndarray:
+@dataclass
+class Probe:
+    """One request for option probabilities: ``prompt`` under ``action`` for each head-set
+    (one batch row per head-set), or the unintervened baseline (``action=None`` or no
+    head-sets: one row)."""
+
+    prompt: Prompt
+    action: Action | None
+    headsets: list[HeadSet] = field(default_factory=list)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.headsets) if self.action is not None and self.headsets else 1
+
+    def factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The action's query rows [T] bool and key bias [T] float, in prompt coordinates
+        (DESIGN.md "Mask" / "Steer"; a baseline acts nowhere)."""
+        pr = self.prompt
+        T = pr.layout.n_tokens
+        if self.action is None or not self.headsets:
+            return torch.zeros(T, dtype=torch.bool), torch.zeros(T)
+        a, one = self.action, torch.ones(1, 1, 1, dtype=torch.bool)
+        rows = row_mask(pr.layout, a.rows)[None]  # [1, T]
+        if a.kind == "mask":
+            iv = mask_keys(one, rows, positions_mask(T, key_positions(pr, a.keys))[None])
+        elif a.kind == "steer":
+            if a.target not in pr.layout.regions:
+                raise ValueError(f"steer target {a.target!r} is not a region of item {pr.item.id!r}")
+            iv = steer_keys(one, rows, positions_mask(T, pr.layout.regions[a.target].positions)[None],
+                            positions_mask(T, pr.layout.image_positions)[None], a.beta)
+        else:
+            raise ValueError(f"unknown action kind {a.kind!r}; use mask or steer")
+        return iv.rows[0], iv.key_bias[0]
+
+    def first_row(self) -> int:
+        """The first row the action acts at (the last row for a baseline: it needs only the
+        last row's logits, so everything before it is a shareable prefix)."""
+        rows, _ = self.factors()
+        on = rows.nonzero()
+        return int(on[0]) if len(on) else self.prompt.layout.last
+
+
+def run_probes(engine: Engine, probes: list[Probe], prefix_reuse: bool = True, max_rows: int | None = None,
+               progress: bool = False, desc: str = "forwards") -> list[np.ndarray]:
+    """P over the four option letters at each probe's last prompt row: one ``[n_rows, 4]``
+    array per probe (row j = head-set j; a baseline gives ``[1, 4]``).
+
+    Rows are packed into forwards by ``engine.batching``: with cross-item batching, rows
+    of different probes and items share a forward (padded, each with its own position ids
+    and image; see :class:`vheads.engine.RowBatch`), at most ``max_rows`` rows and
+    ``token_budget`` positions per forward (``max_rows`` overrides the engine's); the probes
+    of one prompt are kept together so its prefix (system prompt and image, before the
+    first acted row) runs once. Without it, each probe runs on its own, in chunks of
+    ``max_rows`` head-sets. The values do not depend on the packing
+    (tests/evaluation/test_cross_item.py).
+    """
+    L, H = engine.shape
+    for pb in probes:
+        for hs in pb.headsets:
+            if (hs.n_layers, hs.n_heads) != (L, H):
+                raise ValueError(f"head-set of a {hs.n_layers}x{hs.n_heads} model used on a {L}x{H} model")
+    bt = engine.batching if max_rows is None else dataclasses.replace(engine.batching, max_rows=max_rows)
+    # work pieces: (probe, first head-set, n rows); a probe larger than a forward is cut
+    pieces = []
+    for i, pb in enumerate(probes):
+        n = pb.n_rows
+        per = max(1, min(bt.max_rows, bt.token_budget // pb.prompt.layout.n_tokens))
+        pieces += [(i, lo, min(n, lo + per) - lo) for lo in range(0, n, per)]
+    if engine.cross_item:
+        # keep each prompt's pieces together; reusable prefixes and full forwards apart
+        order = {}
+        for k, (i, _, _) in enumerate(pieces):
+            order.setdefault(id(probes[i].prompt), []).append(k)
+        reusable = {pid: prefix_reuse and _reusable(probes, [pieces[k] for k in ks]) for pid, ks in order.items()}
+        split = {pid: min(probes[pieces[k][0]].first_row() for k in ks) if reusable[pid] else 0 for pid, ks in order.items()}
+        ordered = [pieces[k] for reuse in (True, False) for pid, ks in order.items() if reusable[pid] == reuse for k in ks]
+        forwards = [[ordered[j] for j in g] for g in pack([(probes[i].prompt, n, split[id(probes[i].prompt)]) for i, _, n in ordered], bt)]
+        # a forward mixes reusable prompts only with reusable ones (pack keeps the order)
+        forwards = [part for f in forwards for part in _split_by(f, lambda pc: reusable[id(probes[pc[0]].prompt)])]
+    else:
+        forwards = [[pc] for pc in pieces]
+    out = [np.zeros((pb.n_rows, 4)) for pb in probes]
+    for f in tqdm(forwards, desc=desc, unit="forward", disable=not progress):
+        for (i, lo, n), p in zip(f, _run_forward(engine, probes, f, prefix_reuse)):
+            out[i][lo : lo + n] = p
+    return out
+
+
+def _reusable(probes, pieces) -> bool:
+    """Whether a prompt's pieces can share its prefix: more than one row, and a split at
+    the first acted row (:func:`vheads.engine._runner.can_split`)."""
+    first = min(probes[i].first_row() for i, _, _ in pieces)
+    return sum(n for _, _, n in pieces) > 1 and can_split(probes[pieces[0][0]].prompt, first)
+
+
+def _split_by(seq, key):
+    """``seq`` cut where ``key`` changes."""
+    parts: list[list] = []
+    for x in seq:
+        if parts and key(parts[-1][-1]) == key(x):
+            parts[-1].append(x)
+        else:
+            parts.append([x])
+    return parts
+
+
+def _run_forward(engine: Engine, probes: list[Probe], pieces: list[tuple[int, int, int]], prefix_reuse: bool) -> list[np.ndarray]:
+    """One forward of ``pieces`` ((probe, first head-set, n rows), grouped by prompt):
+    the probabilities of each piece's rows."""
+    batch, plan = probe_batch(engine, probes, pieces, prefix_reuse)
+    logits = engine.run(batch, plan, logits_at=[batch.length - 1]).logits[:, 0]
+    p = engine.letter_probs(logits).cpu().numpy()
+    out, at = [], 0
+    for _, _, n in pieces:
+        out.append(p[at : at + n])
+        at += n
+    return out
+
+
+def probe_batch(engine: Engine, probes: list[Probe], pieces: list[tuple[int, int, int]], prefix_reuse: bool = True):
+    """The row batch and plan of one forward of ``pieces`` ((probe, first head-set, n
+    rows), grouped by prompt): every row's heads, acted rows and key bias placed at the
+    row's padded positions."""
+    prompts, counts, firsts, slot = [], [], [], []
+    for i, _, n in pieces:
+        pr = probes[i].prompt
+        if not prompts or prompts[-1] is not pr:
+            prompts.append(pr)
+            counts.append(0)
+            firsts.append(pr.layout.n_tokens)
+        counts[-1] += n
+        firsts[-1] = min(firsts[-1], probes[i].first_row())
+        slot.append(len(prompts) - 1)
+    batch = RowBatch.build(prompts, counts, firsts, prefix_reuse)
+    L, H = engine.shape
+    heads, rows, bias = [], [], []
+    for (i, lo, n), u in zip(pieces, slot):
+        pb = probes[i]
+        r, b = pb.factors()
+        r, b = batch.place(u, r, False), batch.place(u, b, 0.0)  # [T]
+        for j in range(lo, lo + n):
+            heads.append(torch.from_numpy(pb.headsets[j].as_mask()) if pb.headsets and pb.action is not None else torch.zeros(L, H, dtype=torch.bool))
+            rows.append(r)
+            bias.append(b)
+    iv = Intervention(torch.stack(heads), torch.stack(rows), torch.stack(bias))  # [B, L, H], [B, T], [B, T]
+    return batch, engine.plan(batch.n_rows, [iv])
+
+
+def option_probs(engine: Engine, prompt: Prompt, headsets: list[HeadSet], action: Action | None, batch_size: int | None = None, prefix_reuse: bool = True) -> np.ndarray:
     """P over the four option letters at the last prompt row, one row per head-set: [N, 4].
 
     ``action=None`` (or an empty list of head-sets) gives the unintervened baseline [1, 4].
+    ``batch_size`` (default: the engine's ``max_rows``) caps the head-sets per forward.
     """
-    T = prompt.layout.n_tokens
-    last = prompt.layout.last
-    if action is None or not headsets:
-        logits = engine.forward(prompt, None, logits_at=[last]).logits[:, 0]
-        return engine.letter_probs(logits).cpu().numpy()
-    L, H = engine.shape
-    rows = row_mask(prompt.layout, action.rows)
-    out = []
-    for start in range(0, len(headsets), batch_size):
-        chunk = headsets[start : start + batch_size]
-        B = len(chunk)
-        heads = torch.zeros(B, L, H, dtype=torch.bool)
-        for b, hs in enumerate(chunk):
-            if (hs.n_layers, hs.n_heads) != (L, H):
-                raise ValueError(f"head-set of a {hs.n_layers}x{hs.n_heads} model used on a {L}x{H} model")
-            heads[b] = torch.from_numpy(hs.as_mask())
-        r = rows.expand(B, T)
-        if action.kind == "mask":
-            iv = mask_keys(heads, r, positions_mask(T, key_positions(prompt, action.keys)).expand(B, T))
-        elif action.kind == "steer":
-            if action.target not in prompt.layout.regions:
-                raise ValueError(f"steer target {action.target!r} is not a region of item {prompt.item.id!r}")
-            tgt = positions_mask(T, prompt.layout.regions[action.target].positions).expand(B, T)
-            img = positions_mask(T, prompt.layout.image_positions).expand(B, T)
-            iv = steer_keys(heads, r, tgt, img, action.beta)
-        else:
-            raise ValueError(f"unknown action kind {action.kind!r}; use mask or steer")
-        logits = engine.forward(prompt, engine.plan(B, [iv]), prefix_reuse=prefix_reuse, logits_at=[last]).logits[:, 0]
-        out.append(engine.letter_probs(logits).cpu().numpy())
-    return np.concatenate(out)
+    return run_probes(engine, [Probe(prompt, action, list(headsets))], prefix_reuse, max_rows=batch_size)[0]

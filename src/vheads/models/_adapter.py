@@ -51,6 +51,9 @@ class Adapter:
     image_suffix: ClassVar[str] = ""
     assistant_prefix: ClassVar[str]
     notes: ClassVar[str] = ""
+    #: whether :meth:`items_pixel_inputs` and :meth:`items_vision_call` handle several
+    #: images, so that rows of different items can share a forward
+    cross_item: ClassVar[bool] = False
 
     # ---- family specifics -------------------------------------------------------------
     def image_grid(self, processor: Any, image) -> tuple[dict[str, torch.Tensor], int, int, torch.Tensor]:
@@ -80,6 +83,23 @@ class Adapter:
     def single_vision_call(self, args: tuple, kwargs: dict, batch: int) -> tuple[tuple, dict]:
         """The vision tower call for one copy, from the call the model makes for ``batch``."""
         raise NotImplementedError
+
+    # ---- one vision pass for a batch of rows from several items ------------------------------
+    def items_pixel_inputs(self, per_item: list[dict[str, torch.Tensor]], counts: list[int]) -> dict[str, torch.Tensor]:
+        """Pixel inputs for a batch whose ``counts[u]`` consecutive rows show item u's image
+        (``per_item[u]``: that prompt's own pixel inputs), as the model's forward expects them
+        when the vision tower runs once over the distinct images. Families that set
+        ``cross_item`` override this; the default handles one item (copies of one prompt)."""
+        if len(per_item) != 1:
+            raise NotImplementedError(f"the {self.family} adapter batches one item per forward (cross_item is False)")
+        return dict(per_item[0]) if counts[0] == 1 else self.batch_pixel_inputs(per_item[0], counts[0])
+
+    def items_vision_call(self, args: tuple, kwargs: dict, counts: list[int]) -> tuple[tuple, dict]:
+        """The vision tower call over the distinct images, from the call the model makes for
+        the batch built by :meth:`items_pixel_inputs` (the engine repeats its output)."""
+        if len(counts) != 1:
+            raise NotImplementedError(f"the {self.family} adapter batches one item per forward (cross_item is False)")
+        return self.single_vision_call(args, kwargs, counts[0])
 
     # ---- shared ------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from vheads.models._adapter import Adapter, register_adapter
 from vheads.models._layout import grid_token_boxes
 
@@ -24,16 +26,14 @@ class LlavaAdapter(Adapter):
     def vision_module(self, model):
         return model.model.vision_tower
 
-    def batch_pixel_inputs(self, inputs, batch):
-        pv = inputs["pixel_values"]
-        return {"pixel_values": pv.expand(batch, *pv.shape[1:])}  # a view: no copy
+    cross_item = True
 
-    def single_vision_call(self, args, kwargs, batch):
-        if args:
-            return (args[0][: len(args[0]) // batch], *args[1:]), kwargs
-        kwargs = dict(kwargs)
-        kwargs["pixel_values"] = kwargs["pixel_values"][: len(kwargs["pixel_values"]) // batch]
-        return args, kwargs
+    def items_pixel_inputs(self, per_item, counts):
+        # one image per distinct item; the engine repeats the tower's output for its rows
+        return {"pixel_values": torch.cat([x["pixel_values"] for x in per_item])}
+
+    def items_vision_call(self, args, kwargs, counts):
+        return args, kwargs  # the model already passes the distinct images
 
     def image_grid(self, processor: Any, image):
         ip = processor.image_processor

@@ -41,15 +41,19 @@ class QwenVLAdapter(Adapter):
     def vision_module(self, model):
         return model.model.visual
 
-    def batch_pixel_inputs(self, inputs, batch):
-        # patches of one copy; one grid row per copy (the model splits the tower's output
-        # by grid rows, so it sees `batch` images)
-        return {"pixel_values": inputs["pixel_values"], "image_grid_thw": inputs["image_grid_thw"].repeat(batch, 1)}
+    cross_item = True
 
-    def single_vision_call(self, args, kwargs, batch):
+    def items_pixel_inputs(self, per_item, counts):
+        # each distinct image's patches once; one grid row per batch row (the model splits
+        # the tower's output by grid rows, so it sees one image per row)
+        return {"pixel_values": torch.cat([x["pixel_values"] for x in per_item]),
+                "image_grid_thw": torch.cat([x["image_grid_thw"].repeat(n, 1) for x, n in zip(per_item, counts)])}
+
+    def items_vision_call(self, args, kwargs, counts):
         kwargs = dict(kwargs)
         grid = kwargs.pop("grid_thw") if "grid_thw" in kwargs else args[1]
-        return (args[0],), {**kwargs, "grid_thw": grid[: len(grid) // batch]}
+        first = torch.tensor([0, *counts[:-1]]).cumsum(0)  # the first grid row of each item
+        return (args[0],), {**kwargs, "grid_thw": grid[first.to(grid.device)]}
 
     def extra_inputs(self, input_ids, image_mask):
         return {"mm_token_type_ids": image_mask.to(torch.int32)}

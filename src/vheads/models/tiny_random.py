@@ -85,20 +85,34 @@ def build_qwen_vl(
     patch: int = 16,
     seed: int = 0,
     max_pixels: int = 512 * 512,
+    intermediate: int | None = None,
+    vision_heads: int = 2,
+    vision_intermediate: int | None = None,
+    deepstack: tuple[int, ...] = (),
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
 ):
-    """A random Qwen2-VL / Qwen2.5-VL / Qwen3-VL with a word-level tokenizer. Returns (model, tokenizer, image_processor)."""
+    """A random Qwen2-VL / Qwen2.5-VL / Qwen3-VL with a word-level tokenizer. Returns (model, tokenizer, image_processor).
+
+    MLP widths default to 2×hidden (``intermediate``, ``vision_intermediate``);
+    ``deepstack`` lists the Qwen3-VL vision blocks whose features are added to the first
+    language-model layers; ``dtype`` and ``device`` say where the weights are initialised.
+    """
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     tok = build_word_tokenizer(list(words))
     ids = {t: tok.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")}
     text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, rope_theta)
+    if intermediate:
+        text["intermediate_size"] = intermediate
+    v_inter = vision_intermediate or vision_hidden * 2
     if model_type == "qwen3_vl":
         half = head_dim // 2
         section = [half - 2 * (half // 3), half // 3, half // 3]
         text["rope_parameters"] = {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": section, "mrope_interleaved": True}
-        vision = dict(depth=vision_depth, hidden_size=vision_hidden, intermediate_size=vision_hidden * 2, num_heads=2,
+        vision = dict(depth=vision_depth, hidden_size=vision_hidden, intermediate_size=v_inter, num_heads=vision_heads,
                       patch_size=patch, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=hidden,
-                      num_position_embeddings=256, deepstack_visual_indexes=[])
+                      num_position_embeddings=256, deepstack_visual_indexes=list(deepstack))
     elif model_type == "qwen2_5_vl":
         half = head_dim // 2
         text["rope_parameters"] = {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": [half - 2 * (half // 3), half // 3, half // 3]}
@@ -123,7 +137,8 @@ def build_qwen_vl(
         tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
-    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    with torch.device(device):
+        model = AutoModelForImageTextToText.from_config(config, dtype=dtype)
     return model.eval(), tok, qwen_image_processor(patch=patch, max_pixels=max_pixels)
 
 

@@ -62,7 +62,9 @@ backend = "local"         # local | ray
 ray_address = ""          # or the RAY_ADDRESS environment variable; "" = start a local cluster
 ray_workers = 2           # model replicas (actors); one per GPU where there are GPUs
 shard_size = 8            # evaluation items per work unit
-batch_size = 256          # head-sets per batched forward
+batch_size = 256          # rows (head-sets x items) per batched forward
+token_budget = 524288     # and at most rows x padded prompt length positions per forward
+cross_item = true         # rows of different items share a forward (false: one item per forward)
 torch_threads = 0         # CPU threads per model replica; 0 = all cores (same on every backend)
 '''
 
@@ -74,6 +76,8 @@ class RunConfig:
     ray_workers: int = 2
     shard_size: int = 8
     batch_size: int = 256
+    token_budget: int = 1 << 19
+    cross_item: bool = True
     torch_threads: int = 0
 
 
@@ -247,8 +251,8 @@ def validate(cfg: StudyConfig) -> None:
             "[controls] has no layer-matched; add it or set beta_sweep_controls = 0")
     if cfg.run.backend not in ("local", "ray"):
         bad("run.backend", f"must be local or ray, got {cfg.run.backend!r}")
-    if cfg.run.shard_size < 1 or cfg.run.batch_size < 1 or cfg.run.ray_workers < 1:
-        bad("run", "shard_size, batch_size and ray_workers must be positive")
+    if cfg.run.shard_size < 1 or cfg.run.batch_size < 1 or cfg.run.ray_workers < 1 or cfg.run.token_budget < 1:
+        bad("run", "shard_size, batch_size, token_budget and ray_workers must be positive")
     if cfg.dtype not in ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16"):
         bad("dtype", f"unknown dtype {cfg.dtype!r}")
     _validate_more(cfg, bad)

@@ -43,7 +43,7 @@ class UnitComputer:
         if self._engine is None:
             import torch
 
-            from vheads.engine import Engine
+            from vheads.engine import Batching, Engine
             from vheads.models import load_model
 
             if self.cfg.device == "cpu":
@@ -51,7 +51,8 @@ class UnitComputer:
                 # hence bit-identical per-item results locally and on Ray actors
                 torch.set_num_threads(self.cfg.run.torch_threads or os.cpu_count() or 1)
             lm = load_model(self.cfg.model, self.cfg.revision or None, self.cfg.dtype, self.cfg.device)
-            self._engine = Engine(lm)
+            run = self.cfg.run
+            self._engine = Engine(lm, Batching(cross_item=run.cross_item, max_rows=run.batch_size, token_budget=run.token_budget))
         return self._engine
 
     def compute(self, unit: dict[str, Any]) -> dict[str, Any]:
@@ -65,7 +66,7 @@ class UnitComputer:
         import torch
 
         from vheads.discovery import load_corpus, resolve_k, score_settings, select_heads
-        from vheads.engine import Capture, positions_mask
+        from vheads.engine import positions_mask
 
         cfg, eng = self.cfg, self.engine
         lm = eng.lm
@@ -83,15 +84,17 @@ class UnitComputer:
             # attention of the setting's top heads over the six panels of a few strips
             top = sorted(S.heads, key=lambda h: -sc.scores[h])[:STRIP_FIGURE_HEADS]
             span = {"last": "last", "qspan": "query", "out": "answer"}[sc.setting.source]
+            requests, shown = [], []
             for item, answer in list(zip(corpus.items, sc.answers))[:STRIP_FIGURE_ITEMS]:
                 pr = lm.adapter.build(item, lm.processor, answer_text=answer or None) if sc.setting.source == "out" else lm.adapter.build(item, lm.processor)
                 if sc.setting.source == "out" and not answer:
                     continue
                 T = pr.layout.n_tokens
-                names = sorted(item.regions)
-                groups = torch.stack([positions_mask(T, pr.layout.regions[n].positions) for n in names])[None]
-                res = eng.forward(pr, eng.plan(1, captures=[Capture(positions_mask(T, pr.layout.spans[span])[None], groups)]), logits_at=[])
-                m = res.captures["capture"][0].numpy()  # [L, H, panels]
+                groups = torch.stack([positions_mask(T, pr.layout.regions[n].positions) for n in sorted(item.regions)])  # [panels, T]
+                requests.append((pr, {"capture": positions_mask(T, pr.layout.spans[span])}, groups))
+                shown.append(item)
+            for item, res in zip(shown, eng.capture_many(requests)):
+                m = res["capture"].numpy()  # [L, H, panels]
                 for (l, h) in top:
                     rows["strip_attention"].append((sid, item.id, l, h, _json(m[l, h].tolist())))
                 strips[item.id] = item

@@ -1,0 +1,225 @@
+"""GPU check: the realistic widths of Qwen3-VL-2B and -8B (random init, bf16) on one GPU.
+
+    bash benchmarks/gpu_check.sh [--json PATH] [--only 2b|8b]      (≤ 8 minutes)
+    python benchmarks/gpu_check.py --smoke                           (CPU, tiny widths: checks the script runs)
+
+For each width, models are initialised at random directly on the GPU (no download, no
+model folder), language model and vision tower at the published layout (below), with the
+word-level test tokenizer (so the vocabulary, and only the vocabulary, is small). Rows:
+
+- capture time / plain forward at T ≈ 1,000 and 4,000 tokens (batch 1; discovery's read);
+- masked forward / plain forward on the same batch (64 head-sets × one 1,024-image-token
+  prompt) at question rows (prefix shared) and at all rows; tokens/s of both;
+- evaluation: one forward per head-set (eager head mask) / vheads batched, question and
+  all rows (the ``benchmarks/run.py`` evaluation rows);
+- bf16 vs fp32 agreement of P(option) under masking (2B only: the same weights cast);
+- the projected GPU-hours of a paper-like study: the evaluation stage's batch rows counted
+  from the study configuration (:func:`evaluation_rows`, 12 settings, 400 items per set,
+  the default controls) × the measured time per row, 8B width. A projection until it is
+  checked against a real run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from benchmarks import _setup, bench_capture, bench_evaluation, bench_overhead  # noqa: E402
+
+#: Qwen3-VL language model and vision tower layouts (the published configs)
+WIDTHS = {
+    "2b": dict(layers=28, heads=16, kv_heads=8, hidden=2048, head_dim=128, intermediate=6144,
+               vision_hidden=1024, vision_depth=24, vision_heads=16, vision_intermediate=4096, deepstack=(5, 11, 17)),
+    "8b": dict(layers=36, heads=32, kv_heads=8, hidden=4096, head_dim=128, intermediate=12288,
+               vision_hidden=1152, vision_depth=27, vision_heads=16, vision_intermediate=4304, deepstack=(8, 16, 24)),
+}
+SMOKE = dict(layers=3, heads=4, kv_heads=2, hidden=64, head_dim=16, vision_hidden=32, vision_depth=1, vision_heads=2, deepstack=(0,))
+PAPER = dict(n_eval=400)  # with the default 12 settings and controls of vheads.study.StudyConfig
+
+
+def build(spec: dict, device: str, dtype: str):
+    """A random Qwen3-VL of ``spec`` as a LoadedModel, initialised on ``device``."""
+    from vheads.models import LoadedModel
+    from vheads.models._adapter import adapter_for
+    from vheads.models._loading import DTYPES, ProcessorBundle
+    from vheads.models.tiny_random import build_qwen_vl
+
+    model, tok, ip = build_qwen_vl("qwen3_vl", **spec, max_pixels=4096 * 4096, dtype=DTYPES[dtype], device=device)
+    model.eval()
+    return LoadedModel(model=model, processor=ProcessorBundle(ip, tok, 16), adapter=adapter_for("qwen3_vl"), model_id="random",
+                       revision=None, fingerprint="random", n_layers=spec["layers"], n_heads=spec["heads"],
+                       n_kv_heads=spec["kv_heads"], head_dim=spec["head_dim"])
+
+
+def evaluation_rows(cfg) -> dict[str, int]:
+    """Batch rows (one head-set on one item in one forward) of a study's evaluation stage,
+    by cost: ``full`` rows compute the whole prompt (row groups all and image, CERS,
+    NCS_grid, text arm, baselines), ``suffix`` rows only what follows the shared prefix
+    (question and last rows). Counted as vheads.study._runner._eval_units and
+    _units.UnitComputer._eval lay the work out; the audit and discovery are left out."""
+    from vheads.study._runner import algebra_pairs
+
+    n, R = cfg.n_eval, sum(cfg.controls.values())
+    settings = [f"{c[:2]}-{q[:3]}-{s}" for c in cfg.corpora for q in cfg.queries for s in cfg.sources]
+    n_hs = 1 + R + len(cfg.k_sweep)  # S, its controls, S@k
+    full = suffix = 0
+    if "cers" in cfg.tests:
+        full += 2 * n * (n_hs + len(cfg.beta_sweep))  # steer onto c and onto d; the beta sweep runs S alone
+    if "ncs" in cfg.tests:
+        for g in cfg.row_groups:
+            rows = n_hs if g == "all" else 1 + len(cfg.k_sweep) + sum(cfg.controls[c] for c in cfg.row_group_controls)
+            if g in ("all", "image"):
+                full += 2 * n * rows  # matched and mismatched arms
+            else:
+                suffix += 2 * n * rows
+        full += 2 * n  # baselines
+    if "ncs-grid" in cfg.tests:
+        full += 2 * n * n_hs
+    if "text" in cfg.tests:
+        full += n * (n_hs + 1)
+    full *= len(settings)
+    suffix *= len(settings)
+    if cfg.algebra_controls and "ncs" in cfg.tests:
+        pairs = len(cfg.corpora) * len(cfg.sources) if "ordinal" in cfg.queries and "referring" in cfg.queries else 0
+        full += pairs * 3 * (1 + cfg.algebra_controls) * 2 * n
+    return {"settings": len(settings), "full_rows": full, "suffix_rows": suffix, "n_eval": n, "controls_R": R}
+
+
+def _ratio_rows(lm, eng, image_tokens: int, rows: int, repeats: int, device: str, log) -> dict:
+    over = bench_overhead.run(lm, eng, image_tokens, rows, repeats, device, log)
+    out = {}
+    for g, r in over.items():
+        toks = r["rows"] * (r["tokens"] - r["prefix"]) + r["prefix"]  # tokens computed per forward
+        out[g] = {**{k: v for k, v in r.items() if k != "times"}, "masked / plain": r["masked_s"] / r["plain_s"],
+                  "plain tokens/s": toks / r["plain_s"], "masked tokens/s": toks / r["masked_s"],
+                  "masked s per row": r["masked_s"] / r["rows"]}
+    return out
+
+
+def _capture_rows(lm, eng, lengths: list[int], repeats: int, device: str) -> dict:
+    out = {}
+    for n in lengths:
+        prompt = _setup.prompt_of_length(lm, n)
+        run = {m: bench_capture._runner(lm, eng, prompt, m) for m in ("plain", "capture")}
+        for f in run.values():
+            f()
+        t = {m: [] for m in run}
+        for _ in range(repeats):
+            for m, f in run.items():
+                t[m].append(_setup.timed(f, device))
+        out[prompt.layout.n_tokens] = _setup.median(t["capture"]) / _setup.median(t["plain"])
+    return out
+
+
+def _agreement(lm, eng, image_tokens: int, log) -> dict:
+    """max |P_bf16 − P_fp32| over the four option letters, masked head-sets at all and
+    question rows, two items; the same weights cast to fp32."""
+    from vheads.evaluation._probe import Action, Probe, run_probes
+
+    hs = bench_evaluation.random_headsets(lm.n_layers, lm.n_heads, n=16)
+    prompts = [_setup.prompt_of_length(lm, image_tokens, seed=i) for i in range(2)]
+    probes = [Probe(p, Action("mask", rows=g), hs) for p in prompts for g in ("all", "question")] + [Probe(p, None) for p in prompts]
+    p16 = np.concatenate(run_probes(eng, probes))
+    lm.model.to(torch.float32)
+    p32 = np.concatenate(run_probes(eng, probes))
+    lm.model.to(torch.bfloat16)
+    r = {"max_abs_dP": float(np.abs(p16 - p32).max()), "mean_abs_dP": float(np.abs(p16 - p32).mean()),
+         "P_range_fp32": [float(p32.min()), float(p32.max())], "rows": int(len(p32))}
+    log(f"  bf16 vs fp32: max |ΔP| {r['max_abs_dP']:.2e} (mean {r['mean_abs_dP']:.2e}; P in [{r['P_range_fp32'][0]:.3f}, {r['P_range_fp32'][1]:.3f}])")
+    return r
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", type=Path, default=Path("gpu_check.json"), help="where the results go (default ./gpu_check.json)")
+    ap.add_argument("--only", choices=sorted(WIDTHS), help="one width only")
+    ap.add_argument("--smoke", action="store_true", help="tiny widths on the CPU: checks that this script runs, measures nothing")
+    args = ap.parse_args(argv)
+    if not args.smoke and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device (torch.cuda.is_available() is False); this check needs a GPU. "
+              "CPU figures: python benchmarks/run.py --quick", file=sys.stderr)
+        sys.exit(2)
+    device, dtype = ("cpu", "float32") if args.smoke else ("cuda", "bfloat16")
+    t0 = time.perf_counter()
+
+    def log(msg):
+        print(f"[{time.perf_counter() - t0:6.0f}s] {msg}", flush=True)
+
+    from vheads.engine import Engine
+    from vheads.study._config import StudyConfig
+
+    machine = torch.cuda.get_device_name() if device == "cuda" else "CPU (smoke run: no figure here means anything)"
+    results: dict = {"device": machine, "dtype": dtype, "torch": torch.__version__, "projection": True, "widths": {}}
+    widths = {"smoke": SMOKE} if args.smoke else {k: v for k, v in WIDTHS.items() if args.only in (None, k)}
+    image_tokens, rows, repeats = (16, 4, 1) if args.smoke else (1024, 64, 3)
+    for name, spec in widths.items():
+        log(f"[{name}] building a random Qwen3-VL ({spec['layers']} layers × {spec['heads']} heads / {spec['kv_heads']} KV, hidden {spec['hidden']}) on {device}")
+        lm = build(spec, device, dtype)
+        eng = Engine(lm)
+        r = {"spec": spec}
+        r["forward"] = _ratio_rows(lm, eng, image_tokens, rows, repeats, device, log)
+        r["capture / plain"] = _capture_rows(lm, eng, [image_tokens, 4 * image_tokens], repeats, device)
+        log(f"  capture / plain: {r['capture / plain']}")
+        ev = bench_evaluation.run(lm, eng, 1, image_tokens, 2 if args.smoke else 4, rows, rows, device, log)
+        r["evaluation per-head-set / batched"] = {"question (+reuse)": ev["question"]["baseline_s"] / ev["question"]["reuse_s"],
+                                                  "all": ev["all"]["baseline_s"] / ev["all"]["batched_s"],
+                                                  "max_abs_dP": max(ev["question"]["max_abs_dP"], ev["all"]["max_abs_dP"])}
+        if name in ("2b", "smoke"):
+            lm.model.to(torch.bfloat16)  # (the smoke run is fp32 until here)
+            r["bf16 vs fp32"] = _agreement(lm, eng, image_tokens, log)
+        if device == "cuda":
+            r["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        results["widths"][name] = r
+        del eng, lm
+        if device == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        args.json.write_text(json.dumps(results, indent=1, default=float))  # what is done so far survives a timeout
+    # projection: the paper-like study's evaluation rows × time per row at the largest width measured
+    last = list(results["widths"])[-1]
+    fwd = results["widths"][last]["forward"]
+    rows_count = evaluation_rows(StudyConfig(**PAPER))
+    hours = (rows_count["full_rows"] * fwd["all"]["masked s per row"] + rows_count["suffix_rows"] * fwd["question"]["masked s per row"]) / 3600
+    simple = 12 * (1 + rows_count["controls_R"]) * 400 * 4
+    results["projection_gpu_hours"] = {"width": last, "image_tokens": image_tokens, **rows_count, "gpu_hours": hours,
+                                       "issue_formula_rows": simple, "issue_formula_gpu_hours": simple * fwd["all"]["masked s per row"] / 3600}
+    args.json.write_text(json.dumps(results, indent=1, default=float))
+    _print(results)
+    log(f"wrote {args.json}")
+    return results
+
+
+def _print(res: dict) -> None:
+    print(f"\nGPU check on {res['device']} ({res['dtype']}); all figures are measurements of random-init models, the GPU-hours a projection")
+    for name, r in res["widths"].items():
+        f = r["forward"]
+        print(f"\n[{name}]")
+        for g in ("question", "all"):
+            print(f"  masked / plain forward, mask@{g}: {f[g]['masked / plain']:.2f}×  (target ≤ {1.15 if g == 'question' else 1.3}); "
+                  f"plain {f[g]['plain tokens/s']:,.0f} tokens/s, masked {f[g]['masked tokens/s']:,.0f} tokens/s")
+        for T, x in r["capture / plain"].items():
+            print(f"  capture / plain, T={T}: {x:.2f}×  (target ≤ 1.1 from 1,024 tokens)")
+        e = r["evaluation per-head-set / batched"]
+        print(f"  per-head-set / batched: question {e['question (+reuse)']:.1f}× (target ≥ 30), all {e['all']:.1f}× (target ≥ 6); max |ΔP| {e['max_abs_dP']:.1e}")
+        if isinstance(r.get("bf16 vs fp32"), dict):
+            print(f"  bf16 vs fp32 P(option): max |ΔP| {r['bf16 vs fp32']['max_abs_dP']:.2e}")
+        if "peak_gib" in r:
+            print(f"  peak GPU memory {r['peak_gib']:.1f} GiB")
+    p = res["projection_gpu_hours"]
+    print(f"\nprojected evaluation GPU-hours, paper-like study ({p['settings']} settings, {p['n_eval']} items per set, R = {p['controls_R']}): "
+          f"{p['gpu_hours']:.1f} h ({p['full_rows']:,} full rows + {p['suffix_rows']:,} suffix rows at the {p['width']} width); "
+          f"issue's formula 12 × (1 + R) × 400 × 4 = {p['issue_formula_rows']:,} rows: {p['issue_formula_gpu_hours']:.1f} h")
+
+
+if __name__ == "__main__":
+    main()
