@@ -27,7 +27,8 @@ def written(small_qwen_dir, tmp_path_factory):
     lm = load_model(str(small_qwen_dir))
     out = tmp_path_factory.mktemp("schema_run")
     discover_headsets(lm, ["comics"], ["ordinal", "referring"], ["last", "qspan"], k=3, n=3, seed=1, out=out, progress=False)
-    discover_headsets(lm, ["photo"], ["referring"], ["last"], k=1, mode="per-layer", n=3, seed=1, out=out, progress=False)
+    discover_headsets(lm, ["photo"], ["referring"], ["last"], k=1, mode="per-layer", n=3, seed=1, out=out, progress=False,
+                      force=True)  # a second run into the same folder
     return sorted(out.glob("*.json"))
 
 

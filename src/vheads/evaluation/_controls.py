@@ -443,13 +443,18 @@ def split_control_name(name: str) -> tuple[str, int | None]:
         return name, None
     if get_control(base).name != "random-n":
         raise ValueError(f"control {base!r} takes no head count; only random-n does (random-n@N)")
+    return "random-n", _positive_int(n_text, f"control {name!r}: the head count after '@'")
+
+
+def _positive_int(text: str, what: str) -> int:
+    """``int(text)``, refusing anything that is not an integer ≥ 1 with ``what`` named."""
     try:
-        n = int(n_text)
+        v = int(text)
     except ValueError:
-        raise ValueError(f"control {name!r}: the head count after '@' must be an integer, got {n_text!r}") from None
-    if n < 1:
-        raise ValueError(f"control {name!r}: the head count must be at least 1, got {n}")
-    return "random-n", n
+        raise ValueError(f"{what} must be an integer, got {text!r}") from None
+    if v < 1:
+        raise ValueError(f"{what} must be at least 1, got {v}")
+    return v
 
 
 def parse_control_spec(spec: str) -> list[ControlRequest]:
@@ -473,12 +478,7 @@ def parse_control_spec(spec: str) -> list[ControlRequest]:
         n = split_control_name(f"{name}@{n_text}")[1] if at else None
         control = get_control(name)
         if sep:
-            try:
-                R = int(r_text)
-            except ValueError:
-                raise ValueError(f"control {name!r}: R must be an integer, got {r_text!r}") from None
-            if R < 1:
-                raise ValueError(f"control {name!r}: R must be at least 1, got {R}")
+            R = _positive_int(r_text, f"control {name!r}: R")
             if R > MAX_R:
                 raise ValueError(f"control {name!r}: R = {R} draws is more than {MAX_R:,}; give a smaller R")
         else:
