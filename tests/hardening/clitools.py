@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -20,13 +17,6 @@ NO_MODEL = "/nonexistent/vheads-model-never-loaded"
 def vheads(*args) -> "CliRunner.Result":
     """``vheads ARGS`` in this process (typer's CliRunner)."""
     return CliRunner().invoke(app, [str(a) for a in args])
-
-
-def vheads_subprocess(*args, cwd=None, prefix: list[str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    """``vheads ARGS`` as a separate process (``prefix``: e.g. an ``unshare`` wrapper)."""
-    env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    return subprocess.run([*(prefix or []), sys.executable, "-m", "vheads.cli", *map(str, args)], capture_output=True,
-                          text=True, env=env, cwd=cwd, timeout=timeout)
 
 
 def refused(result, *fragments: str) -> str:

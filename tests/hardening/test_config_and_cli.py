@@ -50,7 +50,7 @@ def test_bad_study_config_is_refused_before_the_run_folder_exists(tmp_path, toml
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("toml,key", [("k = 100000", "'k'"), ("k_sweep = [1, 100000]", "'k_sweep'"),
+@pytest.mark.parametrize("toml,key", [("k = 100000", "'k'"), ("k_sweep = [1, 100000]", "'k_sweep'"), ("selection = \"per-layer\"\nk_sweep = [9]", "'k_sweep'"),
                                       ("selection = \"per-layer\"\nk = 9", "'k'")])
 def test_k_too_large_for_the_model_is_refused_before_the_run_folder(tiny_random_dirs, tmp_path, toml, key):
     cfg = tmp_path / "c.toml"

@@ -97,3 +97,15 @@ def test_report_and_export_work_on_a_read_only_run(run, tmp_path):
     assert (tmp_path / "rep" / "report.html").read_text().rstrip().endswith("</html>")
     assert (tmp_path / "csv" / "outcomes.csv").read_text().startswith("unit_id,")
     assert {p.name: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_study_on_a_damaged_store_is_one_line_and_left_untouched(tiny_random_dirs, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "results.sqlite").write_bytes(b"\x00garbage" * 500)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('corpora = ["comics"]\nqueries = ["ordinal"]\nsources = ["last"]\nn_discovery = 2\nn_eval = 2\nsplits = 2\n')
+    line = refused(vheads("study", cfg, "--out", out, "--model", tiny_random_dirs["qwen3_vl"], "--quiet"), "damaged", "results.sqlite")
+    assert "rerun" in line
+    assert (out / "results.sqlite").read_bytes() == b"\x00garbage" * 500
+    assert {p.name for p in out.iterdir()} == {"results.sqlite", ".lock"}

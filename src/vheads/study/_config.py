@@ -317,13 +317,12 @@ def validate_for_model(cfg: StudyConfig, n_layers: int, n_heads: int) -> None:
     ``k_sweep`` within the model's heads."""
     from vheads.discovery import resolve_k
 
-    try:
-        resolve_k(n_layers, n_heads, cfg.k or None, cfg.selection)
-    except VheadsError as e:
-        raise VheadsError(f"config key 'k': {e}") from None
-    for kk in cfg.k_sweep:
-        if kk > n_layers * n_heads:
-            raise VheadsError(f"config key 'k_sweep': {kk} heads is more than the model's {n_layers}x{n_heads} = {n_layers * n_heads}")
+    for key, ks in (("k", [cfg.k or None]), ("k_sweep", cfg.k_sweep)):
+        for kk in ks:
+            try:
+                resolve_k(n_layers, n_heads, kk, cfg.selection)
+            except VheadsError as e:
+                raise VheadsError(f"config key {key!r}: {e}") from None
 
 
 def load_config(path: str | Path | None = None, **overrides) -> StudyConfig:
