@@ -52,9 +52,12 @@ def test_engine_is_causal(loaded, family):
     eng = Engine(lm)
     p1 = lm.adapter.build(_item(), lm.processor)
     item2 = _item()
-    item2.options = ("red", "blue", "green", "red")
+    item2.options = ("red", "blue", "green", "answer")  # a word of every tiny vocabulary ("white" is not)
     p2 = lm.adapter.build(item2, lm.processor)
-    cut = p1.layout.spans["options"][-1]  # last option word differs
+    i1, i2 = p1.inputs["input_ids"][0], p2.inputs["input_ids"][0]
+    n = min(len(i1), len(i2))
+    cut = int((i1[:n] != i2[:n]).nonzero()[0])  # first token of the last option that differs
+    assert cut >= p1.layout.spans["options"][0]
     a = eng.forward(p1).logits[0, :cut]
     b = eng.forward(p2).logits[0, :cut]
     assert (a - b).abs().max() <= 1e-5
@@ -80,8 +83,9 @@ def test_capture_equals_eager_output_attentions(loaded, family):
     eng = Engine(lm)
     caps = [Capture(positions_mask(T, rows)[None], gmask, name) for name, rows in sources.items()]
     res = eng.forward(prompt, eng.plan(1, captures=caps)).captures
+    assert len(attn) == len(lm.attention_layers)  # eager returns maps of the softmax layers only
     for name, rows in sources.items():
-        for l, A in enumerate(attn):
+        for l, A in zip(lm.attention_layers, attn):
             for gi, g in enumerate(groups):
                 want = A[:, rows][:, :, g].sum(-1).mean(-1)  # [H]
                 got = res[name][0, l, :, gi].double()
@@ -106,7 +110,8 @@ def test_mask_and_steer_equal_hand_written_softmax(loaded, family, group, kind):
     lay = prompt.layout
     T = lay.n_tokens
     L, H = lm.n_layers, lm.n_heads
-    head_sets = [[(0, 0), (1, 2)], [(l, h) for l in range(L) for h in range(H)], [(1, 1)]]
+    A = lm.attention_layers  # the layers with heads (all but a hybrid model's linear-attention layers)
+    head_sets = [[(A[0], 0), (A[1], 2)], [(l, h) for l in A for h in range(H)], [(A[1], 1)]]
     beta = 3.0
     per_row = [[_actions(lay, kind, group, hs, beta)] for hs in head_sets]
     with reference_mode(lm.model, per_row):
@@ -133,7 +138,7 @@ def test_mask_and_steer_equal_hand_written_softmax(loaded, family, group, kind):
     assert (want[1] - plain[0]).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl", "llava"])
+@pytest.mark.parametrize("family", ["qwen3_vl", "llava", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"])
 @pytest.mark.parametrize("group", ["question", "all"])
 def test_batched_head_sets_equal_separate_runs_and_prefix_reuse_equals_recompute(loaded, family, group):
     lm = loaded[family]
@@ -144,6 +149,7 @@ def test_batched_head_sets_equal_separate_runs_and_prefix_reuse_equals_recompute
     L, H = eng.shape
     g = torch.Generator().manual_seed(0)
     heads = torch.rand(6, L, H, generator=g) < 0.3
+    heads[:, [l for l in range(L) if l not in lm.attention_layers]] = False  # linear-attention layers have no heads
     rows = row_mask(lay, group).expand(6, T)
     keys = positions_mask(T, lay.image_positions).expand(6, T)
     batched = eng.forward(prompt, eng.plan(6, [mask_keys(heads, rows, keys)]), prefix_reuse=True, logits_at=[T - 1]).logits

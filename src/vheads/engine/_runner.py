@@ -95,11 +95,9 @@ class Engine:
                 pre_in = {k: (v[:, :p] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v) for k, v in pre.items()}
                 if pos is not None:
                     pre_in["position_ids"] = pos[..., :p]
-                cache = DynamicCache()
+                cache = DynamicCache(config=model.config)  # per-layer kinds (KV, linear-attention state)
                 model(**pre_in, cache=cache, use_cache=True, logits_to_keep=1)
-            shared = DynamicCache()
-            for li, layer in enumerate(cache.layers):
-                shared.update(layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1), li)
+            shared = _share_cache(cache, batch)
             full = self._inputs_for(prompt, batch)
             suf = {"input_ids": full["input_ids"][:, p:], "attention_mask": full["attention_mask"]}
             if pos is not None:
@@ -127,7 +125,20 @@ class Engine:
 
     def plan(self, batch: int, interventions: list[Intervention] = (), captures: list[Capture] = ()) -> ProbePlan:
         L, H = self.shape
-        return ProbePlan(batch, L, H, list(interventions), list(captures))
+        return ProbePlan(batch, L, H, list(interventions), list(captures), self.lm.attention_layers)
+
+
+def _share_cache(cache: DynamicCache, batch: int) -> DynamicCache:
+    """The batch-1 prefix ``cache`` for ``batch`` rows: keys and values as views (no copy);
+    a linear-attention layer's conv / recurrent state (small, updated in place) as copies."""
+    for layer in cache.layers:
+        if getattr(layer, "keys", None) is not None:
+            layer.keys, layer.values = layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1)
+        for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
+            for i, st in states.items():
+                if st is not None:
+                    states[i] = st.repeat(batch, *([1] * (st.dim() - 1)))
+    return cache
 
 
 def _keep(logits_at: list[int] | None, start: int, end: int):

@@ -36,6 +36,13 @@ class LoadedModel:
     n_heads: int
     n_kv_heads: int
     head_dim: int
+    #: the softmax-attention layers, the only ones with heads (all layers but the linear-
+    #: attention ones of a hybrid stack; see :meth:`Adapter.attention_layers`)
+    attention_layers: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.attention_layers:
+            self.attention_layers = tuple(range(self.n_layers))
 
     @property
     def device(self) -> torch.device:
@@ -43,7 +50,7 @@ class LoadedModel:
 
     @property
     def n_total_heads(self) -> int:
-        return self.n_layers * self.n_heads
+        return len(self.attention_layers) * self.n_heads
 
 
 def resolve_model_path(model: str) -> str:
@@ -130,4 +137,5 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "f
         n_heads=n_heads,
         n_kv_heads=getattr(tc, "num_key_value_heads", n_heads),
         head_dim=head_dim,
+        attention_layers=adapter.attention_layers(tc),
     )

@@ -41,6 +41,34 @@ def build_word_tokenizer(words: list[str]):
     return fast
 
 
+def build_qwen35_tokenizer(words: list[str]):
+    """A byte-level BPE tokenizer of the Qwen3.5 tokenizer class, trained locally on the
+    shared words (each becomes one token, with and without a leading space).
+
+    Qwen3.5 checkpoints load their tokenizer as ``Qwen3_5Tokenizer`` (byte-level BPE read
+    from ``tokenizer.json``) whatever class the folder declares, so the word-level tokenizer
+    of the other families would not survive ``save_pretrained`` + reload."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX, Qwen3_5Tokenizer
+    from tokenizers import Regex
+
+    vocab_words = list(dict.fromkeys(BASE_WORDS + list(words)))
+    specials = SPECIAL_TOKENS + ["<think>", "</think>"]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    trainer = trainers.BpeTrainer(vocab_size=100_000, min_frequency=1, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    bpe.train_from_iterator([" ".join(vocab_words), "\n".join(vocab_words)] * 2, trainer=trainer)
+    data = __import__("json").loads(bpe.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in data["merges"]]
+    tok = Qwen3_5Tokenizer(vocab=data["vocab"], merges=merges, unk_token="<unk>", pad_token="<pad>",
+                           eos_token="<|im_end|>", extra_special_tokens=specials[2:])
+    return tok
+
+
 def qwen_image_processor(patch: int = 16, merge: int = 2, min_pixels: int = 32 * 32, max_pixels: int = 512 * 512):
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -85,20 +113,38 @@ def build_qwen_vl(
     patch: int = 16,
     seed: int = 0,
     max_pixels: int = 512 * 512,
+    full_attention_interval: int = 2,
 ):
-    """A random Qwen2-VL / Qwen2.5-VL / Qwen3-VL with a word-level tokenizer. Returns (model, tokenizer, image_processor)."""
+    """A random Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3-VL-MoE / Qwen3.5 (dense, MoE) with a
+    word-level tokenizer. Returns (model, tokenizer, image_processor).
+
+    Qwen3.5 stacks are hybrid: layer i is softmax attention when ``(i + 1) %
+    full_attention_interval == 0``, Gated DeltaNet linear attention otherwise."""
     from transformers import AutoConfig, AutoModelForImageTextToText
 
-    tok = build_word_tokenizer(list(words))
+    tok = build_qwen35_tokenizer(list(words)) if model_type.startswith("qwen3_5") else build_word_tokenizer(list(words))
     ids = {t: tok.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")}
     text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, rope_theta)
-    if model_type == "qwen3_vl":
+    if model_type in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
         half = head_dim // 2
         section = [half - 2 * (half // 3), half // 3, half // 3]
         text["rope_parameters"] = {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": section, "mrope_interleaved": True}
         vision = dict(depth=vision_depth, hidden_size=vision_hidden, intermediate_size=vision_hidden * 2, num_heads=2,
                       patch_size=patch, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=hidden,
-                      num_position_embeddings=256, deepstack_visual_indexes=[])
+                      num_position_embeddings=256)
+        if model_type.startswith("qwen3_vl"):
+            vision["deepstack_visual_indexes"] = []
+        if model_type.endswith("_moe"):  # 4 small experts, 2 per token (a shared expert too on Qwen3.5-MoE)
+            text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=hidden, decoder_sparse_step=1)
+            if model_type == "qwen3_5_moe":
+                text["shared_expert_intermediate_size"] = hidden
+        if model_type.startswith("qwen3_5"):
+            # hybrid stack: Gated DeltaNet (linear attention, no attention map) layers and every
+            # `full_attention_interval`-th layer softmax attention, as in the released models
+            text.update(layer_types=[("full_attention" if (i + 1) % full_attention_interval == 0 else "linear_attention") for i in range(layers)],
+                        linear_conv_kernel_dim=4, linear_key_head_dim=head_dim, linear_value_head_dim=head_dim,
+                        linear_num_key_heads=2, linear_num_value_heads=4)
+            text["rope_parameters"]["partial_rotary_factor"] = 1.0
     elif model_type == "qwen2_5_vl":
         half = head_dim // 2
         text["rope_parameters"] = {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": [half - 2 * (half // 3), half // 3, half // 3]}
@@ -162,6 +208,9 @@ FAMILY_BUILDERS = {
     "qwen2_vl": lambda **kw: build_qwen_vl("qwen2_vl", **kw),
     "qwen2_5_vl": lambda **kw: build_qwen_vl("qwen2_5_vl", **kw),
     "qwen3_vl": lambda **kw: build_qwen_vl("qwen3_vl", **kw),
+    "qwen3_vl_moe": lambda **kw: build_qwen_vl("qwen3_vl_moe", **kw),
+    "qwen3_5": lambda **kw: build_qwen_vl("qwen3_5", **{"layers": 4, **kw}),
+    "qwen3_5_moe": lambda **kw: build_qwen_vl("qwen3_5_moe", **{"layers": 4, **kw}),
     "llava": build_llava,
 }
 

@@ -46,9 +46,9 @@ def preflight_model(cfg: StudyConfig) -> dict:
         raise ValueError(f"config key 'model': cannot load {cfg.model!r}: {str(e).splitlines()[0]}") from None
     if getattr(mc, "vision_config", None) is None:
         raise ValueError(f"config key 'model': {cfg.model!r} is not a vision-language model")
-    adapter_for(mc.model_type)
+    adapter = adapter_for(mc.model_type)
     tc = getattr(mc, "text_config", mc)
-    return {"n_layers": tc.num_hidden_layers, "n_heads": tc.num_attention_heads}
+    return {"n_layers": tc.num_hidden_layers, "n_heads": tc.num_attention_heads, "attention_layers": adapter.attention_layers(tc)}
 
 
 def _log(run_dir: Path, line: str) -> None:
@@ -118,7 +118,7 @@ def algebra_pairs(settings: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> None:
+def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], attention_layers: tuple[int, ...] | None = None) -> None:
     from vheads.discovery._selection import select_heads
 
     if "headsets" in store.done_units():
@@ -133,7 +133,7 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> No
     rows, fallbacks = [], {}
     discovered = {}
     for sid, scores, heads in store.query("SELECT setting, scores, headset FROM discovery ORDER BY setting"):
-        S = HeadSet([tuple(h) for h in json.loads(heads)], L, H)
+        S = HeadSet([tuple(h) for h in json.loads(heads)], L, H, attention_layers)
         discovered[sid] = S
         rows.append((sid, "S", "S", 0, cfg.seed, _heads_json(S)))
         for name, R in cfg.controls.items():
@@ -212,7 +212,7 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
         _overlap_stage(store, cfg)
         secs["overlap"] = time.time() - t
         t = time.time()
-        _headset_stage(store, cfg, (shape["n_layers"], shape["n_heads"]))
+        _headset_stage(store, cfg, (shape["n_layers"], shape["n_heads"]), shape["attention_layers"])
         secs["controls"] = time.time() - t
         t = time.time()
         n_computed += _run_units(store, run_dir, backend, _eval_units(store, cfg), "evaluation", progress)

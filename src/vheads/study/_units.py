@@ -72,11 +72,11 @@ class UnitComputer:
         corpus = load_corpus(unit["corpus"], unit["query"], cfg.n_discovery, derived_seed(cfg.seed, "discovery", unit["corpus"], unit["query"]))
         scores = score_settings(lm, {(corpus.name, corpus.query): corpus.items}, cfg.sources,
                                 corpus_abbrev={corpus.name: corpus.abbrev}, progress=False, engine=eng)
-        k = resolve_k(lm.n_layers, lm.n_heads, cfg.k or None, cfg.selection)
+        k = resolve_k(len(lm.attention_layers), lm.n_heads, cfg.k or None, cfg.selection)
         rows: dict[str, list[tuple]] = {"discovery": [], "item_scores": [], "strip_attention": []}
         strips = {}
         for sid, sc in scores.items():
-            S = select_heads(sc.scores, k, cfg.selection)
+            S = select_heads(sc.scores, k, cfg.selection, lm.attention_layers)
             rows["discovery"].append((sid, sc.setting.query, sc.setting.source, corpus.name, sc.n_items, k,
                                       _json(sc.scores.tolist()), _json([list(h) for h in S.heads])))
             rows["item_scores"] += [(sid, iid, _json(m.tolist())) for iid, m in zip(sc.item_ids, sc.per_item)]
