@@ -5,7 +5,7 @@ import torch
 from PIL import Image
 
 from tests.conftest import FAMILIES
-from tests.engine.reference import reference_mode
+from tests.engine.reference import model_mask, reference_mode
 from vheads.data import Item
 from vheads.engine import Capture, Engine, mask_keys, positions_mask, row_mask, steer_keys
 
@@ -114,7 +114,7 @@ def test_mask_and_steer_equal_hand_written_softmax(loaded, family, group, kind):
     head_sets = [[(A[0], 0), (A[1], 2)], [(l, h) for l in A for h in range(H)], [(A[1], 1)]]
     beta = 3.0
     per_row = [[_actions(lay, kind, group, hs, beta)] for hs in head_sets]
-    with reference_mode(lm.model, per_row):
+    with reference_mode(lm.model, per_row, model_mask(lm.model, lay.image_positions.tolist(), T)):
         with torch.no_grad():
             inputs = {k: torch.cat([v] * len(head_sets)) for k, v in prompt.inputs.items()}
             want = lm.model(**inputs).logits.double()
@@ -138,7 +138,7 @@ def test_mask_and_steer_equal_hand_written_softmax(loaded, family, group, kind):
     assert (want[1] - plain[0]).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl", "llava", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"])
+@pytest.mark.parametrize("family", ["qwen3_vl", "llava", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3"])
 @pytest.mark.parametrize("group", ["question", "all"])
 def test_batched_head_sets_equal_separate_runs_and_prefix_reuse_equals_recompute(loaded, family, group):
     lm = loaded[family]

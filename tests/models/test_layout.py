@@ -16,10 +16,10 @@ def _processed_token_redness(lm, prompt):
     """Fraction of 'red' processed pixels under each image token, read from pixel_values."""
     pv = prompt.inputs["pixel_values"]
     rows, cols = prompt.layout.grid
-    if pv.dim() == 4:  # [1, 3, H, W] (LLaVA): a token is a patch x patch square
-        p = lm.processor.patch_size
+    if pv.dim() == 4:  # [1, 3, H, W] (LLaVA, Gemma 3): a token is an (H/rows) x (W/cols) cell (a patch, a pooled block)
+        ph, pw = pv.shape[-2] // rows, pv.shape[-1] // cols
         red = (pv[0, 0] > 0.5) & (pv[0, 2] < -0.5)  # normalized with mean=std=0.5
-        return red.reshape(rows, p, cols, p).float().mean(dim=(1, 3)).flatten()
+        return red.reshape(rows, ph, cols, pw).float().mean(dim=(1, 3)).flatten()
     # Qwen: [n_patches, 3 * temporal * p * p], merge x merge consecutive patches per token
     ip = lm.processor.image_processor
     p, m, t = ip.patch_size, ip.merge_size, ip.temporal_patch_size

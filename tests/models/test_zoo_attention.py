@@ -1,7 +1,8 @@
 """Zoo families whose attention differs from a plain causal softmax stack.
 
-Qwen3-VL-MoE (sparse-expert text model) and Qwen3.5 dense / MoE (Gated DeltaNet
-linear-attention layers between softmax layers: heads only in the softmax layers). The
+Qwen3-VL-MoE (sparse-expert text model), Qwen3.5 dense / MoE (Gated DeltaNet
+linear-attention layers between softmax layers: heads only in the softmax layers) and
+Gemma 3 (bidirectional attention inside the image block, sliding-window layers). The
 engine invariants (empty plan, capture vs eager, mask / steer vs a hand-written softmax,
 batched head-sets, prefix reuse) and the region layout run on these families through the
 ``FAMILIES`` parametrization of ``tests/engine/test_engine.py`` and
@@ -16,13 +17,14 @@ import torch
 from typer.testing import CliRunner
 
 from tests.conftest import HYBRID
-from tests.engine.test_engine import _item
+from tests.engine.reference import model_mask
+from tests.engine.test_engine import _eager_attentions, _item
 from vheads.engine import Engine, mask_keys, positions_mask, row_mask
 from vheads.evaluation import HeadSet, draw_controls
 from vheads.evaluation._controls import random_n_controls, text_heavy_heads
 from vheads.models import load_model
 
-ZOO = ["qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"]
+ZOO = ["qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3"]
 
 
 @pytest.mark.parametrize("family", ZOO)
@@ -38,6 +40,31 @@ def test_empty_plan_equals_the_model_with_its_default_attention(tiny_random_dirs
         want = own(**prompt.inputs).logits
     got = Engine(lm).forward(prompt).logits
     assert (got - want).abs().max() <= 1e-5
+
+
+def test_gemma3_mask_is_bidirectional_in_the_image_and_windowed_on_sliding_layers(loaded):
+    """The hand-written mask the reference uses (causal OR same image block, AND k > q − window
+    on sliding layers) is the model's own: eager attention is zero exactly where it forbids."""
+    lm = loaded["gemma3"]
+    prompt = lm.adapter.build(_item(), lm.processor)
+    lay = prompt.layout
+    T = lay.n_tokens
+    attn = _eager_attentions(lm, prompt)  # L x [H, T, T]
+    hand = model_mask(lm.model, lay.image_positions.tolist(), T)
+    tc = lm.model.config.text_config
+    assert set(tc.layer_types) == {"sliding_attention", "full_attention"} and tc.sliding_window < len(lay.image_positions)
+    for layer, A in enumerate(attn):
+        seen = (A > 0).any(0)  # [T, T] keys any head attends to
+        assert torch.equal(seen, hand[layer]), layer
+    # and the engine captures exactly these maps (all rows: image rows look ahead in their block)
+    from vheads.engine import Capture
+
+    rows = torch.ones(1, T, dtype=torch.bool)
+    groups = torch.stack([positions_mask(T, lay.image_positions), ~positions_mask(T, lay.image_positions)])[None]
+    res = Engine(lm).forward(prompt, Engine(lm).plan(1, captures=[Capture(rows, groups)])).captures["capture"]
+    for layer, A in enumerate(attn):
+        want = torch.stack([A[:, :, g].sum(-1).mean(-1) for g in groups[0]], -1)  # [H, 2]
+        assert torch.allclose(res[0, layer].double(), want, atol=1e-5)
 
 
 @pytest.mark.parametrize("family", HYBRID)
@@ -118,7 +145,7 @@ def test_selection_on_a_hybrid_model_ranks_only_softmax_heads():
     assert HeadSet.from_dict(S.to_dict()).attention_layers == A
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl_moe", "qwen3_5", pytest.param("qwen3_5_moe", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("family", ["qwen3_vl_moe", "qwen3_5", pytest.param("qwen3_5_moe", marks=pytest.mark.slow), "gemma3"])
 def test_discovery_ncs_and_cers_through_the_cli(tiny_random_dirs, loaded, family, tmp_path):
     from vheads.cli import app
 

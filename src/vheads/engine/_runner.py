@@ -9,10 +9,15 @@ import dataclasses
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from vheads.engine._attention import active_plan, install
 from vheads.engine._plan import Capture, Intervention, ProbePlan
 from vheads.models import LoadedModel, Prompt
+
+
+#: model inputs with one entry per token (sliced with the sequence for prefix reuse)
+TOKEN_INPUTS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
 
 
 @dataclass
@@ -92,18 +97,19 @@ class Engine:
         if prefix_reuse and batch > 1 and max(img_end, 1) <= p < T:
             with active_plan(None):
                 pre = self._inputs_for(prompt, 1)
-                pre_in = {k: (v[:, :p] if k in ("input_ids", "attention_mask", "mm_token_type_ids") else v) for k, v in pre.items()}
+                pre_in = {k: (v[:, :p] if k in TOKEN_INPUTS else v) for k, v in pre.items()}
                 if pos is not None:
                     pre_in["position_ids"] = pos[..., :p]
-                cache = DynamicCache(config=model.config)  # per-layer kinds (KV, linear-attention state)
+                cache = _prefix_cache(model)
                 model(**pre_in, cache=cache, use_cache=True, logits_to_keep=1)
             shared = _share_cache(cache, batch)
             full = self._inputs_for(prompt, batch)
             suf = {"input_ids": full["input_ids"][:, p:], "attention_mask": full["attention_mask"]}
             if pos is not None:
                 suf["position_ids"] = pos[..., p:].expand(*pos.shape[:-2], batch, T - p) if pos.dim() == 3 else pos[..., p:].expand(batch, T - p)
-            if "mm_token_type_ids" in full:
-                suf["mm_token_type_ids"] = full["mm_token_type_ids"][:, p:]
+            for k in TOKEN_INPUTS[2:]:
+                if k in full:
+                    suf[k] = full[k][:, p:]
             with active_plan(plan) as results:
                 out = model(**suf, cache=shared, use_cache=True, logits_to_keep=_keep(logits_at, p, T))
             logits, computed = out.logits, list(range(p, T))
@@ -126,6 +132,16 @@ class Engine:
     def plan(self, batch: int, interventions: list[Intervention] = (), captures: list[Capture] = ()) -> ProbePlan:
         L, H = self.shape
         return ProbePlan(batch, L, H, list(interventions), list(captures), self.lm.attention_layers)
+
+
+def _prefix_cache(model) -> DynamicCache:
+    """An empty cache for the prefix pass: the model's own kind of layer (KV, or a
+    linear-attention layer's conv / recurrent state), except that sliding-window layers keep
+    every key (a full layer): the engine indexes keys by absolute position, and the window
+    is in the model's mask anyway."""
+    cache = DynamicCache(config=model.config)
+    cache.layers = [DynamicLayer() if getattr(layer, "is_sliding", False) else layer for layer in cache.layers]
+    return cache
 
 
 def _share_cache(cache: DynamicCache, batch: int) -> DynamicCache:

@@ -22,6 +22,8 @@ class ProcessorBundle:
     image_processor: Any
     tokenizer: Any
     patch_size: int
+    #: the model's config, for what a family's layout needs of it (Gemma: mm_tokens_per_image)
+    config: Any = None
 
 
 @dataclass
@@ -93,7 +95,7 @@ def load_processor(path: str, revision: str | None, config) -> ProcessorBundle:
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
     patch = getattr(config.vision_config, "patch_size", 14)
-    return ProcessorBundle(image_processor, tokenizer, int(patch))
+    return ProcessorBundle(image_processor, tokenizer, int(patch), config)
 
 
 def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "float32", device: str = "cpu") -> LoadedModel:

@@ -21,13 +21,16 @@ BASE_WORDS = (
 ).split()
 
 
-def build_word_tokenizer(words: list[str]):
-    """A word-level fast tokenizer: whitespace and punctuation split, one id per word."""
+def build_word_tokenizer(words: list[str], extra_special: tuple[str, ...] = ()):
+    """A word-level fast tokenizer: whitespace and punctuation split, one id per word.
+
+    ``extra_special`` tokens (a family's own markers, e.g. Gemma's ``<start_of_image>``) get
+    ids after every other token, so they leave the shared vocabulary's ids as they are."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab: dict[str, int] = {}
-    for t in SPECIAL_TOKENS + BASE_WORDS + list(words):
+    for t in SPECIAL_TOKENS + BASE_WORDS + list(words) + list(extra_special):
         vocab.setdefault(t, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
@@ -36,7 +39,7 @@ def build_word_tokenizer(words: list[str]):
         unk_token="<unk>",
         pad_token="<pad>",
         eos_token="<|im_end|>",
-        extra_special_tokens=SPECIAL_TOKENS[2:],
+        extra_special_tokens=SPECIAL_TOKENS[2:] + list(extra_special),
     )
     return fast
 
@@ -194,6 +197,40 @@ def build_llava(words: list[str] = (), hidden: int = 64, layers: int = 2, heads:
     return model.eval(), tok, ip
 
 
+GEMMA_TOKENS = ("<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>", "<image_soft_token>")
+
+
+def build_gemma3(words: list[str] = (), hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                 head_dim: int = 16, image_size: int = 128, patch: int = 8, tokens_per_side: int = 8,
+                 sliding_window: int = 12, seed: int = 0):
+    """A random Gemma 3 (SigLIP tower, pooled to ``tokens_per_side``² image tokens) with a
+    word-level tokenizer.
+
+    Layer types alternate sliding / full attention, and the sliding window (12 tokens) is
+    shorter than the 64-token image block, so the tiny model exercises every part of
+    Gemma's mask: causal text, bidirectional attention inside the image block, and the
+    window cutting both."""
+    from transformers import AutoModelForImageTextToText, Gemma3Config
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+
+    tok = build_word_tokenizer(list(words), GEMMA_TOKENS)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in GEMMA_TOKENS}
+    text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
+    text.update(model_type="gemma3_text", query_pre_attn_scalar=head_dim, sliding_window=sliding_window,
+                layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+                bos_token_id=ids["<bos>"], eos_token_id=ids["<end_of_turn>"])
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                  num_attention_heads=2, image_size=image_size, patch_size=patch)
+    config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=tokens_per_side ** 2,
+                          boi_token_index=ids["<start_of_image>"], eoi_token_index=ids["<end_of_image>"],
+                          image_token_index=ids["<image_soft_token>"], tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    ip = Gemma3ImageProcessorPil(size={"height": image_size, "width": image_size}, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+                                 do_pan_and_scan=False)
+    return model.eval(), tok, ip
+
+
 def save_model_folder(out: str | Path, model, tokenizer, image_processor) -> Path:
     """Write a loadable model folder (``save_pretrained`` of each part)."""
     out = Path(out)
@@ -212,6 +249,7 @@ FAMILY_BUILDERS = {
     "qwen3_5": lambda **kw: build_qwen_vl("qwen3_5", **{"layers": 4, **kw}),
     "qwen3_5_moe": lambda **kw: build_qwen_vl("qwen3_5_moe", **{"layers": 4, **kw}),
     "llava": build_llava,
+    "gemma3": build_gemma3,
 }
 
 
