@@ -5,7 +5,7 @@ import torch
 
 torch.set_num_threads(2)
 
-FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3"]
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3", "glm4v"]
 #: families whose language model is a hybrid stack (softmax layers between linear-attention ones)
 HYBRID = ["qwen3_5", "qwen3_5_moe"]
 

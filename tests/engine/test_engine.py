@@ -138,7 +138,7 @@ def test_mask_and_steer_equal_hand_written_softmax(loaded, family, group, kind):
     assert (want[1] - plain[0]).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl", "llava", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3"])
+@pytest.mark.parametrize("family", ["qwen3_vl", "llava", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3", "glm4v"])
 @pytest.mark.parametrize("group", ["question", "all"])
 def test_batched_head_sets_equal_separate_runs_and_prefix_reuse_equals_recompute(loaded, family, group):
     lm = loaded[family]

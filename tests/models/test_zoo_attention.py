@@ -2,7 +2,8 @@
 
 Qwen3-VL-MoE (sparse-expert text model), Qwen3.5 dense / MoE (Gated DeltaNet
 linear-attention layers between softmax layers: heads only in the softmax layers) and
-Gemma 3 (bidirectional attention inside the image block, sliding-window layers). The
+Gemma 3 (bidirectional attention inside the image block, sliding-window layers), GLM-4V
+(its own 3D RoPE and image tokens). The
 engine invariants (empty plan, capture vs eager, mask / steer vs a hand-written softmax,
 batched head-sets, prefix reuse) and the region layout run on these families through the
 ``FAMILIES`` parametrization of ``tests/engine/test_engine.py`` and
@@ -24,7 +25,7 @@ from vheads.evaluation import HeadSet, draw_controls
 from vheads.evaluation._controls import random_n_controls, text_heavy_heads
 from vheads.models import load_model
 
-ZOO = ["qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3"]
+ZOO = ["qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3", "glm4v"]
 
 
 @pytest.mark.parametrize("family", ZOO)
@@ -145,7 +146,7 @@ def test_selection_on_a_hybrid_model_ranks_only_softmax_heads():
     assert HeadSet.from_dict(S.to_dict()).attention_layers == A
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl_moe", "qwen3_5", pytest.param("qwen3_5_moe", marks=pytest.mark.slow), "gemma3"])
+@pytest.mark.parametrize("family", ["qwen3_vl_moe", "qwen3_5", pytest.param("qwen3_5_moe", marks=pytest.mark.slow), "gemma3", "glm4v"])
 def test_discovery_ncs_and_cers_through_the_cli(tiny_random_dirs, loaded, family, tmp_path):
     from vheads.cli import app
 

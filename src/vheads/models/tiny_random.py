@@ -231,6 +231,38 @@ def build_gemma3(words: list[str] = (), hidden: int = 64, layers: int = 2, heads
     return model.eval(), tok, ip
 
 
+GLM_TOKENS = ("[gMASK]", "<sop>", "<|user|>", "<|assistant|>", "<|begin_of_image|>", "<|end_of_image|>", "<|image|>",
+              "<|begin_of_video|>", "<|end_of_video|>", "<|video|>")
+
+
+def build_glm4v(words: list[str] = (), hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                head_dim: int = 16, vision_hidden: int = 32, patch: int = 14, seed: int = 0, max_pixels: int = 448 * 448):
+    """A random GLM-4V (its own vision tower, 3D M-RoPE on half of each head's dims) with a
+    word-level tokenizer and GLM's image processor (resize to multiples of patch · merge)."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
+
+    tok = build_word_tokenizer(list(words), GLM_TOKENS)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in GLM_TOKENS}
+    text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
+    text.pop("head_dim")
+    rot = head_dim // 2  # partial rotary: half of each head's dims, in 3 M-RoPE sections
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                               "mrope_section": [rot // 2 - 2 * (rot // 6), rot // 6, rot // 6]}
+    vision = dict(depth=1, hidden_size=vision_hidden, intermediate_size=vision_hidden * 2, num_heads=2, image_size=patch * 8,
+                  patch_size=patch, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=hidden)
+    config = AutoConfig.for_model("glm4v", text_config=text, vision_config=vision, image_token_id=ids["<|image|>"],
+                                  video_token_id=ids["<|video|>"], image_start_token_id=ids["<|begin_of_image|>"],
+                                  image_end_token_id=ids["<|end_of_image|>"], video_start_token_id=ids["<|begin_of_video|>"],
+                                  video_end_token_id=ids["<|end_of_video|>"], tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    ip = Glm4vImageProcessorPil(patch_size=patch, merge_size=2, temporal_patch_size=2,
+                                size={"shortest_edge": 28 * 28, "longest_edge": max_pixels},
+                                image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    return model.eval(), tok, ip
+
+
 def save_model_folder(out: str | Path, model, tokenizer, image_processor) -> Path:
     """Write a loadable model folder (``save_pretrained`` of each part)."""
     out = Path(out)
@@ -250,6 +282,7 @@ FAMILY_BUILDERS = {
     "qwen3_5_moe": lambda **kw: build_qwen_vl("qwen3_5_moe", **{"layers": 4, **kw}),
     "llava": build_llava,
     "gemma3": build_gemma3,
+    "glm4v": build_glm4v,
 }
 
 
