@@ -198,7 +198,8 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
         )
     if have is None:
         store.set_meta(config=json.dumps(cfg.to_dict()), config_hash=cfg.science_hash(), vheads_version=__version__,
-                       model_id=cfg.model, n_layers=str(shape["n_layers"]), n_heads=str(shape["n_heads"]))
+                       model_id=cfg.model, n_layers=str(shape["n_layers"]), n_heads=str(shape["n_heads"]),
+                       attention_layers=json.dumps(list(shape["attention_layers"])))
     secs: dict[str, float] = {}
     n_computed = 0
     backend = make_backend(cfg.to_dict())
