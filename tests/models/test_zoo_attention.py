@@ -194,3 +194,23 @@ def test_unsupported_family_error_names_the_zoo_families(tiny_random_dirs, tmp_p
         load_model(str(dst))
     for mt in ZOO:
         assert mt in str(e.value)
+
+
+def test_split_half_ceiling_on_a_hybrid_model_counts_only_softmax_heads():
+    from vheads.discovery import overlap_curve, split_half_ceiling
+
+    L, H, A = 4, 4, (1, 3)
+    rng = np.random.default_rng(0)
+    per_item = rng.uniform(0, 1, size=(10, L, H))
+    per_item[:, [0, 2]] = 0.0  # linear-attention layers: no attention map, no mass
+    c = split_half_ceiling(per_item, 1, splits=30, seed=3, per_layer=True, attention_layers=A)
+    # by hand: the same half-splits, top-1 of each softmax layer in each half
+    rng = np.random.default_rng(3)
+    want = []
+    for _ in range(30):
+        perm = rng.permutation(10)
+        a, b = per_item[perm[:5]].mean(0), per_item[perm[5:]].mean(0)
+        want.append(sum(int(a[l].argmax() == b[l].argmax()) for l in A))
+    assert c.values.tolist() == want and c.values.max() <= len(A)
+    # the overlap curve runs up to the model's heads, which are the softmax layers' only
+    assert len(overlap_curve(per_item[0], per_item[1], attention_layers=A)) == len(A) * H

@@ -36,8 +36,9 @@ def overlap_matrix(headsets: Sequence[HeadSet]) -> np.ndarray:
     return m
 
 
-def _topk_mask(scores: np.ndarray, k: int, per_layer: bool) -> np.ndarray:
-    return HeadSet.from_scores(scores, k, per_layer=per_layer).as_mask()
+def _topk_mask(scores: np.ndarray, k: int, per_layer: bool, attention_layers: Sequence[int] | None = None) -> np.ndarray:
+    """Top-k membership ``[L, H]``; on a hybrid model only ``attention_layers``' heads are ranked."""
+    return HeadSet.from_scores(scores, k, per_layer=per_layer, attention_layers=attention_layers).as_mask()
 
 
 @dataclass
@@ -54,8 +55,10 @@ class Ceiling:
         return {"mean": self.mean, "p2.5": self.lo, "p97.5": self.hi, "k": self.k, "splits": int(len(self.values))}
 
 
-def split_half_ceiling(per_item: np.ndarray, k: int, splits: int = 200, seed: int = 0, per_layer: bool = False) -> Ceiling:
-    """Noise ceiling from random half-splits of the items of ``per_item [N, L, H]``."""
+def split_half_ceiling(per_item: np.ndarray, k: int, splits: int = 200, seed: int = 0, per_layer: bool = False,
+                       attention_layers: Sequence[int] | None = None) -> Ceiling:
+    """Noise ceiling from random half-splits of the items of ``per_item [N, L, H]`` (on a
+    hybrid model only the heads of ``attention_layers`` are ranked, as in discovery)."""
     x = np.asarray(per_item, dtype=np.float64)
     if x.ndim != 3:
         raise ValueError(f"per-item scores must be [N, L, H], got shape {x.shape}")
@@ -69,8 +72,8 @@ def split_half_ceiling(per_item: np.ndarray, k: int, splits: int = 200, seed: in
     for i in range(splits):
         perm = rng.permutation(n)
         a, b = perm[: n // 2], perm[n // 2:]
-        ma = _topk_mask(x[a].mean(0), k, per_layer)
-        mb = _topk_mask(x[b].mean(0), k, per_layer)
+        ma = _topk_mask(x[a].mean(0), k, per_layer, attention_layers)
+        mb = _topk_mask(x[b].mean(0), k, per_layer, attention_layers)
         vals[i] = int((ma & mb).sum())
     return Ceiling(float(vals.mean()), float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5)), vals, k)
 
@@ -86,13 +89,15 @@ def overlap_fraction(overlap: int, a: Ceiling, b: Ceiling) -> float:
     return float(overlap / g) if g > 0 else float("nan")
 
 
-def overlap_curve(scores_a: np.ndarray, scores_b: np.ndarray, ks: Sequence[int] | None = None) -> np.ndarray:
-    """``|top-k(A) ∩ top-k(B)|`` (flat) for each k in ``ks`` (default 1 … L·H)."""
+def overlap_curve(scores_a: np.ndarray, scores_b: np.ndarray, ks: Sequence[int] | None = None,
+                  attention_layers: Sequence[int] | None = None) -> np.ndarray:
+    """``|top-k(A) ∩ top-k(B)|`` (flat) for each k in ``ks`` (default 1 … the model's heads)."""
     sa, sb = np.asarray(scores_a), np.asarray(scores_b)
     if sa.shape != sb.shape:
         raise ValueError(f"scores of different models: {sa.shape} vs {sb.shape}")
-    ks = list(range(1, sa.size + 1)) if ks is None else list(ks)
-    return np.array([int((_topk_mask(sa, k, False) & _topk_mask(sb, k, False)).sum()) for k in ks])
+    n_heads = sa.size if attention_layers is None else len(attention_layers) * sa.shape[1]
+    ks = list(range(1, n_heads + 1)) if ks is None else list(ks)
+    return np.array([int((_topk_mask(sa, k, False, attention_layers) & _topk_mask(sb, k, False, attention_layers)).sum()) for k in ks])
 
 
 def plot_overlap_heatmap(matrix: np.ndarray, labels: Sequence[str], path, k: int | None = None,
@@ -179,12 +184,13 @@ def overlap_report(records, splits: int = 200, seed: int = 0, curve_k: int | Non
     if len(set(ids)) != len(ids):
         raise ValueError(f"the same setting is given twice: {ids}")
     matrix = overlap_matrix([r.headset for r in records])
-    ceilings = [split_half_ceiling(load_per_item(r), k, splits, seed, per_layer=(mode == "per-layer"))
+    layers = records[0].headset.attention_layers  # the layers with heads (all but a hybrid model's linear ones)
+    ceilings = [split_half_ceiling(load_per_item(r), k, splits, seed, per_layer=(mode == "per-layer"), attention_layers=layers)
                 for r in tqdm(records, desc="ceilings", disable=not progress)]
     n = len(records)
     geo = np.array([[geometric_ceiling(ceilings[i], ceilings[j]) for j in range(n)] for i in range(n)])
     frac = np.array([[overlap_fraction(int(matrix[i, j]), ceilings[i], ceilings[j]) for j in range(n)] for i in range(n)])
-    kmax = curve_k or min(records[0].scores.size, 4 * k)
-    curves = {f"{ids[i]}|{ids[j]}": overlap_curve(records[i].scores, records[j].scores, range(1, kmax + 1))
+    kmax = curve_k or min(len(layers) * records[0].scores.shape[1], 4 * k)
+    curves = {f"{ids[i]}|{ids[j]}": overlap_curve(records[i].scores, records[j].scores, range(1, kmax + 1), layers)
               for i in range(n) for j in range(i + 1, n)}
     return OverlapReport(ids, k, mode, matrix, ceilings, geo, frac, curves)

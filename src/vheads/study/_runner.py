@@ -78,7 +78,7 @@ def _run_units(store, run_dir, backend, units, desc, progress) -> int:
     return len(todo)
 
 
-def _overlap_stage(store: Store, cfg: StudyConfig) -> None:
+def _overlap_stage(store: Store, cfg: StudyConfig, attention_layers: tuple[int, ...] | None = None) -> None:
     from vheads.discovery import geometric_ceiling, overlap_fraction, split_half_ceiling
 
     if "overlap" in store.done_units():
@@ -89,7 +89,8 @@ def _overlap_stage(store: Store, cfg: StudyConfig) -> None:
     rows = {"ceilings": [], "overlap": []}
     for sid, k, _ in disc:
         per = np.array([json.loads(s) for (s,) in store.query("SELECT scores FROM item_scores WHERE setting=? ORDER BY item_id", sid)])
-        c = split_half_ceiling(per, k, cfg.splits, derived_seed(cfg.seed, "ceiling", sid), per_layer=cfg.selection == "per-layer")
+        c = split_half_ceiling(per, k, cfg.splits, derived_seed(cfg.seed, "ceiling", sid), per_layer=cfg.selection == "per-layer",
+                               attention_layers=attention_layers)
         ceil[sid] = c
         rows["ceilings"].append((sid, k, c.mean, c.lo, c.hi, cfg.splits))
     sets = {sid: {tuple(h) for h in json.loads(hs)} for sid, _, hs in disc}
@@ -210,7 +211,7 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
         secs["discovery"] = time.time() - t
         t = time.time()
         n_computed += _run_units(store, run_dir, backend, [{"unit_id": "image-mass", "kind": "image-mass"}], "attention", progress)
-        _overlap_stage(store, cfg)
+        _overlap_stage(store, cfg, shape["attention_layers"])
         secs["overlap"] = time.time() - t
         t = time.time()
         _headset_stage(store, cfg, (shape["n_layers"], shape["n_heads"]), shape["attention_layers"])
