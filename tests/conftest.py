@@ -5,7 +5,28 @@ import torch
 
 torch.set_num_threads(2)
 
-FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava"]
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3", "glm4v"]
+#: families whose language model is a hybrid stack (softmax layers between linear-attention ones)
+HYBRID = ["qwen3_5", "qwen3_5_moe"]
+#: families whose attention path another family already runs (only their MLPs are sparse experts):
+#: their engine and layout tests run with the slow tests (VHEADS_SLOW=1)
+SLOW_FAMILIES = {"qwen3_vl_moe", "qwen3_5_moe"}
+#: families of the attention zoo: beyond the row groups named here, their per-row-group grids run with the slow tests
+ZOO_FAST_GROUPS = {"qwen3_5": ("all",), "glm4v": ("all",), "gemma3": ("all", "image")}
+
+
+def family_params(families=None, groups=None, fast_groups=None):
+    """``FAMILIES`` (or ``families``) as pytest params, the slow ones marked; with ``groups``,
+    (family, group) pairs, a zoo family's groups outside ``ZOO_FAST_GROUPS`` (or
+    ``fast_groups``) marked slow."""
+    out = []
+    for f in families or FAMILIES:
+        for g in groups or [None]:
+            fast = fast_groups if fast_groups is not None else ZOO_FAST_GROUPS.get(f, ())
+            slow = f in SLOW_FAMILIES or (g is not None and f in ZOO_FAST_GROUPS and g not in fast)
+            args = (f,) if g is None else (f, g)
+            out.append(pytest.param(*args, marks=pytest.mark.slow) if slow else pytest.param(*args))
+    return out
 
 
 def pytest_collection_modifyitems(config, items):

@@ -3,6 +3,11 @@
 It computes every layer's full attention with a hand-written softmax and applies the
 interventions from plain Python descriptions (sets of heads, rows, keys), sharing no code
 with the engine. Registered under its own attention name for the duration of a test.
+
+Which keys a query may see is written here by hand from the modeling code of each family
+(:func:`model_mask`), not read from the mask transformers passes: causal, plus — where the
+family has them — bidirectional image blocks (Gemma 3: ``token_type_ids``) and sliding
+windows (``k > q − sliding_window`` on ``sliding_attention`` layers).
 """
 
 from __future__ import annotations
@@ -16,6 +21,26 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 REF = "vheads_test_reference"
 SPEC: dict = {}
+#: families whose image tokens attend to each other bidirectionally (read in their modeling code)
+BIDIRECTIONAL_IMAGE = {"gemma3"}
+
+
+def model_mask(model, image_positions: list[int], T: int) -> dict[int, torch.Tensor]:
+    """Allowed keys per softmax layer, ``{layer: bool [T, T]}`` (query row, key), by hand."""
+    tc = model.config.text_config
+    q = torch.arange(T)[:, None]
+    k = torch.arange(T)[None, :]
+    allowed = k <= q  # causal
+    if model.config.model_type in BIDIRECTIONAL_IMAGE and image_positions:
+        # one image = one contiguous block of image tokens: all of them see each other
+        img = torch.zeros(T, dtype=torch.bool)
+        img[image_positions] = True
+        allowed = allowed | (img[:, None] & img[None, :])
+    types = getattr(tc, "layer_types", None) or ["full_attention"] * tc.num_hidden_layers
+    out = {}
+    for layer, kind in enumerate(types):
+        out[layer] = allowed & (k > q - tc.sliding_window) if kind == "sliding_attention" else allowed
+    return out
 
 
 def reference_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -24,9 +49,9 @@ def reference_attention(module, query, key, value, attention_mask, dropout=0.0, 
     k = torch.cat([key[:, i // rep : i // rep + 1] for i in range(H)], dim=1)
     v = torch.cat([value[:, i // rep : i // rep + 1] for i in range(H)], dim=1)
     logits = (query.double() @ k.double().transpose(-1, -2)) / math.sqrt(D)
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
-    logits = logits.masked_fill(~causal, -math.inf)
     layer = module.layer_idx
+    allowed = SPEC["allowed"][layer] if SPEC.get("allowed") else torch.ones(T, T, dtype=torch.bool).tril()
+    logits = logits.masked_fill(~allowed, -math.inf)
     for b, actions in enumerate(SPEC.get("per_row", [])):
         for act in actions:
             for (l, h) in act["heads"]:
@@ -42,16 +67,19 @@ def reference_attention(module, query, key, value, attention_mask, dropout=0.0, 
     m = logits.max(-1, keepdim=True).values
     e = torch.exp(logits - m)
     p = e / e.sum(-1, keepdim=True)
+    # a row whose every key is hidden (a sliding window holding only masked keys) attends nowhere
+    p = torch.where(torch.isinf(m) & (m < 0), torch.zeros_like(p), p)
     out = (p @ v.double()).to(query.dtype)
     return out.transpose(1, 2).contiguous(), None
 
 
 @contextlib.contextmanager
-def reference_mode(model, per_row):
+def reference_mode(model, per_row, allowed: dict[int, torch.Tensor] | None = None):
     AttentionInterface.register(REF, reference_attention)
     AttentionMaskInterface.register(REF, sdpa_mask)
     subs = {name: (REF if name == "text_config" else "sdpa") for name in model.config.sub_configs}
     SPEC["per_row"] = per_row
+    SPEC["allowed"] = allowed
     model.set_attn_implementation(subs)
     try:
         yield

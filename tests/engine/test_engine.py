@@ -4,8 +4,8 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.conftest import FAMILIES
-from tests.engine.reference import reference_mode
+from tests.conftest import family_params
+from tests.engine.reference import model_mask, reference_mode
 from vheads.data import Item
 from vheads.engine import Capture, Engine, mask_keys, positions_mask, row_mask, steer_keys
 
@@ -29,7 +29,7 @@ def _plain_logits(lm, prompt):
         return lm.model(**prompt.inputs).logits
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", family_params())
 def test_empty_plan_reproduces_plain_logits(loaded, family):
     lm = loaded[family]
     prompt = lm.adapter.build(_item(), lm.processor)
@@ -45,16 +45,19 @@ def test_empty_plan_reproduces_plain_logits(loaded, family):
     assert (got2 - plain).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", family_params())
 def test_engine_is_causal(loaded, family):
     """Changing a later token must not change earlier logits (the registered mask works)."""
     lm = loaded[family]
     eng = Engine(lm)
     p1 = lm.adapter.build(_item(), lm.processor)
     item2 = _item()
-    item2.options = ("red", "blue", "green", "red")
+    item2.options = ("red", "blue", "green", "answer")  # a word of every tiny vocabulary ("white" is not)
     p2 = lm.adapter.build(item2, lm.processor)
-    cut = p1.layout.spans["options"][-1]  # last option word differs
+    i1, i2 = p1.inputs["input_ids"][0], p2.inputs["input_ids"][0]
+    n = min(len(i1), len(i2))
+    cut = int((i1[:n] != i2[:n]).nonzero()[0])  # first token of the last option that differs
+    assert cut >= p1.layout.spans["options"][0]
     a = eng.forward(p1).logits[0, :cut]
     b = eng.forward(p2).logits[0, :cut]
     assert (a - b).abs().max() <= 1e-5
@@ -67,7 +70,7 @@ def _eager_attentions(lm, prompt):
     return [a[0].double() for a in out.attentions]  # L x [H, T, T]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", family_params())
 def test_capture_equals_eager_output_attentions(loaded, family):
     lm = loaded[family]
     prompt = lm.adapter.build(_item(options=False), lm.processor, answer_text="red disk")
@@ -80,8 +83,9 @@ def test_capture_equals_eager_output_attentions(loaded, family):
     eng = Engine(lm)
     caps = [Capture(positions_mask(T, rows)[None], gmask, name) for name, rows in sources.items()]
     res = eng.forward(prompt, eng.plan(1, captures=caps)).captures
+    assert len(attn) == len(lm.attention_layers)  # eager returns maps of the softmax layers only
     for name, rows in sources.items():
-        for l, A in enumerate(attn):
+        for l, A in zip(lm.attention_layers, attn):
             for gi, g in enumerate(groups):
                 want = A[:, rows][:, :, g].sum(-1).mean(-1)  # [H]
                 got = res[name][0, l, :, gi].double()
@@ -97,8 +101,7 @@ def _actions(lay, kind, group, heads, beta=None):
     return {"kind": "steer", "heads": heads, "rows": rows, "image": img, "target": set(target), "beta": beta}
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("group", ["all", "image", "question", "last"])
+@pytest.mark.parametrize("family,group", family_params(groups=["all", "image", "question", "last"]))
 @pytest.mark.parametrize("kind", ["mask", "steer"])
 def test_mask_and_steer_equal_hand_written_softmax(loaded, family, group, kind):
     lm = loaded[family]
@@ -106,10 +109,11 @@ def test_mask_and_steer_equal_hand_written_softmax(loaded, family, group, kind):
     lay = prompt.layout
     T = lay.n_tokens
     L, H = lm.n_layers, lm.n_heads
-    head_sets = [[(0, 0), (1, 2)], [(l, h) for l in range(L) for h in range(H)], [(1, 1)]]
+    A = lm.attention_layers  # the layers with heads (all but a hybrid model's linear-attention layers)
+    head_sets = [[(A[0], 0), (A[1], 2)], [(l, h) for l in A for h in range(H)], [(A[1], 1)]]
     beta = 3.0
     per_row = [[_actions(lay, kind, group, hs, beta)] for hs in head_sets]
-    with reference_mode(lm.model, per_row):
+    with reference_mode(lm.model, per_row, model_mask(lm.model, lay.image_positions.tolist(), T)):
         with torch.no_grad():
             inputs = {k: torch.cat([v] * len(head_sets)) for k, v in prompt.inputs.items()}
             want = lm.model(**inputs).logits.double()
@@ -133,8 +137,8 @@ def test_mask_and_steer_equal_hand_written_softmax(loaded, family, group, kind):
     assert (want[1] - plain[0]).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl", "llava"])
-@pytest.mark.parametrize("group", ["question", "all"])
+@pytest.mark.parametrize("family,group", family_params(["qwen3_vl", "llava", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3", "glm4v"],
+                                                    ["question", "all"], fast_groups=("question",)))
 def test_batched_head_sets_equal_separate_runs_and_prefix_reuse_equals_recompute(loaded, family, group):
     lm = loaded[family]
     eng = Engine(lm)
@@ -144,6 +148,7 @@ def test_batched_head_sets_equal_separate_runs_and_prefix_reuse_equals_recompute
     L, H = eng.shape
     g = torch.Generator().manual_seed(0)
     heads = torch.rand(6, L, H, generator=g) < 0.3
+    heads[:, [l for l in range(L) if l not in lm.attention_layers]] = False  # linear-attention layers have no heads
     rows = row_mask(lay, group).expand(6, T)
     keys = positions_mask(T, lay.image_positions).expand(6, T)
     batched = eng.forward(prompt, eng.plan(6, [mask_keys(heads, rows, keys)]), prefix_reuse=True, logits_at=[T - 1]).logits

@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.conftest import FAMILIES
+from tests.conftest import family_params
 from vheads.data import Item
 from vheads.models import load_model
 
@@ -16,10 +16,10 @@ def _processed_token_redness(lm, prompt):
     """Fraction of 'red' processed pixels under each image token, read from pixel_values."""
     pv = prompt.inputs["pixel_values"]
     rows, cols = prompt.layout.grid
-    if pv.dim() == 4:  # [1, 3, H, W] (LLaVA): a token is a patch x patch square
-        p = lm.processor.patch_size
+    if pv.dim() == 4:  # [1, 3, H, W] (LLaVA, Gemma 3): a token is an (H/rows) x (W/cols) cell (a patch, a pooled block)
+        ph, pw = pv.shape[-2] // rows, pv.shape[-1] // cols
         red = (pv[0, 0] > 0.5) & (pv[0, 2] < -0.5)  # normalized with mean=std=0.5
-        return red.reshape(rows, p, cols, p).float().mean(dim=(1, 3)).flatten()
+        return red.reshape(rows, ph, cols, pw).float().mean(dim=(1, 3)).flatten()
     # Qwen: [n_patches, 3 * temporal * p * p], merge x merge consecutive patches per token
     ip = lm.processor.image_processor
     p, m, t = ip.patch_size, ip.merge_size, ip.temporal_patch_size
@@ -28,7 +28,7 @@ def _processed_token_redness(lm, prompt):
     return red.float().mean(dim=(1, 2, 3)).reshape(rows * cols, m * m).mean(1)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", family_params())
 @pytest.mark.parametrize("size,box", [((96, 64), (32, 0, 64, 32)), ((97, 45), (0, 0, 70, 45)), ((131, 77), (60, 20, 131, 77)), ((200, 90), (20, 10, 120, 80))])
 def test_region_tokens_lie_under_their_box(loaded, family, size, box):
     lm = loaded[family]
@@ -91,7 +91,7 @@ def test_missing_model_folder_is_named():
         load_model("./no/such/model")
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", family_params())
 def test_query_span_positions_decode_to_the_span_text(loaded, family):
     lm = loaded[family]
     item = Item("q", "test", Image.new("RGB", (64, 64)), "which panel shows the answer letter ?", "1", query_span=(18, 35))

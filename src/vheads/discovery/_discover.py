@@ -91,13 +91,15 @@ def _ids_hash(items: Sequence[Item]) -> str:
 def headset_records(lm, corpora: Sequence[Corpus], scores: dict[str, SettingScores], k: int | None, mode: str, seed: int) -> list[HeadSetRecord]:
     """One :class:`HeadSetRecord` per scored setting."""
     by_key = {(c.name, c.query): c for c in corpora}
-    kk = resolve_k(lm.n_layers, lm.n_heads, k, mode)
+    kk = resolve_k(len(lm.attention_layers), lm.n_heads, k, mode)
     model = {"id": lm.model_id, "revision": lm.revision, "fingerprint": lm.fingerprint, "n_layers": lm.n_layers, "n_heads": lm.n_heads}
+    if len(lm.attention_layers) < lm.n_layers:  # hybrid: only these layers have heads
+        model["attention_layers"] = list(lm.attention_layers)
     records = []
     for sid, sc in scores.items():
         c = by_key[(sc.setting.corpus, sc.setting.query)]
         corpus = {"id": c.id, "n_items": sc.n_items, "seed": seed, "item_ids": _ids_hash(c.items), "n_empty_answers": sc.n_empty_answers}
-        records.append(HeadSetRecord(select_heads(sc.scores, kk, mode), sc.setting, sc.scores, model, corpus, seed, kk, mode))
+        records.append(HeadSetRecord(select_heads(sc.scores, kk, mode, lm.attention_layers), sc.setting, sc.scores, model, corpus, seed, kk, mode))
     return records
 
 
@@ -141,7 +143,7 @@ def discover_headsets(lm, corpora: Sequence[str | Corpus] = SYNTHETIC, queries: 
     for per-layer selection) and the per-item mass ``{setting}.items.npz`` that noise
     ceilings need.
     """
-    resolve_k(lm.n_layers, lm.n_heads, k, mode)  # mode check before any work
+    resolve_k(len(lm.attention_layers), lm.n_heads, k, mode)  # mode check before any work
     if out is not None:
         check_out_folder(out, force)
     loaded = list(corpora) if all(isinstance(c, Corpus) for c in corpora) else load_corpora(corpora, queries, n, seed, panel_size)

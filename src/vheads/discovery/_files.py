@@ -8,7 +8,8 @@ Schema ``vheads.headset/1`` (all keys required unless marked optional)::
       "setting":   {"id": "cm-ref-qsp", "corpus": "comics", "corpus_abbrev": "cm",
                     "query": "referring", "source": "qspan"},
       "model":     {"id": "tiny", "revision": null, "fingerprint": "sha256:…",
-                    "n_layers": 4, "n_heads": 8},
+                    "n_layers": 4, "n_heads": 8,
+                    "attention_layers": [1, 3]},     # optional: hybrid models only
       "corpus":    {"id": "synthetic:comics", "n_items": 64, "seed": 0},
       "seed": 0,
       "selection": {"mode": "flat" | "per-layer", "k": 3},
@@ -163,7 +164,7 @@ def _validate(d: dict[str, Any], where: str) -> None:
         raise ValueError(f"{where}: selection mode {d['selection'].get('mode')!r} is not one of {MODES}")
     if len(d["heads"]) != len(d["head_scores"]):
         raise ValueError(f"{where}: {len(d['heads'])} heads but {len(d['head_scores'])} head scores")
-    HeadSet(d["heads"], L, H)  # range and duplicate checks
+    HeadSet(d["heads"], L, H, d["model"].get("attention_layers"))  # range, duplicate and layer checks
 
 
 def load_headset(path: str | Path, lm=None, force: bool = False) -> HeadSetRecord:
@@ -175,7 +176,7 @@ def load_headset(path: str | Path, lm=None, force: bool = False) -> HeadSetRecor
     try:
         _validate(d, f"head-set file {path}")
         m = d["model"]
-        hs = HeadSet(d["heads"], m["n_layers"], m["n_heads"])
+        hs = HeadSet(d["heads"], m["n_layers"], m["n_heads"], m.get("attention_layers"))
         rec = HeadSetRecord(
             headset=hs, setting=Setting.from_dict(d["setting"]), scores=np.asarray(d["scores"], dtype=np.float64),
             model=m, corpus=d["corpus"], seed=d["seed"], k=d["selection"]["k"], mode=d["selection"]["mode"],

@@ -45,8 +45,9 @@ def overlap_matrix(headsets: Sequence[HeadSet]) -> np.ndarray:
     return m
 
 
-def _topk_mask(scores: np.ndarray, k: int, per_layer: bool) -> np.ndarray:
-    return HeadSet.from_scores(scores, k, per_layer=per_layer).as_mask()
+def _topk_mask(scores: np.ndarray, k: int, per_layer: bool, attention_layers: Sequence[int] | None = None) -> np.ndarray:
+    """Top-k membership ``[L, H]``; on a hybrid model only ``attention_layers``' heads are ranked."""
+    return HeadSet.from_scores(scores, k, per_layer=per_layer, attention_layers=attention_layers).as_mask()
 
 
 @dataclass
@@ -76,15 +77,19 @@ def _summary(vals: np.ndarray, k: int) -> Ceiling:
     return Ceiling(float(vals.mean()), float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5)), vals, k)
 
 
-def split_half_ceiling(per_item: np.ndarray, k: int, splits: int = 200, seed: int = 0, per_layer: bool = False) -> Ceiling:
+def split_half_ceiling(per_item: np.ndarray, k: int, splits: int = 200, seed: int = 0, per_layer: bool = False,
+                       attention_layers: Sequence[int] | None = None) -> Ceiling:
     """Noise ceiling from random half-splits of the items of ``per_item [N, L, H]``:
     per split (``perm = rng.permutation(N)``), ``|top-k(mean of perm[:N//2]) ∩
-    top-k(mean of perm[N//2:])|``."""
-    return split_half_overlap(per_item, per_item, k, splits, seed, per_layer, same_items=True)
+    top-k(mean of perm[N//2:])|`` (on a hybrid model only the heads of
+    ``attention_layers`` are ranked, as in discovery)."""
+    return split_half_overlap(per_item, per_item, k, splits, seed, per_layer, same_items=True,
+                              attention_layers=attention_layers)
 
 
 def split_half_overlap(per_a: np.ndarray, per_b: np.ndarray, k: int, splits: int = 200, seed: int = 0,
-                       per_layer: bool = False, same_items: bool = False) -> Ceiling:
+                       per_layer: bool = False, same_items: bool = False,
+                       attention_layers: Sequence[int] | None = None) -> Ceiling:
     """Overlap of settings A and B at half size, over ``splits`` seeded half-splits.
 
     Per split: ``|top-k(mean of A over half 1) ∩ top-k(mean of B over half 2)|``. With
@@ -107,8 +112,8 @@ def split_half_overlap(per_a: np.ndarray, per_b: np.ndarray, k: int, splits: int
     for i in range(splits):
         pa = rng.permutation(na)
         pb = pa if same_items else rng.permutation(nb)
-        ma = _topk_mask(xa[pa[: na // 2]].mean(0), k, per_layer)
-        mb = _topk_mask(xb[pb[nb // 2:]].mean(0), k, per_layer)
+        ma = _topk_mask(xa[pa[: na // 2]].mean(0), k, per_layer, attention_layers)
+        mb = _topk_mask(xb[pb[nb // 2:]].mean(0), k, per_layer, attention_layers)
         vals[i] = int((ma & mb).sum())
     return _summary(vals, k)
 
@@ -127,13 +132,15 @@ def overlap_fraction(overlap: float, a: Ceiling, b: Ceiling) -> float:
     return float(overlap / g) if g > 0 else float("nan")
 
 
-def overlap_curve(scores_a: np.ndarray, scores_b: np.ndarray, ks: Sequence[int] | None = None) -> np.ndarray:
-    """``|top-k(A) ∩ top-k(B)|`` (flat) for each k in ``ks`` (default 1 … L·H)."""
+def overlap_curve(scores_a: np.ndarray, scores_b: np.ndarray, ks: Sequence[int] | None = None,
+                  attention_layers: Sequence[int] | None = None) -> np.ndarray:
+    """``|top-k(A) ∩ top-k(B)|`` (flat) for each k in ``ks`` (default 1 … the model's heads)."""
     sa, sb = np.asarray(scores_a), np.asarray(scores_b)
     if sa.shape != sb.shape:
         raise ValueError(f"scores of different models: {sa.shape} vs {sb.shape}")
-    ks = list(range(1, sa.size + 1)) if ks is None else list(ks)
-    return np.array([int((_topk_mask(sa, k, False) & _topk_mask(sb, k, False)).sum()) for k in ks])
+    n_heads = sa.size if attention_layers is None else len(attention_layers) * sa.shape[1]
+    ks = list(range(1, n_heads + 1)) if ks is None else list(ks)
+    return np.array([int((_topk_mask(sa, k, False, attention_layers) & _topk_mask(sb, k, False, attention_layers)).sum()) for k in ks])
 
 
 def plot_overlap_heatmap(matrix: np.ndarray, labels: Sequence[str], path, k: int | None = None,
@@ -216,9 +223,10 @@ class PairOverlap:
 
 
 def pair_overlap(a: str, b: str, per_a: np.ndarray, per_b: np.ndarray, ceil_a: Ceiling, ceil_b: Ceiling,
-                 all_items: int, k: int, splits: int, seed: int, per_layer: bool, same_items: bool) -> PairOverlap:
+                 all_items: int, k: int, splits: int, seed: int, per_layer: bool, same_items: bool,
+                 attention_layers: Sequence[int] | None = None) -> PairOverlap:
     """:class:`PairOverlap` of settings a and b from their per-item scores and ceilings."""
-    half = split_half_overlap(per_a, per_b, k, splits, seed, per_layer, same_items)
+    half = split_half_overlap(per_a, per_b, k, splits, seed, per_layer, same_items, attention_layers)
     return PairOverlap(a, b, k, int(all_items), half, same_items, geometric_ceiling(ceil_a, ceil_b),
                        overlap_fraction(half.mean, ceil_a, ceil_b))
 
@@ -248,8 +256,9 @@ def overlap_report(records, splits: int = 200, seed: int = 0, curve_k: int | Non
         raise ValueError(f"the same setting is given twice: {ids}")
     matrix = overlap_matrix([r.headset for r in records])
     per_layer = mode == "per-layer"
+    layers = records[0].headset.attention_layers  # the layers with heads (all but a hybrid model's linear ones)
     per = [load_per_item(r, with_ids=True) for r in records]
-    ceilings = [split_half_ceiling(x, k, splits, seed, per_layer=per_layer)
+    ceilings = [split_half_ceiling(x, k, splits, seed, per_layer=per_layer, attention_layers=layers)
                 for x, _ in tqdm(per, desc="ceilings", disable=not progress)]
     n = len(records)
     pairs = []
@@ -258,8 +267,8 @@ def overlap_report(records, splits: int = 200, seed: int = 0, curve_k: int | Non
             (xa, ida), (xb, idb) = per[i], per[j]
             same = ida is not None and ida == idb
             pairs.append(pair_overlap(ids[i], ids[j], xa, xb, ceilings[i], ceilings[j], int(matrix[i, j]), k,
-                                      splits, seed, per_layer, same))
-    kmax = curve_k or min(records[0].scores.size, 4 * k)
-    curves = {f"{ids[i]}|{ids[j]}": overlap_curve(records[i].scores, records[j].scores, range(1, kmax + 1))
+                                      splits, seed, per_layer, same, attention_layers=layers))
+    kmax = curve_k or min(len(layers) * records[0].scores.shape[1], 4 * k)
+    curves = {f"{ids[i]}|{ids[j]}": overlap_curve(records[i].scores, records[j].scores, range(1, kmax + 1), layers)
               for i in range(n) for j in range(i + 1, n)}
     return OverlapReport(ids, k, mode, matrix, ceilings, pairs, curves)

@@ -33,10 +33,14 @@ def resolve_k(n_layers: int, n_heads: int, k: int | None, mode: str = "flat") ->
     return flat if mode == "flat" else max(1, int(np.floor(flat / n_layers + 0.5)))
 
 
-def select_heads(scores: np.ndarray, k: int | None = None, mode: str = "flat") -> HeadSet:
-    """Top-k heads of ``scores [L, H]`` (``mode`` ``flat`` or ``per-layer``; ties by (layer, head))."""
+def select_heads(scores: np.ndarray, k: int | None = None, mode: str = "flat", attention_layers: tuple[int, ...] | None = None) -> HeadSet:
+    """Top-k heads of ``scores [L, H]`` (``mode`` ``flat`` or ``per-layer``; ties by (layer, head)).
+
+    ``attention_layers`` (a hybrid model's softmax layers): only their heads are ranked, and
+    the default k scales with their number of heads."""
     L, H = np.asarray(scores).shape
-    return HeadSet.from_scores(scores, resolve_k(L, H, k, mode), per_layer=(mode == "per-layer"))
+    n_attn = L if attention_layers is None else len(attention_layers)
+    return HeadSet.from_scores(scores, resolve_k(n_attn, H, k, mode), per_layer=(mode == "per-layer"), attention_layers=attention_layers)
 
 
 def ranked_heads(scores: np.ndarray, heads: HeadSet) -> list[tuple[int, int]]:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from vheads.models._adapter import check_attention_layers
+
 ROW_GROUPS = ("all", "image", "question", "last")
 
 
@@ -78,6 +80,9 @@ class ProbePlan:
     n_heads: int
     interventions: list[Intervention] = field(default_factory=list)
     captures: list[Capture] = field(default_factory=list)
+    #: the softmax-attention layers (the only ones with heads); None: every layer. A capture
+    #: leaves the rows of the other layers (linear attention: no attention map) at zero.
+    attention_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for iv in self.interventions:
@@ -86,6 +91,8 @@ class ProbePlan:
                     f"intervention heads have shape {tuple(iv.heads.shape)}; this model and batch need "
                     f"({self.batch_size}, {self.n_layers}, {self.n_heads})"
                 )
+            if self.attention_layers is not None:
+                check_attention_layers(iv.heads.any(dim=(0, 2)).nonzero().flatten().tolist(), self.attention_layers, self.n_layers)
         for c in self.captures:
             if c.rows.shape[0] != self.batch_size or c.groups.shape[0] != self.batch_size:
                 raise ValueError(f"capture {c.name!r} has batch {c.rows.shape[0]}, plan has {self.batch_size}")

@@ -28,12 +28,17 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from vheads.engine._attention import active_plan, install
 from vheads.engine._plan import Capture, Intervention, ProbePlan
 from vheads.models import LoadedModel, Prompt
 
 PIXEL_KEYS = ("pixel_values", "image_grid_thw")
+
+
+#: model inputs with one entry per token (sliced with the sequence for prefix reuse)
+TOKEN_INPUTS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
 
 
 @dataclass
@@ -209,11 +214,9 @@ class Engine:
             raise ValueError(f"plan of batch {plan.batch_size} for a row batch of {B} rows")
         if P > 0:
             with active_plan(None):
-                cache = DynamicCache()
+                cache = _prefix_cache(model)
                 model(**self._inputs(batch, "prefix"), cache=cache, use_cache=True, logits_to_keep=1)
-            shared = DynamicCache()
-            for li, layer in enumerate(cache.layers):
-                shared.update(_rows(layer.keys, batch.counts), _rows(layer.values, batch.counts), li)
+            shared = _share_cache(cache, batch.counts)
             with active_plan(plan) as results:
                 out = model(**self._inputs(batch, "suffix"), cache=shared, use_cache=True, logits_to_keep=_keep(logits_at, P, T))
         else:
@@ -245,7 +248,8 @@ class Engine:
 
     def plan(self, batch: int, interventions: list[Intervention] = (), captures: list[Capture] = ()) -> ProbePlan:
         L, H = self.shape
-        return ProbePlan(batch, L, H, list(interventions), list(captures))
+        return ProbePlan(batch, L, H, list(interventions), list(captures), self.lm.attention_layers)
+
 
     def capture_many(self, requests: list[tuple[Prompt, dict[str, torch.Tensor], torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
         """Region mass of many prompts: ``requests[i] = (prompt, {name: rows [T_i] bool},
@@ -333,3 +337,27 @@ def _repeat_items(out, weights: list[int], counts: list[int]):
     if isinstance(out, dict):
         return {k: _repeat_items(v, weights, counts) for k, v in out.items()}
     return out
+
+
+def _prefix_cache(model) -> DynamicCache:
+    """An empty cache for the prefix pass: the model's own kind of layer (KV, or a
+    linear-attention layer's conv / recurrent state), except that sliding-window layers keep
+    every key (a full layer): the engine indexes keys by absolute position, and the window
+    is in the model's mask anyway."""
+    cache = DynamicCache(config=model.config)
+    cache.layers = [DynamicLayer() if getattr(layer, "is_sliding", False) else layer for layer in cache.layers]
+    return cache
+
+
+def _share_cache(cache: DynamicCache, counts: list[int]) -> DynamicCache:
+    """The prefix ``cache`` (one row per prompt) for the batch's rows, prompt u repeated
+    ``counts[u]`` times: keys and values as views where one prompt allows (:func:`_rows`);
+    a linear-attention layer's conv / recurrent state (small, updated in place) as copies."""
+    for layer in cache.layers:
+        if getattr(layer, "keys", None) is not None:
+            layer.keys, layer.values = _rows(layer.keys, counts), _rows(layer.values, counts)
+        for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):
+            for i, st in states.items():
+                if st is not None:
+                    states[i] = torch.repeat_interleave(st, torch.tensor(counts, device=st.device), dim=0)
+    return cache

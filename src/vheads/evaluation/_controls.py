@@ -16,6 +16,10 @@ Controls of a head-set S of a model with L layers × H heads:
 - ``whole-layers``: round(|S| / H) whole layers drawn uniformly (≈ |S| heads).
 - ``random-n``: n heads uniformly anywhere (n = |S| unless given), S not excluded.
 
+"Heads" are the model's heads: on a hybrid model (Qwen3.5) only those of its
+softmax-attention layers (``S.attention_layers``); no control ever draws a head of a
+linear-attention layer, and a layer-matched fallback borrows only from softmax layers.
+
 ``CONTROLS`` maps these names to :class:`Control` entries with one calling convention, and
 :func:`parse_control_spec` reads a spec such as ``"layer-matched:100,any-layer:50"``.
 """
@@ -106,7 +110,7 @@ def _check_nonempty(S: HeadSet, control: str) -> None:
 
 
 def _check_disjoint_room(S: HeadSet, control: str) -> None:
-    total = S.n_layers * S.n_heads
+    total = int(S.head_mask().sum())
     if total - len(S) < len(S):
         raise ValueError(
             f"{control} controls must be disjoint from S, but S has {len(S)} of the model's "
@@ -168,7 +172,7 @@ def layer_matched_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
     borrowed: dict[int, set[int]] = {}
     sets = []
     for _ in range(R):
-        free = ~S.as_mask()  # [L, H] heads a control may still take
+        free = (S.head_mask() & ~S.as_mask())  # [L, H] heads a control may still take
         chosen: list[tuple[int, int]] = []
         short: dict[int, int] = {}
         for layer in np.flatnonzero(counts):
@@ -192,7 +196,7 @@ def layer_matched_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
                 need -= take
                 if need == 0:
                     break
-        sets.append(HeadSet(chosen, S.n_layers, S.n_heads))
+        sets.append(S.like(chosen))
     return ControlDraws("layer-matched", int(seed), tuple(sets), _collect_fallbacks(S, borrowed))
 
 
@@ -201,11 +205,8 @@ def any_layer_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
     _check_nonempty(S, "any-layer")
     _check_disjoint_room(S, "any-layer")
     rng = _check_draws(R, seed)
-    pool = np.flatnonzero(~S.as_mask().ravel())  # flat (layer, head) indices outside S
-    sets = [
-        HeadSet.from_flat(rng.choice(pool, size=len(S), replace=False), S.n_layers, S.n_heads)
-        for _ in range(R)
-    ]
+    pool = np.flatnonzero((S.head_mask() & ~S.as_mask()).ravel())  # flat (layer, head) indices outside S
+    sets = [S.like(divmod(int(i), S.n_heads) for i in rng.choice(pool, size=len(S), replace=False)) for _ in range(R)]
     return ControlDraws("any-layer", int(seed), tuple(sets))
 
 
@@ -246,7 +247,7 @@ def attention_matched_controls(
     borrowed: dict[int, set[int]] = {}
     sets = []
     for _ in range(R):
-        free = ~S.as_mask()  # [L, H]
+        free = (S.head_mask() & ~S.as_mask())  # [L, H]
         chosen: list[tuple[int, int]] = []
         unmatched: list[tuple[int, int]] = []
         for layer, heads_of_s in s_by_layer.items():
@@ -267,7 +268,7 @@ def attention_matched_controls(
                     chosen.append((x, g))
                     borrowed.setdefault(layer, set()).add(x)
                     break
-        sets.append(HeadSet(chosen, S.n_layers, S.n_heads))
+        sets.append(S.like(chosen))
     notes = (f"matched among the {n_nearest} nearest heads by image-attention mass",)
     return ControlDraws("attention-matched", int(seed), tuple(sets), _collect_fallbacks(S, borrowed), notes)
 
@@ -282,12 +283,13 @@ def whole_layer_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
     """
     _check_nonempty(S, "whole-layers")
     rng = _check_draws(R, seed)
-    L, H = S.n_layers, S.n_heads
+    H, layers_with_heads = S.n_heads, np.array(S.attention_layers)
+    L = len(layers_with_heads)  # whole layers are drawn among the layers that have heads
     m = min(L, max(1, int(math.floor(len(S) / H + 0.5))))
     sets = []
     for _ in range(R):
-        layers = rng.choice(L, size=m, replace=False)
-        sets.append(HeadSet(((int(x), h) for x in layers for h in range(H)), L, H))
+        layers = layers_with_heads[rng.choice(L, size=m, replace=False)]
+        sets.append(S.like((int(x), h) for x in layers for h in range(H)))
     overlap = float(np.mean([len(c & S) for c in sets]))
     notes = [
         f"{m} whole layers × {H} heads = {m * H} heads for |S| = {len(S)}; "
@@ -298,13 +300,17 @@ def whole_layer_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
     return ControlDraws("whole-layers", int(seed), tuple(sets), (), tuple(notes))
 
 
-def random_n_controls(n: int, R: int, seed: int, n_layers: int, n_heads: int) -> ControlDraws:
-    """R head-sets of n heads drawn uniformly without replacement from all L·H heads."""
+def random_n_controls(n: int, R: int, seed: int, n_layers: int, n_heads: int,
+                      attention_layers: tuple[int, ...] | None = None) -> ControlDraws:
+    """R head-sets of n heads drawn uniformly without replacement from all the model's heads
+    (L·H, or only those of ``attention_layers`` on a hybrid model)."""
     rng = _check_draws(R, seed)
-    total = n_layers * n_heads
+    model = HeadSet((), n_layers, n_heads, attention_layers)
+    pool = np.flatnonzero(model.head_mask().ravel())  # flat (layer, head) indices of existing heads
+    total = len(pool)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= total:
         raise ValueError(f"n must be an integer in 1..{total} (the model's heads), got {n!r}")
-    sets = [HeadSet.from_flat(rng.choice(total, size=n, replace=False), n_layers, n_heads) for _ in range(R)]
+    sets = [model.like(divmod(int(i), n_heads) for i in rng.choice(pool, size=n, replace=False)) for _ in range(R)]
     return ControlDraws("random-n", int(seed), tuple(sets))
 
 
@@ -317,14 +323,16 @@ def _top_n(scores: np.ndarray, n: int, exclude: HeadSet | None, what: str) -> He
     if scores.ndim != 2 or not np.all(np.isfinite(scores)):
         raise ValueError(f"{what} must be a finite 2-d array [L, H], got shape {scores.shape}")
     L, H = scores.shape
-    allowed = np.ones((L, H), dtype=bool) if exclude is None else ~exclude.as_mask()
+    # heads of linear-attention layers (hybrid models) have no score: never taken
+    allowed = np.ones((L, H), dtype=bool) if exclude is None else exclude.head_mask() & ~exclude.as_mask()
     if exclude is not None:
         exclude.check_model(L, H)
     pool = np.flatnonzero(allowed.ravel())
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= len(pool):
         raise ValueError(f"n must be an integer in 1..{len(pool)} (heads available), got {n!r}")
     order = pool[np.argsort(-scores.ravel()[pool], kind="stable")[:n]]
-    return HeadSet.from_flat(order, L, H)
+    model = exclude if exclude is not None else HeadSet((), L, H)
+    return model.like(divmod(int(i), H) for i in order)
 
 
 def sink_heads(sink_mass: np.ndarray, n: int, exclude: HeadSet | None = None) -> HeadSet:
@@ -387,7 +395,7 @@ def _draw_text_heavy(S, R, seed, **inputs):
 
 def _draw_random_n(S, R, seed, **inputs):
     n = inputs.get("n") or len(S)
-    return random_n_controls(n, R, seed, S.n_layers, S.n_heads)
+    return random_n_controls(n, R, seed, S.n_layers, S.n_heads, S.attention_layers)
 
 
 CONTROLS: dict[str, Control] = {

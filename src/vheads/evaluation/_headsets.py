@@ -4,7 +4,10 @@ A :class:`HeadSet` is a frozen set of query heads ``(layer, head)``, kept sorted
 ``(layer, head)`` so that iteration, printing and files are reproducible. It remembers
 the shape of the model it belongs to (``n_layers`` × ``n_heads``), so a head-set made
 for one model cannot silently be used on another, and set algebra between head-sets of
-different models is an error.
+different models is an error. On a hybrid model (Qwen3.5: Gated DeltaNet layers between
+softmax-attention layers) only the softmax layers have heads: a head-set then also
+remembers those ``attention_layers``, refuses a head in any other layer, and every
+control drawn for it stays among them.
 
 Head-sets are made from a discovery score ``s[l, h]`` by :meth:`HeadSet.from_scores`
 (flat top-k or top-k per layer); :func:`default_k` scales the seed study's 100 of
@@ -19,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from vheads.models._adapter import check_attention_layers
 
 Head = tuple[int, int]  # (layer, head), both 0-based
 
@@ -43,6 +48,7 @@ def _check_shape(n_layers: int, n_heads: int) -> None:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
+
 @dataclass(frozen=True, init=False)
 class HeadSet:
     """A frozen set of heads ``(layer, head)`` of a model with ``n_layers`` × ``n_heads``.
@@ -55,9 +61,15 @@ class HeadSet:
     heads: tuple[Head, ...]
     n_layers: int
     n_heads: int
+    #: the layers that have heads; every layer unless the model is hybrid
+    attention_layers: tuple[int, ...]
 
-    def __init__(self, heads: Iterable[Iterable[int]], n_layers: int, n_heads: int) -> None:
+    def __init__(self, heads: Iterable[Iterable[int]], n_layers: int, n_heads: int,
+                 attention_layers: Iterable[int] | None = None) -> None:
         _check_shape(n_layers, n_heads)
+        layers = tuple(range(n_layers)) if attention_layers is None else tuple(sorted({int(x) for x in attention_layers}))
+        if not layers or not all(0 <= x < n_layers for x in layers):
+            raise ValueError(f"attention_layers {list(layers)} must be a non-empty subset of 0..{n_layers - 1}")
         pairs: list[Head] = []
         for pair in heads:
             pair = tuple(pair)
@@ -76,6 +88,7 @@ class HeadSet:
                     f"0..{n_heads - 1}); is this head-set for another model?"
                 )
             pairs.append((layer, head))
+        check_attention_layers((layer for layer, _ in pairs), layers, n_layers)
         unique = sorted(set(pairs))
         if len(unique) != len(pairs):
             dupes = sorted(p for p, n in Counter(pairs).items() if n > 1)
@@ -83,6 +96,16 @@ class HeadSet:
         object.__setattr__(self, "heads", tuple(unique))
         object.__setattr__(self, "n_layers", int(n_layers))
         object.__setattr__(self, "n_heads", int(n_heads))
+        object.__setattr__(self, "attention_layers", layers)
+
+    def like(self, heads: Iterable[Iterable[int]]) -> HeadSet:
+        """A head-set of ``heads`` on the same model as this one (shape and attention layers)."""
+        return HeadSet(heads, self.n_layers, self.n_heads, self.attention_layers)
+
+    @property
+    def hybrid(self) -> bool:
+        """True when some layers of the model have no heads (linear-attention layers)."""
+        return len(self.attention_layers) < self.n_layers
 
     # --- construction -------------------------------------------------------------------
 
@@ -96,16 +119,20 @@ class HeadSet:
         return cls(zip(layers.tolist(), heads.tolist()), *mask.shape)
 
     @classmethod
-    def from_flat(cls, indices: Iterable[int], n_layers: int, n_heads: int) -> HeadSet:
+    def from_flat(cls, indices: Iterable[int], n_layers: int, n_heads: int,
+                  attention_layers: Iterable[int] | None = None) -> HeadSet:
         """Heads given by flat index ``layer · n_heads + head`` (row-major order of ``[L, H]``)."""
-        return cls((divmod(int(i), n_heads) for i in indices), n_layers, n_heads)
+        return cls((divmod(int(i), n_heads) for i in indices), n_layers, n_heads, attention_layers)
 
     @classmethod
-    def from_scores(cls, scores: np.ndarray, k: int, per_layer: bool = False) -> HeadSet:
+    def from_scores(cls, scores: np.ndarray, k: int, per_layer: bool = False,
+                    attention_layers: Iterable[int] | None = None) -> HeadSet:
         """The k heads with the highest score ``s[l, h]``; scores has shape ``[L, H]``.
 
-        ``per_layer=False``: flat top-k over all L·H heads. ``per_layer=True``: the top k
-        heads of every layer (L·k heads in all).
+        ``per_layer=False``: flat top-k over all heads. ``per_layer=True``: the top k
+        heads of every layer (k per layer in all). With ``attention_layers`` (a hybrid
+        model) only the heads of those layers are ranked; the rows of the other layers are
+        ignored (they have no heads, so no score).
 
         Ties are broken deterministically by ``(layer, head)`` order: among equal scores the
         head with the smaller layer, then the smaller head index, is taken first. NaN or
@@ -114,22 +141,24 @@ class HeadSet:
         scores = np.asarray(scores, dtype=float)  # [L, H]
         if scores.ndim != 2:
             raise ValueError(f"scores must be a 2-d array [L, H], got shape {scores.shape}")
-        if not np.all(np.isfinite(scores)):
-            bad = [tuple(map(int, ix)) for ix in np.argwhere(~np.isfinite(scores))[:5]]
-            raise ValueError(f"scores must be finite; non-finite at heads {bad}")
         n_layers, n_heads = scores.shape
-        limit = n_heads if per_layer else n_layers * n_heads
+        layers = list(range(n_layers)) if attention_layers is None else sorted({int(x) for x in attention_layers})
+        ranked = scores[layers]  # [L_attn, H]
+        if not np.all(np.isfinite(ranked)):
+            bad = [(layers[i], int(h)) for i, h in np.argwhere(~np.isfinite(ranked))[:5]]
+            raise ValueError(f"scores must be finite; non-finite at heads {bad}")
+        limit = n_heads if per_layer else len(layers) * n_heads
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= limit:
             where = "heads per layer" if per_layer else "heads in the model"
             raise ValueError(f"k must be an integer in 1..{limit} ({where}), got {k!r}")
         if per_layer:
             # argsort of -score is stable: equal scores keep head order.
-            order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # [L, k]
-            heads = [(layer, int(h)) for layer in range(n_layers) for h in order[layer]]
+            order = np.argsort(-ranked, axis=1, kind="stable")[:, :k]  # [L_attn, k]
+            heads = [(layer, int(h)) for i, layer in enumerate(layers) for h in order[i]]
         else:
-            flat = np.argsort(-scores.ravel(), kind="stable")[:k]  # row-major = (layer, head)
-            return cls.from_flat(flat, n_layers, n_heads)
-        return cls(heads, n_layers, n_heads)
+            flat = np.argsort(-ranked.ravel(), kind="stable")[:k]  # row-major = (layer, head)
+            heads = [(layers[i // n_heads], int(i % n_heads)) for i in flat]
+        return cls(heads, n_layers, n_heads, attention_layers)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> HeadSet:
@@ -139,11 +168,15 @@ class HeadSet:
             raise ValueError(
                 f"a head-set record needs keys heads, n_layers, n_heads; missing {sorted(missing)}"
             )
-        return cls(data["heads"], data["n_layers"], data["n_heads"])
+        return cls(data["heads"], data["n_layers"], data["n_heads"], data.get("attention_layers"))
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready record: ``{"n_layers", "n_heads", "heads": [[layer, head], ...]}``."""
-        return {"n_layers": self.n_layers, "n_heads": self.n_heads, "heads": [list(h) for h in self.heads]}
+        """A JSON-ready record: ``{"n_layers", "n_heads", "heads": [[layer, head], ...]}``,
+        plus ``"attention_layers"`` on a hybrid model."""
+        d: dict[str, Any] = {"n_layers": self.n_layers, "n_heads": self.n_heads, "heads": [list(h) for h in self.heads]}
+        if self.hybrid:
+            d["attention_layers"] = list(self.attention_layers)
+        return d
 
     # --- views --------------------------------------------------------------------------
 
@@ -153,6 +186,12 @@ class HeadSet:
         for layer, _ in self.heads:
             counts[layer] += 1
         return counts
+
+    def head_mask(self) -> np.ndarray:
+        """Boolean mask ``[L, H]`` of the heads the model has (all but linear-attention layers)."""
+        mask = np.zeros((self.n_layers, self.n_heads), dtype=bool)
+        mask[list(self.attention_layers)] = True
+        return mask
 
     def as_mask(self) -> np.ndarray:
         """Boolean membership mask ``[L, H]``."""
@@ -188,15 +227,15 @@ class HeadSet:
 
     def __and__(self, other: HeadSet) -> HeadSet:
         other = self._same_model(other, "&")
-        return HeadSet(set(self.heads) & set(other.heads), self.n_layers, self.n_heads)
+        return self.like(set(self.heads) & set(other.heads))
 
     def __or__(self, other: HeadSet) -> HeadSet:
         other = self._same_model(other, "|")
-        return HeadSet(set(self.heads) | set(other.heads), self.n_layers, self.n_heads)
+        return self.like(set(self.heads) | set(other.heads))
 
     def __sub__(self, other: HeadSet) -> HeadSet:
         other = self._same_model(other, "-")
-        return HeadSet(set(self.heads) - set(other.heads), self.n_layers, self.n_heads)
+        return self.like(set(self.heads) - set(other.heads))
 
     def __repr__(self) -> str:
         shown = ", ".join(f"({l},{h})" for l, h in self.heads[:6])

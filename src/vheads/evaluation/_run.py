@@ -145,6 +145,9 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
     for name, S in headsets.items():
         if (S.n_layers, S.n_heads) != (L, H):
             raise ValueError(f"head-set {name!r} is for a {S.n_layers}x{S.n_heads} model; this model is {L}x{H}")
+    # the model's own heads: a head in a linear-attention layer is refused here, and the
+    # controls are drawn among the softmax layers' heads only
+    headsets = {name: HeadSet(S.heads, L, H, engine.lm.attention_layers) for name, S in headsets.items()}
     inputs: dict = {}
     if any(get_control(req.name).needs for req in requests):
         # attention-matched / sinks / text-heavy: baseline attention per head on the CERS grids

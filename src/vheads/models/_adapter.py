@@ -8,6 +8,7 @@ vheads (engine, discovery, evaluation) is family-agnostic.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import torch
@@ -16,6 +17,25 @@ from vheads.data import OPTION_LETTERS, Item
 from vheads.models._layout import Prompt, TokenLayout, char_span_to_positions
 
 ADAPTERS: dict[str, type["Adapter"]] = {}
+
+#: ``layer_types`` entries of a text config whose layers are softmax attention (they have
+#: heads and attention maps); any other entry (``linear_attention``: Gated DeltaNet, …) has none
+SOFTMAX_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
+#: the transformers versions the adapters' tests ran on
+TESTED_TRANSFORMERS = ("5.24.0",)
+
+
+def check_attention_layers(layers: Iterable[int], attention_layers: Iterable[int], n_layers: int) -> None:
+    """Raise ``ValueError`` if a layer of ``layers`` has no heads: it is not one of the
+    model's softmax-attention layers ``attention_layers`` (hybrid models only)."""
+    have = set(int(x) for x in attention_layers)
+    bad = sorted({int(x) for x in layers} - have)
+    if bad:
+        raise ValueError(
+            f"layer(s) {bad} of this model are linear-attention (Gated DeltaNet) layers with no attention "
+            f"heads; heads exist only in its {len(have)} softmax-attention layers {sorted(have)} "
+            f"(of {n_layers}); use a head index in one of those"
+        )
 
 
 def register_adapter(cls: type["Adapter"]) -> type["Adapter"]:
@@ -54,6 +74,11 @@ class Adapter:
     #: whether :meth:`items_pixel_inputs` and :meth:`items_vision_call` handle several
     #: images, so that rows of different items can share a forward
     cross_item: ClassVar[bool] = False
+    #: what `vheads models` says: the image-token structure, how a pixel box maps to tokens,
+    #: which layers have softmax heads
+    image_structure: ClassVar[str] = ""
+    box_mapping: ClassVar[str] = ""
+    softmax_layers_rule: ClassVar[str] = "every layer"
 
     # ---- family specifics -------------------------------------------------------------
     def image_grid(self, processor: Any, image) -> tuple[dict[str, torch.Tensor], int, int, torch.Tensor]:
@@ -69,6 +94,20 @@ class Adapter:
 
     def text_config(self, model):
         return getattr(model.config, "text_config", model.config)
+
+    def attention_layers(self, text_config) -> tuple[int, ...]:
+        """The layers of the language model that are softmax attention, i.e. that have heads.
+
+        Read from the config's ``layer_types`` where it has one (hybrid stacks such as
+        Qwen3.5 interleave Gated DeltaNet linear-attention layers, which have no attention
+        map and so no heads vheads can capture, mask or steer); every layer otherwise.
+        Head indices ``(layer, head)`` keep the model's own layer numbering.
+        """
+        n = text_config.num_hidden_layers
+        types = getattr(text_config, "layer_types", None)
+        if not types:
+            return tuple(range(n))
+        return tuple(i for i, t in enumerate(types[:n]) if t in SOFTMAX_LAYER_TYPES)
 
     # ---- one vision pass for a batch of copies of one prompt ---------------------------------
     def vision_module(self, model):
@@ -108,6 +147,10 @@ class Adapter:
             "model_types": list(self.model_types),
             "image_token": self.image_token,
             "template": self.user_prefix + self.image_prefix + "<image>" + self.image_suffix + "{question}" + self.assistant_prefix,
+            "image_tokens": self.image_structure,
+            "box_to_tokens": self.box_mapping,
+            "softmax_layers": self.softmax_layers_rule,
+            "tested_with_transformers": list(TESTED_TRANSFORMERS),
             "notes": self.notes,
         }
 

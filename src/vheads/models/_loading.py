@@ -23,6 +23,8 @@ class ProcessorBundle:
     image_processor: Any
     tokenizer: Any
     patch_size: int
+    #: the model's config, for what a family's layout needs of it (Gemma: mm_tokens_per_image)
+    config: Any = None
 
 
 @dataclass
@@ -37,6 +39,13 @@ class LoadedModel:
     n_heads: int
     n_kv_heads: int
     head_dim: int
+    #: the softmax-attention layers, the only ones with heads (all layers but the linear-
+    #: attention ones of a hybrid stack; see :meth:`Adapter.attention_layers`)
+    attention_layers: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.attention_layers:
+            self.attention_layers = tuple(range(self.n_layers))
 
     @property
     def device(self) -> torch.device:
@@ -44,7 +53,7 @@ class LoadedModel:
 
     @property
     def n_total_heads(self) -> int:
-        return self.n_layers * self.n_heads
+        return len(self.attention_layers) * self.n_heads
 
 
 #: where the built-in tiny model's files lie inside the installed package (they ship in the
@@ -100,7 +109,7 @@ def load_processor(path: str, revision: str | None, config) -> ProcessorBundle:
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
     patch = getattr(config.vision_config, "patch_size", 14)
-    return ProcessorBundle(image_processor, tokenizer, int(patch))
+    return ProcessorBundle(image_processor, tokenizer, int(patch), config)
 
 
 def check_device(device: str) -> str:
@@ -164,4 +173,5 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "f
         n_heads=n_heads,
         n_kv_heads=getattr(tc, "num_key_value_heads", n_heads),
         head_dim=head_dim,
+        attention_layers=adapter.attention_layers(tc),
     )

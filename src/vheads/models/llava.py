@@ -22,6 +22,8 @@ class LlavaAdapter(Adapter):
         "CLIP-style processor: resize (shortest edge) then centre crop to a square; "
         "one token per vision patch (CLS dropped); plain 1-D positions."
     )
+    image_structure = "<image> expanded to rows x cols patch tokens (row-major), then a newline; one image, no tiles"
+    box_mapping = "token (r, c) covers one patch of the resized, centre-cropped image, mapped back to original pixels; a box selects tokens it covers >= min_cover"
 
     def vision_module(self, model):
         return model.model.vision_tower

@@ -1,4 +1,8 @@
-"""Qwen-VL family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL): dynamic-resolution grid, 2x2 patch merge."""
+"""Qwen-VL family (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3-VL-MoE): dynamic-resolution grid, 2x2 patch merge.
+
+Qwen3-VL-MoE differs from Qwen3-VL only in its text model's MLPs (sparse experts): its
+attention, vision tower, image layout and M-RoPE are Qwen3-VL's, so one adapter serves both.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from vheads.models._layout import grid_token_boxes
 @register_adapter
 class QwenVLAdapter(Adapter):
     family = "qwen-vl"
-    model_types = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+    model_types = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
     image_token = "<|image_pad|>"
     user_prefix = "<|im_start|>user\n"
     image_prefix = "<|vision_start|>"
@@ -23,6 +27,8 @@ class QwenVLAdapter(Adapter):
         "Image resized to multiples of patch*merge pixels; one image token per merged "
         "patch; M-RoPE position ids computed once for the full prompt."
     )
+    image_structure = "<|vision_start|> + rows x cols <|image_pad|> (row-major, one per merged 2x2 patch) + <|vision_end|>; one image, no tiles"
+    box_mapping = "token (r, c) covers resized pixels [c, c+1) x [r, r+1) x (patch * merge), scaled back to the original image; a box selects tokens it covers >= min_cover"
 
     def image_grid(self, processor: Any, image):
         ip = processor.image_processor

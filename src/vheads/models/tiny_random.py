@@ -21,13 +21,16 @@ BASE_WORDS = (
 ).split()
 
 
-def build_word_tokenizer(words: list[str]):
-    """A word-level fast tokenizer: whitespace and punctuation split, one id per word."""
+def build_word_tokenizer(words: list[str], extra_special: tuple[str, ...] = ()):
+    """A word-level fast tokenizer: whitespace and punctuation split, one id per word.
+
+    ``extra_special`` tokens (a family's own markers, e.g. Gemma's ``<start_of_image>``) get
+    ids after every other token, so they leave the shared vocabulary's ids as they are."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab: dict[str, int] = {}
-    for t in SPECIAL_TOKENS + BASE_WORDS + list(words):
+    for t in SPECIAL_TOKENS + BASE_WORDS + list(words) + list(extra_special):
         vocab.setdefault(t, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
@@ -36,9 +39,37 @@ def build_word_tokenizer(words: list[str]):
         unk_token="<unk>",
         pad_token="<pad>",
         eos_token="<|im_end|>",
-        extra_special_tokens=SPECIAL_TOKENS[2:],
+        extra_special_tokens=SPECIAL_TOKENS[2:] + list(extra_special),
     )
     return fast
+
+
+def build_qwen35_tokenizer(words: list[str]):
+    """A byte-level BPE tokenizer of the Qwen3.5 tokenizer class, trained locally on the
+    shared words (each becomes one token, with and without a leading space).
+
+    Qwen3.5 checkpoints load their tokenizer as ``Qwen3_5Tokenizer`` (byte-level BPE read
+    from ``tokenizer.json``) whatever class the folder declares, so the word-level tokenizer
+    of the other families would not survive ``save_pretrained`` + reload."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX, Qwen3_5Tokenizer
+    from tokenizers import Regex
+
+    vocab_words = list(dict.fromkeys(BASE_WORDS + list(words)))
+    specials = SPECIAL_TOKENS + ["<think>", "</think>"]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    trainer = trainers.BpeTrainer(vocab_size=100_000, min_frequency=1, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    bpe.train_from_iterator([" ".join(vocab_words), "\n".join(vocab_words)] * 2, trainer=trainer)
+    data = __import__("json").loads(bpe.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in data["merges"]]
+    tok = Qwen3_5Tokenizer(vocab=data["vocab"], merges=merges, unk_token="<unk>", pad_token="<pad>",
+                           eos_token="<|im_end|>", extra_special_tokens=specials[2:])
+    return tok
 
 
 def qwen_image_processor(patch: int = 16, merge: int = 2, min_pixels: int = 32 * 32, max_pixels: int = 512 * 512):
@@ -91,28 +122,44 @@ def build_qwen_vl(
     deepstack: tuple[int, ...] = (),
     dtype: torch.dtype = torch.float32,
     device: str = "cpu",
+    full_attention_interval: int = 2,
 ):
-    """A random Qwen2-VL / Qwen2.5-VL / Qwen3-VL with a word-level tokenizer. Returns (model, tokenizer, image_processor).
+    """A random Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3-VL-MoE / Qwen3.5 (dense, MoE) with a
+    word-level tokenizer. Returns (model, tokenizer, image_processor).
 
     MLP widths default to 2×hidden (``intermediate``, ``vision_intermediate``);
     ``deepstack`` lists the Qwen3-VL vision blocks whose features are added to the first
     language-model layers; ``dtype`` and ``device`` say where the weights are initialised.
-    """
+    Qwen3.5 stacks are hybrid: layer i is softmax attention when ``(i + 1) %
+    full_attention_interval == 0``, Gated DeltaNet linear attention otherwise."""
     from transformers import AutoConfig, AutoModelForImageTextToText
 
-    tok = build_word_tokenizer(list(words))
+    tok = build_qwen35_tokenizer(list(words)) if model_type.startswith("qwen3_5") else build_word_tokenizer(list(words))
     ids = {t: tok.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")}
     text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, rope_theta)
     if intermediate:
         text["intermediate_size"] = intermediate
     v_inter = vision_intermediate or vision_hidden * 2
-    if model_type == "qwen3_vl":
+    if model_type in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
         half = head_dim // 2
         section = [half - 2 * (half // 3), half // 3, half // 3]
         text["rope_parameters"] = {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": section, "mrope_interleaved": True}
         vision = dict(depth=vision_depth, hidden_size=vision_hidden, intermediate_size=v_inter, num_heads=vision_heads,
                       patch_size=patch, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=hidden,
-                      num_position_embeddings=256, deepstack_visual_indexes=list(deepstack))
+                      num_position_embeddings=256)
+        if model_type.startswith("qwen3_vl"):
+            vision["deepstack_visual_indexes"] = list(deepstack)
+        if model_type.endswith("_moe"):  # 4 small experts, 2 per token (a shared expert too on Qwen3.5-MoE)
+            text.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=hidden, decoder_sparse_step=1)
+            if model_type == "qwen3_5_moe":
+                text["shared_expert_intermediate_size"] = hidden
+        if model_type.startswith("qwen3_5"):
+            # hybrid stack: Gated DeltaNet (linear attention, no attention map) layers and every
+            # `full_attention_interval`-th layer softmax attention, as in the released models
+            text.update(layer_types=[("full_attention" if (i + 1) % full_attention_interval == 0 else "linear_attention") for i in range(layers)],
+                        linear_conv_kernel_dim=4, linear_key_head_dim=head_dim, linear_value_head_dim=head_dim,
+                        linear_num_key_heads=2, linear_num_value_heads=4)
+            text["rope_parameters"]["partial_rotary_factor"] = 1.0
     elif model_type == "qwen2_5_vl":
         half = head_dim // 2
         text["rope_parameters"] = {"rope_type": "default", "rope_theta": rope_theta, "mrope_section": [half - 2 * (half // 3), half // 3, half // 3]}
@@ -163,6 +210,72 @@ def build_llava(words: list[str] = (), hidden: int = 64, layers: int = 2, heads:
     return model.eval(), tok, ip
 
 
+GEMMA_TOKENS = ("<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>", "<image_soft_token>")
+
+
+def build_gemma3(words: list[str] = (), hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                 head_dim: int = 16, image_size: int = 128, patch: int = 8, tokens_per_side: int = 8,
+                 sliding_window: int = 12, seed: int = 0):
+    """A random Gemma 3 (SigLIP tower, pooled to ``tokens_per_side``² image tokens) with a
+    word-level tokenizer.
+
+    Layer types alternate sliding / full attention, and the sliding window (12 tokens) is
+    shorter than the 64-token image block, so the tiny model exercises every part of
+    Gemma's mask: causal text, bidirectional attention inside the image block, and the
+    window cutting both."""
+    from transformers import AutoModelForImageTextToText, Gemma3Config
+    from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
+
+    tok = build_word_tokenizer(list(words), GEMMA_TOKENS)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in GEMMA_TOKENS}
+    text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
+    text.update(model_type="gemma3_text", query_pre_attn_scalar=head_dim, sliding_window=sliding_window,
+                layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)],
+                bos_token_id=ids["<bos>"], eos_token_id=ids["<end_of_turn>"])
+    vision = dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                  num_attention_heads=2, image_size=image_size, patch_size=patch)
+    config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=tokens_per_side ** 2,
+                          boi_token_index=ids["<start_of_image>"], eoi_token_index=ids["<end_of_image>"],
+                          image_token_index=ids["<image_soft_token>"], tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    ip = Gemma3ImageProcessorPil(size={"height": image_size, "width": image_size}, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+                                 do_pan_and_scan=False)
+    return model.eval(), tok, ip
+
+
+GLM_TOKENS = ("[gMASK]", "<sop>", "<|user|>", "<|assistant|>", "<|begin_of_image|>", "<|end_of_image|>", "<|image|>",
+              "<|begin_of_video|>", "<|end_of_video|>", "<|video|>")
+
+
+def build_glm4v(words: list[str] = (), hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                head_dim: int = 16, vision_hidden: int = 32, patch: int = 14, seed: int = 0, max_pixels: int = 448 * 448):
+    """A random GLM-4V (its own vision tower, 3D M-RoPE on half of each head's dims) with a
+    word-level tokenizer and GLM's image processor (resize to multiples of patch · merge)."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
+
+    tok = build_word_tokenizer(list(words), GLM_TOKENS)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in GLM_TOKENS}
+    text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
+    text.pop("head_dim")
+    rot = head_dim // 2  # partial rotary: half of each head's dims, in 3 M-RoPE sections
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                               "mrope_section": [rot // 2 - 2 * (rot // 6), rot // 6, rot // 6]}
+    vision = dict(depth=1, hidden_size=vision_hidden, intermediate_size=vision_hidden * 2, num_heads=2, image_size=patch * 8,
+                  patch_size=patch, spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=hidden)
+    config = AutoConfig.for_model("glm4v", text_config=text, vision_config=vision, image_token_id=ids["<|image|>"],
+                                  video_token_id=ids["<|video|>"], image_start_token_id=ids["<|begin_of_image|>"],
+                                  image_end_token_id=ids["<|end_of_image|>"], video_start_token_id=ids["<|begin_of_video|>"],
+                                  video_end_token_id=ids["<|end_of_video|>"], tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    ip = Glm4vImageProcessorPil(patch_size=patch, merge_size=2, temporal_patch_size=2,
+                                size={"shortest_edge": 28 * 28, "longest_edge": max_pixels},
+                                image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    return model.eval(), tok, ip
+
+
 def save_model_folder(out: str | Path, model, tokenizer, image_processor) -> Path:
     """Write a loadable model folder (``save_pretrained`` of each part)."""
     out = Path(out)
@@ -177,7 +290,12 @@ FAMILY_BUILDERS = {
     "qwen2_vl": lambda **kw: build_qwen_vl("qwen2_vl", **kw),
     "qwen2_5_vl": lambda **kw: build_qwen_vl("qwen2_5_vl", **kw),
     "qwen3_vl": lambda **kw: build_qwen_vl("qwen3_vl", **kw),
+    "qwen3_vl_moe": lambda **kw: build_qwen_vl("qwen3_vl_moe", **kw),
+    "qwen3_5": lambda **kw: build_qwen_vl("qwen3_5", **{"layers": 4, **kw}),
+    "qwen3_5_moe": lambda **kw: build_qwen_vl("qwen3_5_moe", **{"layers": 4, **kw}),
     "llava": build_llava,
+    "gemma3": build_gemma3,
+    "glm4v": build_glm4v,
 }
 
 

@@ -122,6 +122,13 @@ class RunData:
         return as_int(self.meta.get("n_layers")), as_int(self.meta.get("n_heads"))
 
     @property
+    def attention_layers(self) -> list[int] | None:
+        """The layers with heads (softmax attention), when the run recorded them; a hybrid
+        model's linear-attention layers are not among them."""
+        v = self.meta.get("attention_layers")
+        return [int(x) for x in v] if isinstance(v, list) else None
+
+    @property
     def tests(self) -> list[str]:
         return sorted({t for (_, t) in self.cells})
 

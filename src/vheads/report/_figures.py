@@ -214,9 +214,12 @@ def score_map_figure(run: RunData) -> bytes | None:
     for ax in axes.flat[len(settings):]:
         ax.set_visible(False)
     im = None
+    cmap = plt.get_cmap("magma").with_extremes(bad="#d9d9d9")  # grey: layers with no heads (hybrid models)
+    no_heads = [l for l in range(L) if run.attention_layers is not None and l not in run.attention_layers]
     for ax, s in zip(axes.flat, settings):
-        sc = run.discovery[s]["scores"]
-        im = ax.imshow(sc, cmap="magma", vmin=0, vmax=vmax, aspect="auto", interpolation="nearest")
+        sc = np.array(run.discovery[s]["scores"], dtype=float)
+        sc[no_heads] = np.nan
+        im = ax.imshow(sc, cmap=cmap, vmin=0, vmax=vmax, aspect="auto", interpolation="nearest")
         hs = run.discovery[s]["headset"]
         if hs:
             ax.scatter([h for _, h in hs], [l for l, _ in hs], s=10, facecolor="none", edgecolor="#37d67a", lw=0.8)
@@ -224,7 +227,8 @@ def score_map_figure(run: RunData) -> bytes | None:
         ax.set_xlabel("head", fontsize=7.5)
         ax.set_ylabel("layer", fontsize=7.5)
         ax.tick_params(labelsize=6.5)
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="discovery score (region mass)")
+    label = "discovery score (region mass)" + ("; grey: linear-attention layers, no heads" if no_heads else "")
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label=label)
     return _png(fig)
 
 

@@ -50,9 +50,9 @@ def preflight_model(cfg: StudyConfig) -> dict:
         raise ValueError(f"config key 'model': cannot load {cfg.model!r}: {str(e).splitlines()[0]}") from None
     if getattr(mc, "vision_config", None) is None:
         raise ValueError(f"config key 'model': {cfg.model!r} is not a vision-language model")
-    adapter_for(mc.model_type)
+    adapter = adapter_for(mc.model_type)
     tc = getattr(mc, "text_config", mc)
-    return {"n_layers": tc.num_hidden_layers, "n_heads": tc.num_attention_heads}
+    return {"n_layers": tc.num_hidden_layers, "n_heads": tc.num_attention_heads, "attention_layers": adapter.attention_layers(tc)}
 
 
 def _log(run_dir: Path, line: str) -> None:
@@ -85,7 +85,7 @@ def _run_units(store, run_dir, backend, units, desc, progress) -> int:
 RANDOM_OVERLAP_DRAWS = 100  # uniform random head-sets per setting for the Fig. 7 baseline
 
 
-def _overlap_stage(store: Store, cfg: StudyConfig) -> None:
+def _overlap_stage(store: Store, cfg: StudyConfig, attention_layers: tuple[int, ...] | None = None) -> None:
     """Split-half ceilings, each pair's overlap at half size (Table 20), and the overlap of
     every setting with uniform random draws of its size (Fig. 7)."""
     from vheads.discovery import pair_overlap, split_half_ceiling
@@ -101,24 +101,26 @@ def _overlap_stage(store: Store, cfg: StudyConfig) -> None:
         got = store.query("SELECT item_id, scores FROM item_scores WHERE setting=? ORDER BY item_id", sid)
         ids[sid] = [i for i, _ in got]
         per[sid] = np.array([json.loads(s) for _, s in got])
-        c = split_half_ceiling(per[sid], k, cfg.splits, derived_seed(cfg.seed, "ceiling", sid), per_layer=per_layer)
+        c = split_half_ceiling(per[sid], k, cfg.splits, derived_seed(cfg.seed, "ceiling", sid), per_layer=per_layer,
+                               attention_layers=attention_layers)
         ceil[sid] = c
         rows["ceilings"].append((sid, k, c.mean, c.lo, c.hi, cfg.splits))
     sets = {sid: {tuple(h) for h in json.loads(hs)} for sid, _, hs in disc}
     for i, (a, ka, _) in enumerate(disc):
         for b, _, _ in disc[i + 1:]:
             p = pair_overlap(a, b, per[a], per[b], ceil[a], ceil[b], len(sets[a] & sets[b]), ka, cfg.splits,
-                             derived_seed(cfg.seed, "pair-overlap", a, b), per_layer, ids[a] == ids[b])
+                             derived_seed(cfg.seed, "pair-overlap", a, b), per_layer, ids[a] == ids[b], attention_layers)
             rows["overlap"].append((a, b, ka, p.all_items, p.half.mean, p.half.lo, p.half.hi, int(p.same_items),
                                     ceil[a].mean, ceil[b].mean, p.geo_ceiling, p.fraction))
     # Fig. 7: overlap of each native set with uniform random draws of the same size
-    shape = next(iter(per.values())).shape[1:] if per else (0, 0)
+    # (uniform over the heads that exist: on a hybrid model, the softmax layers' heads)
+    L, H = next(iter(per.values())).shape[1:] if per else (0, 0)
+    pool = [(l, h) for l in (attention_layers if attention_layers is not None else range(L)) for h in range(H)]
     for sid, k, _ in disc:
         seed = derived_seed(cfg.seed, "random-overlap", sid)
         rng = np.random.default_rng(seed)
         for d in range(RANDOM_OVERLAP_DRAWS):
-            flat = rng.choice(shape[0] * shape[1], size=len(sets[sid]), replace=False)
-            draw = {divmod(int(f), shape[1]) for f in flat}
+            draw = {pool[int(f)] for f in rng.choice(len(pool), size=len(sets[sid]), replace=False)}
             rows["random_overlap"].append((sid, k, d, seed, len(sets[sid] & draw)))
     store.commit_unit("overlap", "overlap", time.time() - t0, rows)
 
@@ -152,7 +154,7 @@ def algebra_pairs(settings: list[str]) -> list[tuple[str, str]]:
     return [p for p in dict.fromkeys(pairs) if p[0] in have and p[1] in have]
 
 
-def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> None:
+def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], attention_layers: tuple[int, ...] | None = None) -> None:
     from vheads.discovery import select_heads
 
     if "headsets" in store.done_units():
@@ -167,7 +169,7 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> No
     rows, fallbacks = [], {}
     discovered = {}
     for sid, scores, heads in store.query("SELECT setting, scores, headset FROM discovery ORDER BY setting"):
-        S = HeadSet([tuple(h) for h in json.loads(heads)], L, H)
+        S = HeadSet([tuple(h) for h in json.loads(heads)], L, H, attention_layers)
         discovered[sid] = S
         rows.append((sid, "S", "S", 0, cfg.seed, _heads_json(S)))
         for name, R in cfg.controls.items():
@@ -182,7 +184,7 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int]) -> No
         sc = np.array(json.loads(scores))
         for kk in cfg.k_sweep:
             if kk <= L * H:
-                Sk = select_heads(sc, kk, cfg.selection)
+                Sk = select_heads(sc, kk, cfg.selection, attention_layers)
                 rows.append((sid, f"S@k={kk}", "S@k", kk, cfg.seed, _heads_json(Sk)))
                 if cfg.k_sweep_controls:  # every sweep point is tested against its own controls
                     seed = derived_seed(cfg.seed, "control", sid, "layer-matched", f"k={kk}")
@@ -255,7 +257,8 @@ def _run_locked(cfg: StudyConfig, run_dir: Path, shape: dict, progress: bool, re
         )
     if have is None:
         store.set_meta(config=json.dumps(cfg.to_dict()), config_hash=cfg.science_hash(), vheads_version=__version__,
-                       model_id=cfg.model, n_layers=str(shape["n_layers"]), n_heads=str(shape["n_heads"]))
+                       model_id=cfg.model, n_layers=str(shape["n_layers"]), n_heads=str(shape["n_heads"]),
+                       attention_layers=json.dumps(list(shape["attention_layers"])))
     secs: dict[str, float] = {}
     n_computed = 0
     backend = make_backend(cfg.to_dict())
@@ -266,10 +269,10 @@ def _run_locked(cfg: StudyConfig, run_dir: Path, shape: dict, progress: bool, re
         secs["discovery"] = time.time() - t
         t = time.time()
         n_computed += _run_units(store, run_dir, backend, [{"unit_id": "image-mass", "kind": "image-mass"}], "attention", progress)
-        _overlap_stage(store, cfg)
+        _overlap_stage(store, cfg, shape["attention_layers"])
         secs["overlap"] = time.time() - t
         t = time.time()
-        _headset_stage(store, cfg, (shape["n_layers"], shape["n_heads"]))
+        _headset_stage(store, cfg, (shape["n_layers"], shape["n_heads"]), shape["attention_layers"])
         secs["controls"] = time.time() - t
         t = time.time()
         n_computed += _run_units(store, run_dir, backend, _eval_units(store, cfg), "evaluation", progress)

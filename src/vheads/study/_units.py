@@ -73,11 +73,11 @@ class UnitComputer:
         corpus = load_corpus(unit["corpus"], unit["query"], cfg.n_discovery, derived_seed(cfg.seed, "discovery", unit["corpus"], unit["query"]))
         scores = score_settings(lm, {(corpus.name, corpus.query): corpus.items}, cfg.sources,
                                 corpus_abbrev={corpus.name: corpus.abbrev}, progress=False, engine=eng)
-        k = resolve_k(lm.n_layers, lm.n_heads, cfg.k or None, cfg.selection)
+        k = resolve_k(len(lm.attention_layers), lm.n_heads, cfg.k or None, cfg.selection)
         rows: dict[str, list[tuple]] = {"discovery": [], "item_scores": [], "strip_attention": []}
         strips = {}
         for sid, sc in scores.items():
-            S = select_heads(sc.scores, k, cfg.selection)
+            S = select_heads(sc.scores, k, cfg.selection, lm.attention_layers)
             rows["discovery"].append((sid, sc.setting.query, sc.setting.source, corpus.name, sc.n_items, k,
                                       _json(sc.scores.tolist()), _json([list(h) for h in S.heads])))
             rows["item_scores"] += [(sid, iid, _json(m.tolist())) for iid, m in zip(sc.item_ids, sc.per_item)]
@@ -106,7 +106,8 @@ class UnitComputer:
         cfg, eng = self.cfg, self.engine
         L, H = eng.shape
         ids = unit["headset_ids"]
-        hsets = [HeadSet([tuple(h) for h in heads], L, H) for heads in unit["headsets"]]
+        layers = eng.lm.attention_layers  # a hybrid model's softmax layers (all layers otherwise)
+        hsets = [HeadSet([tuple(h) for h in heads], L, H, layers) for heads in unit["headsets"]]
         lo, hi = unit["shard"]
         test = unit["test"]
         if test not in TEST_SETS:
@@ -124,7 +125,7 @@ class UnitComputer:
 
         if test == "ncs-grid" and "S" in ids:
             # the maximum attainable NCS_grid of the item set: every head hidden from the cell
-            ids, hsets = [*ids, ALL_HEADS], [*hsets, HeadSet([(l, h) for l in range(L) for h in range(H)], L, H)]
+            ids, hsets = [*ids, ALL_HEADS], [*hsets, HeadSet([(l, h) for l in layers for h in range(H)], L, H, layers)]
         # the k sweep's sets (S@k=K and its layer-matched@k=K controls) run in CERS and NCS
         # at all rows only (seed Tables 14 and 18)
         every = [j for j, h in enumerate(ids) if "@k=" not in h or test in K_SWEEP_TESTS]
