@@ -74,6 +74,8 @@ def evaluate(
     force: Annotated[bool, typer.Option("--force", help="use head-sets discovered on another model")] = False,
     batch_size: Annotated[int, typer.Option(help="head-sets per batched forward")] = 128,
     json_out: Annotated[bool, typer.Option("--json", help="machine-readable output with per-item outcomes")] = False,
+    source: Annotated[Optional[str], typer.Option(help="real photos: imagenet:DIR, imagefolder:DIR or hf:DIR[,SPLIT]")] = None,  # noqa: UP007
+    cell: Annotated[int, typer.Option(help="real photos: pixels per grid cell")] = 224,
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
     from vheads.engine import Engine
@@ -82,6 +84,7 @@ def evaluate(
 
     # every argument is checked before the model is loaded
     _fail_clearly(check_request, test, controls, beta, rows)
+    real = _real_items(source, cell)
     for p in headset:
         if not p.is_file():
             _die(f"head-set file {str(p)!r} does not exist")
@@ -89,7 +92,7 @@ def evaluate(
         model = json.loads(headset[0].read_text())["model"]["id"]
     lm = _fail_clearly(load_model, model)
     hs = _fail_clearly(load_headset_files, headset, lm, force)
-    results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out)
+    results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out, real)
     if json_out:
         typer.echo(json.dumps([r.to_dict(per_item=True) for r in results], indent=1))
         return
@@ -107,6 +110,8 @@ def audit(
     n: Annotated[int, typer.Option(help="items per set")] = 24,
     seed: Annotated[int, typer.Option()] = 0,
     json_out: Annotated[bool, typer.Option("--json")] = False,
+    source: Annotated[Optional[str], typer.Option(help="real photos: imagenet:DIR, imagefolder:DIR or hf:DIR[,SPLIT]")] = None,  # noqa: UP007
+    cell: Annotated[int, typer.Option(help="real photos: pixels per grid cell")] = 224,
 ) -> None:
     """Baseline audit of the evaluation sets: oracle, floor, matched, mismatched, leak."""
     from vheads.engine import Engine
@@ -114,8 +119,10 @@ def audit(
     from vheads.evaluation._run import audit_sets
     from vheads.models import load_model
 
+    real = _real_items(source, cell)
+    sets = _fail_clearly(audit_sets, n, lambda kind: seed, real)  # every photo read before the model loads
     lm = _fail_clearly(load_model, model)
-    rep = baseline_audit(Engine(lm), audit_sets(n, lambda kind: seed))
+    rep = baseline_audit(Engine(lm), sets)
     if json_out:
         typer.echo(json.dumps(rep, indent=1))
         return
@@ -148,6 +155,17 @@ def export(
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
     for p in _fail_clearly(export_run, run_dir, format, out):
         typer.echo(str(p))
+
+
+def _real_items(source: str | None, cell: int):
+    """The real-photo item builder of ``--source`` (its folder read now), or None."""
+    if source is None:
+        return None
+    from vheads.data.builders import RealItems
+
+    real = _fail_clearly(RealItems, source, cell=cell)
+    _fail_clearly(real.open)
+    return real
 
 
 def _die(msg: str) -> None:

@@ -42,6 +42,11 @@ row_group_controls = ["layer-matched"]   # controls run at the row groups other 
 beta_sweep = [1.0, 10.0, 100.0, 1000.0, 10000.0]   # CERS of S over beta ([] to skip)
 k_sweep = [1, 2, 4, 8]    # CERS and NCS of the top-k heads over k ([] to skip)
 seed = 0
+eval_source = "synthetic" # synthetic (built-in shapes), imagenet:DIR, imagefolder:DIR or hf:DIR[,SPLIT] (real photos)
+eval_classes = ""         # real photos: file of class ids / names to use, one a line ("" = all)
+eval_exclude = ""         # real photos: file of class ids / names never to use ("" = none)
+eval_cell = 224           # real photos: pixels per grid cell (a single photo is 2 x cell square)
+eval_resize = "crop"      # real photos: crop (short side to cell, centre square) | pad (gray borders)
 algebra_controls = 100    # layer-matched draws for the shared / only-one head-sets of ordinal vs referring (0 = skip)
 
 [controls]                # control name = R draws per head-set
@@ -56,6 +61,10 @@ shard_size = 8            # evaluation items per work unit
 batch_size = 256          # head-sets per batched forward
 torch_threads = 0         # CPU threads per model replica; 0 = all cores (same on every backend)
 '''
+
+
+#: the evaluation-source keys and their defaults (left out of the hash while at the default)
+EVAL_SOURCE_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_exclude": "", "eval_cell": 224, "eval_resize": "crop"}
 
 
 @dataclass
@@ -89,6 +98,11 @@ class StudyConfig:
     beta_sweep: list[float] = field(default_factory=lambda: [1.0, 10.0, 100.0, 1000.0, 10000.0])
     k_sweep: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     seed: int = 0
+    eval_source: str = "synthetic"
+    eval_classes: str = ""
+    eval_exclude: str = ""
+    eval_cell: int = 224
+    eval_resize: str = "crop"
     algebra_controls: int = 100
     controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99})
     run: RunConfig = field(default_factory=RunConfig)
@@ -100,6 +114,9 @@ class StudyConfig:
         """Hash of everything that changes results (not the backend or batching)."""
         d = self.to_dict()
         d.pop("run")
+        for key, default in EVAL_SOURCE_DEFAULTS.items():  # runs made before these keys keep their hash
+            if d[key] == default:
+                d.pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -210,12 +227,40 @@ def validate(cfg: StudyConfig) -> None:
             bad(f"controls.{name}", f"R must be at least 1, got {R}")
         if not ctl.random and R != 1:
             bad(f"controls.{name}", f"{name} is deterministic, so R must be 1, got {R}")
+    _validate_eval_source(cfg, bad)
     if cfg.run.backend not in ("local", "ray"):
         bad("run.backend", f"must be local or ray, got {cfg.run.backend!r}")
     if cfg.run.shard_size < 1 or cfg.run.batch_size < 1 or cfg.run.ray_workers < 1:
         bad("run", "shard_size, batch_size and ray_workers must be positive")
     if cfg.dtype not in ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16"):
         bad("dtype", f"unknown dtype {cfg.dtype!r}")
+
+
+def _validate_eval_source(cfg: StudyConfig, bad) -> None:
+    """The evaluation source's spec, folder and list files (the photos are checked when the
+    study builds its items, before the model is loaded)."""
+    from vheads.data.builders import RESIZE_POLICIES
+    from vheads.data.sources import parse_source_spec, source_folder
+
+    if cfg.eval_resize not in RESIZE_POLICIES:
+        bad("eval_resize", f"must be one of {', '.join(RESIZE_POLICIES)}, got {cfg.eval_resize!r}")
+    if cfg.eval_cell < 8:
+        bad("eval_cell", f"must be at least 8 pixels, got {cfg.eval_cell}")
+    if cfg.eval_source == "synthetic":
+        for key in ("eval_classes", "eval_exclude"):
+            if getattr(cfg, key):
+                bad(key, "applies to real photos only; set eval_source too")
+        return
+    try:
+        parse_source_spec(cfg.eval_source)
+    except ValueError as e:
+        bad("eval_source", f"{e}, or synthetic")
+    if not source_folder(cfg.eval_source).is_dir():
+        bad("eval_source", f"folder {str(source_folder(cfg.eval_source))!r} does not exist")
+    for key in ("eval_classes", "eval_exclude"):
+        path = getattr(cfg, key)
+        if path and not Path(path).is_file():
+            bad(key, f"file {path!r} does not exist")
 
 
 def load_config(path: str | Path | None = None, **overrides) -> StudyConfig:

@@ -185,8 +185,11 @@ def _eval_units(store: Store, cfg: StudyConfig) -> list[dict]:
 
 def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool = True, report: bool = True) -> StudyResult:
     """Run (or resume) the whole study of ``cfg`` into ``out``; returns the report's path."""
+    from vheads.study._data import preflight_data
+
     run_dir = Path(out)
     shape = preflight_model(cfg)
+    preflight_data(cfg)  # every photo and corpus read once, before the model or the run directory
     run_dir.mkdir(parents=True, exist_ok=True)
     store = Store(run_dir)
     have = store.get_meta("config_hash")

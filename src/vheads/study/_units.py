@@ -34,7 +34,10 @@ class UnitComputer:
     def __init__(self, cfg: dict[str, Any]):
         from vheads.study._config import config_from_dict
 
+        from vheads.study._data import eval_source
+
         self.cfg: StudyConfig = config_from_dict({k: v for k, v in cfg.items()})
+        self.source = eval_source(self.cfg)  # None: synthetic items
         self._engine = None
 
     @property
@@ -108,7 +111,7 @@ class UnitComputer:
         test = unit["test"]
         if test not in TEST_SETS:
             raise ValueError(f"unknown test {test!r}")
-        sets = {k: v[lo:hi] for k, v in item_sets(TEST_SETS[test], cfg.n_eval, eval_seed(cfg.seed)).items()}
+        sets = {k: v[lo:hi] for k, v in item_sets(TEST_SETS[test], cfg.n_eval, eval_seed(cfg.seed), self.source).items()}
         bs = cfg.run.batch_size
         out: dict[str, list[tuple]] = {"outcomes": [], "arms": []}
         uid, setting = unit["unit_id"], unit["setting"]
@@ -152,7 +155,7 @@ class UnitComputer:
 
         eng = self.engine
         image = sink = 0.0
-        items = item_sets(["grid-neutral"], self.cfg.n_eval, eval_seed(self.cfg.seed))["grid-neutral"]
+        items = item_sets(["grid-neutral"], self.cfg.n_eval, eval_seed(self.cfg.seed), self.source)["grid-neutral"]
         for it in items:
             pr = eng.lm.adapter.build(it, eng.lm.processor)
             T = pr.layout.n_tokens
@@ -167,7 +170,7 @@ class UnitComputer:
     def _audit(self, unit):
         from vheads.evaluation import baseline_audit
 
-        sets = audit_sets(self.cfg.n_eval, eval_seed(self.cfg.seed))
+        sets = audit_sets(self.cfg.n_eval, eval_seed(self.cfg.seed), self.source)
         rep = baseline_audit(self.engine, sets)
         return {"rows": {"audit": [(n, r["n"], r["mean_p_key"], r["expected"][0], r["expected"][1], int(r["ok"])) for n, r in rep.items()]}}
 
