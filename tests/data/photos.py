@@ -103,3 +103,60 @@ def make_hf_saved(root: Path) -> Path:
     (root / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}], "_split": "train"}))
     (root / "dataset_info.json").write_text(json.dumps({"features": features}))
     return root
+
+
+def photo_views(n: int) -> list[tuple[str, Image.Image]]:
+    """``n`` (class name, photo) pairs cycling through the classes, each view a different crop."""
+    photos = class_photos()
+    out = []
+    for i in range(n):
+        wnid = list(PHOTOS)[i % len(PHOTOS)]
+        im = photos[wnid][(i // len(PHOTOS)) % 2]
+        w, h = im.size
+        s = (i // (2 * len(PHOTOS))) * 6
+        out.append((PHOTOS[wnid][1], im.crop((s, s, w - s, h - s))))
+    return out
+
+
+def make_coco(root: Path, n_images: int = 24) -> Path:
+    """``root/val2017/*.jpg`` and ``root/annotations/instances_val2017.json`` in COCO's
+    instances format; each photo's largest annotation is its class (plus a smaller one of
+    another class and a crowd box, which must not decide the dominant category)."""
+    imgs = root / "val2017"
+    imgs.mkdir(parents=True)
+    (root / "annotations").mkdir()
+    names = [name for _, name in PHOTOS.values()]
+    images, anns = [], []
+    for i, (name, im) in enumerate(photo_views(n_images)):
+        fname = f"{i:012d}.jpg"
+        im.save(imgs / fname, quality=90)
+        w, h = im.size
+        cat = names.index(name) + 1
+        other = cat % len(names) + 1
+        images.append({"id": i, "file_name": fname, "width": w, "height": h})
+        anns += [
+            {"id": 10 * i, "image_id": i, "category_id": cat, "area": w * h * 0.5, "bbox": [0, 0, w / 2, h], "iscrowd": 0},
+            {"id": 10 * i + 1, "image_id": i, "category_id": other, "area": 30.0, "bbox": [0, 0, 5, 6], "iscrowd": 0},
+            {"id": 10 * i + 2, "image_id": i, "category_id": other, "area": w * h * 0.9, "bbox": [0, 0, w, h], "iscrowd": 1},
+        ]
+    cats = [{"id": k + 1, "name": n, "supercategory": "thing"} for k, n in enumerate(names)]
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    return imgs
+
+
+def make_photo_strips(root: Path, n: int = 4, panel: int = 64) -> Path:
+    """A strip folder (``strips.json`` + images): six photo panels per strip, labelled by class."""
+    root.mkdir(parents=True)
+    views = photo_views(6 * n)
+    strips = []
+    for s in range(n):
+        img = Image.new("RGB", (6 * panel, panel))
+        panels = []
+        for p in range(6):
+            name, im = views[6 * s + p]
+            img.paste(ImageOps.fit(im, (panel, panel)), (p * panel, 0))
+            panels.append({"box": [p * panel, 0, (p + 1) * panel, panel], "label": name})
+        img.save(root / f"strip_{s:03d}.png")
+        strips.append({"image": f"strip_{s:03d}.png", "panels": panels})
+    (root / "strips.json").write_text(json.dumps({"corpus": "photostrips", "abbrev": "ps", "strips": strips}))
+    return root
