@@ -124,3 +124,13 @@ def _toml(d: dict) -> str:
         else:
             lines.append(f"{k} = {json.dumps(v)}")
     return "\n".join(lines) + "\n\n" + "\n".join(tables)
+
+
+def test_audit_command_takes_a_photo_source(tmp_path):
+    train = make_ilsvrc(tmp_path)
+    r = CliRunner().invoke(app, ["audit", "--model", "tiny", "--n", "2", "--source", f"imagenet:{train}", "--cell", "32", "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert set(rep) == {"oracle", "floor", "matched", "mismatched", "leak"} and all(v["n"] == 2 for v in rep.values())
+    r = CliRunner().invoke(app, ["audit", "--model", "tiny", "--source", f"imagefolder:{tmp_path / 'none'}"])
+    assert r.exit_code == 2 and "does not exist" in r.output
