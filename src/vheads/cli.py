@@ -74,7 +74,7 @@ def evaluate(
     force: Annotated[bool, typer.Option("--force", help="use head-sets discovered on another model")] = False,
     batch_size: Annotated[int, typer.Option(help="head-sets per batched forward")] = 128,
     json_out: Annotated[bool, typer.Option("--json", help="machine-readable output with per-item outcomes")] = False,
-    source: Annotated[Optional[str], typer.Option(help="real photos: imagenet:DIR, imagefolder:DIR or hf:DIR[,SPLIT]")] = None,  # noqa: UP007
+    source: Annotated[Optional[str], typer.Option(help="real photos (imagenet:DIR, imagefolder:DIR, hf:DIR[,SPLIT]) or a benchmark (cvbench:DIR, mcq:FILE.jsonl, …)")] = None,  # noqa: UP007
     cell: Annotated[int, typer.Option(help="real photos: pixels per grid cell")] = 224,
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
@@ -110,7 +110,7 @@ def audit(
     n: Annotated[int, typer.Option(help="items per set")] = 24,
     seed: Annotated[int, typer.Option()] = 0,
     json_out: Annotated[bool, typer.Option("--json")] = False,
-    source: Annotated[Optional[str], typer.Option(help="real photos: imagenet:DIR, imagefolder:DIR or hf:DIR[,SPLIT]")] = None,  # noqa: UP007
+    source: Annotated[Optional[str], typer.Option(help="real photos (imagenet:DIR, imagefolder:DIR, hf:DIR[,SPLIT]) or a benchmark (cvbench:DIR, mcq:FILE.jsonl, …)")] = None,  # noqa: UP007
     cell: Annotated[int, typer.Option(help="real photos: pixels per grid cell")] = 224,
 ) -> None:
     """Baseline audit of the evaluation sets: oracle, floor, matched, mismatched, leak."""
@@ -158,12 +158,13 @@ def export(
 
 
 def _real_items(source: str | None, cell: int):
-    """The real-photo item builder of ``--source`` (its folder read now), or None."""
+    """The item builder of ``--source`` — class-labelled photos or a pointing-suite benchmark
+    (its files read now) — or None for the synthetic items."""
     if source is None:
         return None
-    from vheads.data.builders import RealItems
+    from vheads.data.ood import item_source
 
-    real = _fail_clearly(RealItems, source, cell=cell)
+    real = _fail_clearly(item_source, source, cell)
     _fail_clearly(real.open)
     return real
 
