@@ -191,6 +191,12 @@ def _mount_optional() -> None:
     except ImportError:
         pass
     try:
+        from vheads.data._cli import app as data_app
+
+        app.add_typer(data_app, name="data", help="Preview the items vheads builds (contact sheets).")
+    except ImportError:
+        pass
+    try:
         from vheads.discovery._cli import discover, overlap
 
         app.command("discover")(discover)
