@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.data.benchmarks import (
+    make_countbenchqa, make_cvbench, make_mathvista, make_mmstar, make_spatial457, make_spatialrgpt,
+)
 from tests.data.photos import make_coco, make_ilsvrc, make_photo_strips
 from vheads.cli import app
 from vheads.study import Store, config_from_dict, run_study
@@ -23,11 +26,15 @@ def paper_config(tmp: Path, **over) -> dict:
     coco = make_coco(tmp / "coco")
     train = make_ilsvrc(tmp / "ilsvrc")
     assert d["corpora"][0].startswith("strips:PATH") and d["corpora"][1].startswith("coco:PATH") and "PATH" in d["eval_source"]
+    makers = {"cvbench": make_cvbench, "mmstar": make_mmstar, "mathvista": make_mathvista, "countbenchqa": make_countbenchqa,
+              "spatial457": make_spatial457, "spatialrgpt": make_spatialrgpt}
+    assert [t.partition(":")[0] for t in d["ood_tasks"]] == list(makers) and all("PATH" in t for t in d["ood_tasks"])
+    d["ood_tasks"] = [make(tmp / name)[0] for name, make in makers.items()]
     d.update(corpora=[f"strips:{strips}", f"coco:{coco},{coco.parent / 'annotations' / 'instances_val2017.json'}"],
              eval_source=f"imagenet:{train}", model="tiny", dtype="float32", device="cpu", eval_cell=32,
              queries=["ordinal"], sources=["last", "qspan"], n_discovery=2, k=0, splits=4, n_eval=2,
              row_groups=["all"], beta_sweep=[], k_sweep=[1], algebra_controls=0,
-             controls={"layer-matched": 2, "any-layer": 2}, run={"shard_size": 2, "batch_size": 8, "torch_threads": 1})
+             n_ood=2, controls={"layer-matched": 2, "any-layer": 2}, run={"shard_size": 2, "batch_size": 8, "torch_threads": 1})
     d.update(over)
     return d
 
@@ -46,7 +53,7 @@ def test_paper_study_runs_end_to_end_on_real_photos(tmp_path):
 def test_small_study_on_real_photos(tmp_path):
     """The fast variant: photo strips only, CERS and NCS."""
     d = paper_config(tmp_path, sources=["qspan"], tests=["cers", "ncs"], controls={"layer-matched": 2})
-    d["corpora"] = d["corpora"][:1]
+    d["corpora"], d["ood_tasks"] = d["corpora"][:1], d["ood_tasks"][:1]
     _check_real_photo_study(tmp_path, config_from_dict(d), {"ps-ord-qsp"}, {"cers", "ncs-all"}, report=False)
 
 
@@ -64,8 +71,22 @@ def _check_real_photo_study(tmp_path, cfg, want_settings, want_tests, report):
         tests = {t for (t,) in store.query("SELECT DISTINCT test FROM outcomes")}
         assert want_tests <= tests
         audit = {name: (mean, lo, hi, ok) for name, _, mean, lo, hi, ok in store.query("SELECT * FROM audit")}
+        tasks = [t.partition(":")[0] for t in cfg.ood_tasks]
+        ood_audit = store.query("SELECT task, name, mean_p_key, lo, hi, ok FROM ood_audit")
+        ood = store.query("SELECT DISTINCT task, setting, test, headset_id FROM ood_outcomes")
     finally:
         store.close()
+    # the pointing suite: every task audited, S and its one layer-matched draw tested with CERS and NCS
+    assert {t for t, *_ in ood_audit} == set(tasks) and len(ood_audit) == 5 * len(tasks)
+    assert all(ok == int(lo <= m <= hi) for _, _, m, lo, hi, ok in ood_audit)
+    assert {(t, s, test, h) for t, s, test, h in ood} == {(t, s, test, h) for t in tasks for s in want_settings
+                                                          for test in ("cers", "ncs-matched", "ncs-mismatched")
+                                                          for h in ("S", "layer-matched#0")}
+    if report:
+        md = (out / "report.md").read_text()
+        for title in ("Out-of-domain baseline audit (seed Table 22)", "Out-of-domain CERS and NCS pooled",
+                      "Out-of-domain CERS per task (seed Table 26)"):
+            assert title in md
     assert set(audit) == {"oracle", "floor", "matched", "mismatched", "leak"}
     for name, (mean, lo, hi, ok) in audit.items():
         assert ok == int(lo <= mean <= hi), name

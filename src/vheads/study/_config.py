@@ -47,6 +47,9 @@ eval_classes = ""         # real photos: file of class ids / names to use, one a
 eval_exclude = ""         # real photos: file of class ids / names never to use ("" = none)
 eval_cell = 224           # real photos: pixels per grid cell (a single photo is 2 x cell square)
 eval_resize = "crop"      # real photos: crop (short side to cell, centre square) | pad (gray borders)
+ood_tasks = []            # pointing suite: TASK:PATH (cvbench, mmstar, mathvista, countbenchqa, spatial457, spatialrgpt, mcq, mcq-retrieval)
+n_ood = 80                # items per task (audit sets, CERS grids, NCS pairs)
+ood_controls = 1          # layer-matched draws tested with each S on every task (seed Tables 23-27: one)
 algebra_controls = 100    # layer-matched draws for the shared / only-one head-sets of ordinal vs referring (0 = skip)
 
 [controls]                # control name = R draws per head-set
@@ -63,8 +66,10 @@ torch_threads = 0         # CPU threads per model replica; 0 = all cores (same o
 '''
 
 
-#: the evaluation-source keys and their defaults (left out of the hash while at the default)
-EVAL_SOURCE_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_exclude": "", "eval_cell": 224, "eval_resize": "crop"}
+#: keys added for real images and the pointing suite, with their defaults (left out of the
+#: hash while at the default, so runs made before them keep their hash)
+EVAL_SOURCE_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_exclude": "", "eval_cell": 224,
+                        "eval_resize": "crop", "ood_tasks": [], "n_ood": 80, "ood_controls": 1}
 
 
 @dataclass
@@ -103,6 +108,9 @@ class StudyConfig:
     eval_exclude: str = ""
     eval_cell: int = 224
     eval_resize: str = "crop"
+    ood_tasks: list[str] = field(default_factory=list)
+    n_ood: int = 80
+    ood_controls: int = 1
     algebra_controls: int = 100
     controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99})
     run: RunConfig = field(default_factory=RunConfig)
@@ -228,6 +236,7 @@ def validate(cfg: StudyConfig) -> None:
         if not ctl.random and R != 1:
             bad(f"controls.{name}", f"{name} is deterministic, so R must be 1, got {R}")
     _validate_eval_source(cfg, bad)
+    _validate_ood(cfg, bad)
     if cfg.run.backend not in ("local", "ray"):
         bad("run.backend", f"must be local or ray, got {cfg.run.backend!r}")
     if cfg.run.shard_size < 1 or cfg.run.batch_size < 1 or cfg.run.ray_workers < 1:
@@ -261,6 +270,26 @@ def _validate_eval_source(cfg: StudyConfig, bad) -> None:
         path = getattr(cfg, key)
         if path and not Path(path).is_file():
             bad(key, f"file {path!r} does not exist")
+
+
+def _validate_ood(cfg: StudyConfig, bad) -> None:
+    """Pointing-suite tasks: known task names, existing paths, one entry per task."""
+    from vheads.data.ood import TASKS, is_task_spec
+
+    seen = set()
+    for spec in cfg.ood_tasks:
+        if not isinstance(spec, str) or not is_task_spec(spec):
+            bad("ood_tasks", f"{spec!r} is not TASK:PATH with TASK one of {', '.join(TASKS)}")
+        task, _, arg = spec.partition(":")
+        if task in seen:
+            bad("ood_tasks", f"task {task!r} is listed twice")
+        seen.add(task)
+        if not Path(arg.split(",")[0]).exists():
+            bad("ood_tasks", f"{task}: path {arg.split(',')[0]!r} does not exist")
+    if cfg.n_ood < 2:
+        bad("n_ood", f"must be at least 2, got {cfg.n_ood}")
+    if cfg.ood_controls < 0 or (cfg.ood_controls and cfg.ood_controls > cfg.controls.get("layer-matched", 0)):
+        bad("ood_controls", f"must be between 0 and the layer-matched R ({cfg.controls.get('layer-matched', 0)}), got {cfg.ood_controls}")
 
 
 def load_config(path: str | Path | None = None, **overrides) -> StudyConfig:

@@ -23,8 +23,22 @@ def eval_source(cfg: StudyConfig):
     return RealItems(cfg.eval_source, cfg.eval_classes, cfg.eval_exclude, cfg.eval_cell, cfg.eval_resize)
 
 
+#: the pointing-suite item kinds by role: the CERS grids, the NCS arms, the audit sets
+OOD_KINDS = {"cers": "grid-neutral", "matched": "class-matched", "mismatched": "class-mismatched",
+             "oracle": "grid-oracle", "floor": "grid-blank"}
+
+
+def ood_sets(cfg: StudyConfig, spec: str) -> dict[str, list]:
+    """``{role: items}`` of one pointing-suite task (roles of :data:`OOD_KINDS`), ``n_ood`` each."""
+    from vheads.data.ood import BenchmarkItems
+
+    bench = BenchmarkItems(spec, cfg.eval_cell)
+    return {role: bench.items(kind, cfg.n_ood, derived_seed(cfg.seed, "ood", bench.task, kind)) for role, kind in OOD_KINDS.items()}
+
+
 def preflight_data(cfg: StudyConfig) -> None:
-    """Build every evaluation set and load every non-synthetic discovery corpus once."""
+    """Build every evaluation set, every pointing-suite task's items, and load every
+    non-synthetic discovery corpus once."""
     from vheads.discovery import load_corpus
     from vheads.discovery._discover import SYNTHETIC
     from vheads.evaluation._run import AUDIT_SETS, TEST_SETS, item_sets
@@ -34,6 +48,8 @@ def preflight_data(cfg: StudyConfig) -> None:
     if source is not None:
         kinds = dict.fromkeys([k for t in cfg.tests for k in TEST_SETS[t]] + ["grid-neutral", *AUDIT_SETS.values()])
         item_sets(kinds, cfg.n_eval, eval_seed(cfg.seed), source)
+    for spec in cfg.ood_tasks:
+        ood_sets(cfg, spec)
     for c in cfg.corpora:
         if c not in SYNTHETIC:
             for q in cfg.queries:

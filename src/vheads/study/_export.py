@@ -7,7 +7,7 @@ from pathlib import Path
 
 from vheads.study._store import Store
 
-TABLES = ("outcomes", "arms", "discovery", "headsets", "overlap", "ceilings", "audit")
+TABLES = ("outcomes", "arms", "discovery", "headsets", "overlap", "ceilings", "audit", "ood_outcomes", "ood_audit")
 
 
 def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = None) -> list[Path]:
