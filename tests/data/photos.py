@@ -160,3 +160,19 @@ def make_photo_strips(root: Path, n: int = 4, panel: int = 64) -> Path:
         strips.append({"image": f"strip_{s:03d}.png", "panels": panels})
     (root / "strips.json").write_text(json.dumps({"corpus": "photostrips", "abbrev": "ps", "strips": strips}))
     return root
+
+
+def make_comics(root: Path, n_comics: int = 2, panels: int = 7, labels: bool = True) -> Path:
+    """``root/<comic>/<NNN>.png`` panels (photos) and a ``labels.json`` naming each panel's class."""
+    views = photo_views(n_comics * panels)
+    for c in range(n_comics):
+        d = root / f"comic_{c:02d}"
+        d.mkdir(parents=True)
+        lab = {}
+        for p in range(panels):
+            name, im = views[c * panels + p]
+            im.save(d / f"{p + 1:03d}.png")
+            lab[f"{p + 1:03d}.png"] = name
+        if labels:
+            (d / "labels.json").write_text(json.dumps(lab))
+    return root

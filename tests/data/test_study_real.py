@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from tests.data.benchmarks import (
     make_countbenchqa, make_cvbench, make_mathvista, make_mmstar, make_spatial457, make_spatialrgpt,
 )
-from tests.data.photos import make_coco, make_ilsvrc, make_photo_strips
+from tests.data.photos import make_coco, make_comics, make_ilsvrc
 from vheads.cli import app
 from vheads.study import Store, config_from_dict, run_study
 
@@ -22,15 +22,15 @@ PAPER = Path(__file__).resolve().parents[2] / "configs" / "paper.toml"
 def paper_config(tmp: Path, **over) -> dict:
     """paper.toml with its PATH placeholders filled by fixtures and its sizes made tiny."""
     d = tomllib.loads(PAPER.read_text())
-    strips = make_photo_strips(tmp / "comics")
+    comics = make_comics(tmp / "comics", n_comics=2, panels=6)
     coco = make_coco(tmp / "coco")
     train = make_ilsvrc(tmp / "ilsvrc")
-    assert d["corpora"][0].startswith("strips:PATH") and d["corpora"][1].startswith("coco:PATH") and "PATH" in d["eval_source"]
+    assert d["corpora"][0].startswith("comics:PATH") and d["corpora"][1].startswith("coco:PATH") and "PATH" in d["eval_source"]
     makers = {"cvbench": make_cvbench, "mmstar": make_mmstar, "mathvista": make_mathvista, "countbenchqa": make_countbenchqa,
               "spatial457": make_spatial457, "spatialrgpt": make_spatialrgpt}
     assert [t.partition(":")[0] for t in d["ood_tasks"]] == list(makers) and all("PATH" in t for t in d["ood_tasks"])
     d["ood_tasks"] = [make(tmp / name)[0] for name, make in makers.items()]
-    d.update(corpora=[f"strips:{strips}", f"coco:{coco},{coco.parent / 'annotations' / 'instances_val2017.json'}"],
+    d.update(corpora=[f"comics:{comics}", f"coco:{coco},{coco.parent / 'annotations' / 'instances_val2017.json'}"],
              eval_source=f"imagenet:{train}", model="tiny", dtype="float32", device="cpu", eval_cell=32,
              queries=["ordinal"], sources=["last", "qspan"], n_discovery=2, k=0, splits=4, n_eval=2,
              row_groups=["all"], beta_sweep=[], k_sweep=[1], algebra_controls=0,
@@ -46,15 +46,15 @@ def test_paper_config_is_valid_once_its_paths_are_filled(tmp_path):
 
 @pytest.mark.slow
 def test_paper_study_runs_end_to_end_on_real_photos(tmp_path):
-    _check_real_photo_study(tmp_path, config_from_dict(paper_config(tmp_path)), {"ps-ord-last", "ps-ord-qsp", "co-ord-last", "co-ord-qsp"},
+    _check_real_photo_study(tmp_path, config_from_dict(paper_config(tmp_path)), {"cm-ord-last", "cm-ord-qsp", "co-ord-last", "co-ord-qsp"},
                             {"cers", "ncs-all", "ncs-grid", "text"}, report=True)
 
 
 def test_small_study_on_real_photos(tmp_path):
-    """The fast variant: photo strips only, CERS and NCS."""
+    """The fast variant: comics only, CERS and NCS, one benchmark."""
     d = paper_config(tmp_path, sources=["qspan"], tests=["cers", "ncs"], controls={"layer-matched": 2})
     d["corpora"], d["ood_tasks"] = d["corpora"][:1], d["ood_tasks"][:1]
-    _check_real_photo_study(tmp_path, config_from_dict(d), {"ps-ord-qsp"}, {"cers", "ncs-all"}, report=False)
+    _check_real_photo_study(tmp_path, config_from_dict(d), {"cm-ord-qsp"}, {"cers", "ncs-all"}, report=False)
 
 
 def _check_real_photo_study(tmp_path, cfg, want_settings, want_tests, report):

@@ -25,7 +25,7 @@ dtype = "float32"         # float32 | bfloat16 | float16
 device = "cpu"            # cpu | cuda | cuda:N
 
 # discovery: settings = corpora x queries x sources (12 in the full design)
-corpora = ["comics", "photo"]    # comics, photo (built-in), strips:FOLDER, coco:IMAGES[,ANNOTATIONS.json]
+corpora = ["comics", "photo"]    # comics, photo (built-in), strips:FOLDER, comics:FOLDER, coco:IMAGES[,ANNOTATIONS.json]
 queries = ["ordinal", "referring"]
 sources = ["last", "qspan", "out"]
 n_discovery = 48          # discovery items per corpus x query
@@ -209,12 +209,12 @@ def validate(cfg: StudyConfig) -> None:
         kind, _, rest = c.partition(":")
         if c in ("comics", "photo"):
             continue
-        if kind in ("strips", "coco") and rest:
+        if kind in ("strips", "coco", "comics") and rest:
             folder = Path(rest.split(",")[0])
             if not folder.is_dir():
                 bad("corpora", f"corpus folder {str(folder)!r} does not exist")
             continue
-        bad("corpora", f"unknown corpus {c!r}; use comics, photo, strips:FOLDER or coco:IMAGES[,ANNOTATIONS.json]")
+        bad("corpora", f"unknown corpus {c!r}; use comics, photo, strips:FOLDER, comics:FOLDER or coco:IMAGES[,ANNOTATIONS.json]")
     if not cfg.corpora or not cfg.queries or not cfg.sources:
         bad("corpora", "a study needs at least one corpus, query type and source")
     for key in ("n_discovery", "n_eval", "splits"):
