@@ -44,13 +44,17 @@ def test_countbench_choices_are_the_count_and_its_near_misses(tmp_path):
     assert near_miss_counts(5) == ["3", "4", "5", "6"] and near_miss_counts(1) == ["1", "2", "3", "4"]
 
 
-@pytest.mark.parametrize("make", [make_cvbench, make_countbenchqa, make_mmstar])
-def test_overlay_grid_is_one_photo_four_times_with_the_key_on_the_target_cell(tmp_path, make):
+def _grids(make, tmp_path, seed):
+    """(item, its question's record, records by location) of six CERS grids of a fixture benchmark."""
     spec, _ = make(tmp_path / "b")
     bench = BenchmarkItems(spec, CELL)
     by_where = {r.where: r for r in bench.open()}
-    for it in bench.items("grid-neutral", 6, 0):
-        rec = by_where[it.meta["task_question"]]
+    return [(it, by_where[it.meta["task_question"]], by_where) for it in bench.items("grid-neutral", 6, seed)]
+
+
+@pytest.mark.parametrize("make", [make_cvbench, make_countbenchqa, make_mmstar])
+def test_overlay_grid_is_one_photo_four_times_with_the_key_on_the_target_cell(tmp_path, make):
+    for it, rec, _ in _grids(make, tmp_path, 0):
         assert it.question == rec.question
         assert _key(it) == rec.choices[rec.answer] == it.meta["cells"][int(it.target[-1])]
         assert sorted(it.options) == sorted(it.meta["cells"]) and set(it.options) <= set(rec.choices)
@@ -63,11 +67,7 @@ def test_overlay_grid_is_one_photo_four_times_with_the_key_on_the_target_cell(tm
 
 @pytest.mark.parametrize("make", [make_spatial457, make_spatialrgpt])
 def test_retrieval_grid_shows_four_scenes_and_keys_the_asked_one(tmp_path, make):
-    spec, _ = make(tmp_path / "b")
-    bench = BenchmarkItems(spec, CELL)
-    by_where = {r.where: r for r in bench.open()}
-    for it in bench.items("grid-neutral", 6, 1):
-        rec = by_where[it.meta["task_question"]]
+    for it, rec, by_where in _grids(make, tmp_path, 1):
         shown = [by_where[w] for w in it.meta["images"]]
         assert len({r.where for r in shown}) == 4 and len(set(it.options)) == 4
         t = int(it.target[-1])
@@ -143,7 +143,7 @@ def test_unreadable_benchmark_image_names_the_row(tmp_path):
     spec, _ = make_spatial457(tmp_path / "b", n=12)
     for f in (tmp_path / "b" / "images").iterdir():
         f.write_bytes(b"")
-    with pytest.raises(ValueError, match=r"L1_single\.json question \d+: the image is not readable"):
+    with pytest.raises(ValueError, match=r"L1_single\.json question \d+: image file \S+ is empty \(0 bytes\)"):
         BenchmarkItems(spec, CELL).items("grid-neutral", 2, 0)
 
 

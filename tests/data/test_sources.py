@@ -148,7 +148,7 @@ def test_unreadable_row_image_names_file_and_row(tmp_path):
     (tmp_path / "data").mkdir()
     pq.write_table(table, tmp_path / "data" / "train.parquet")
     src = open_source(f"hf:{tmp_path}")
-    with pytest.raises(ValueError, match=r"train\.parquet row 3 is not a readable image"):
+    with pytest.raises(ValueError, match=r"train\.parquet row 3: not a readable image"):
         src.open(src.images["1"][1])
     with pytest.raises(ValueError, match=r"train\.parquet row 4: the image holds no bytes \(only a path"):
         src.open(src.images["2"][0])
@@ -161,7 +161,7 @@ def test_zero_size_and_corrupt_image_files_are_named(tmp_path):
     src = open_source(f"imagenet:{train}")
     with pytest.raises(ValueError, match=r"n00000001_0\.JPEG is empty \(0 bytes\)"):
         src.open(src.images["n00000001"][0])
-    with pytest.raises(ValueError, match=r"n00000002_0\.JPEG is not a readable image"):
+    with pytest.raises(ValueError, match=r"n00000002_0\.JPEG: not a readable image"):
         src.open(src.images["n00000002"][0])
 
 

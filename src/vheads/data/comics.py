@@ -23,6 +23,7 @@ from pathlib import Path
 from PIL import Image
 
 from vheads.data._items import Item
+from vheads.data._open import open_rgb
 from vheads.data.builders import fit_square
 from vheads.data.loaders import strip_item
 from vheads.data.sources._folders import IMAGE_SUFFIXES
@@ -46,16 +47,6 @@ def _comic_panels(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
             raise ValueError(f"{folder / LABELS} gives no label for panel {missing[0]!r}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
         labels = {p.name: str(raw[p.name]).strip() for p in panels}
     return panels, labels
-
-
-def _open_panel(path: Path) -> Image.Image:
-    if path.stat().st_size == 0:
-        raise ValueError(f"comic panel {path} is empty (0 bytes)")
-    try:
-        with Image.open(path) as im:
-            return im.convert("RGB")
-    except OSError as e:
-        raise ValueError(f"comic panel {path} is not a readable image ({e})") from None
 
 
 def load_comic_folders(root: str | Path, query: str, n: int | None = None, seed: int = 0, panel_size: int = 224,
@@ -95,7 +86,7 @@ def load_comic_folders(root: str | Path, query: str, n: int | None = None, seed:
             asked = int(rng.integers(n_panels))
         canvas = Image.new("RGB", (P * n_panels, P))
         for p, path in enumerate(group):
-            canvas.paste(fit_square(_open_panel(path), P, "pad"), (p * P, 0))
+            canvas.paste(fit_square(open_rgb(path, f"comic panel {path}"), P, "pad"), (p * P, 0))
         items.append(strip_item("comics", query, f"comics-{query}-s{seed}-{len(items)}", canvas, boxes, labels, asked,
                                 {"comic": comic.name, "panel_files": [p.name for p in group]}))
     if not items:

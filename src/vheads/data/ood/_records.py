@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import pyarrow.parquet as pq
 from PIL import Image
+
+from vheads.data._open import open_rgb
 
 from vheads.data.sources._hf import _image_cell
 
@@ -25,7 +26,7 @@ class MCQRecord:
 
     id: str
     where: str
-    load: Callable[[], Image.Image] = field(repr=False)
+    load: Callable[[], Path | bytes] = field(repr=False)  # the image file, or its encoded bytes
     question: str
     choices: list[str]
     answer: int
@@ -33,17 +34,8 @@ class MCQRecord:
     boxes: list[tuple[str, tuple[float, float, float, float]]] = field(default_factory=list)
 
     def image(self) -> Image.Image:
-        """The RGB image; an unreadable or empty one is a ValueError naming file and row."""
-        try:
-            im = self.load()
-            im.load()
-            if im.width == 0 or im.height == 0:
-                raise OSError("zero-size image")
-            return im.convert("RGB")
-        except FileNotFoundError as e:
-            raise FileNotFoundError(f"{self.where}: image file {e.filename or e} is missing") from None
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{self.where}: the image is not readable ({e})") from None
+        """The RGB image; a missing, empty or unreadable one is an error naming file and row."""
+        return open_rgb(self.load(), self.where)
 
 
 def check_record(rec: MCQRecord, min_choices: int = 2) -> MCQRecord:
@@ -72,22 +64,15 @@ def answer_index(where: str, answer, choices: list[str]) -> int:
     raise ValueError(f"{where}: the answer {text!r} is not among the choices {choices!r}")
 
 
-def file_image(path: Path) -> Callable[[], Image.Image]:
-    def load():
-        if path.is_file() and path.stat().st_size == 0:
-            raise OSError(f"{path} is empty (0 bytes)")
-        return Image.open(path)
-    return load
+def file_image(path: Path) -> Callable[[], Path]:
+    return lambda: path
 
 
-def cell_image(path: Path, row: int, column: str) -> Callable[[], Image.Image]:
-    """A parquet row's image ({bytes, path} struct or raw bytes), read when needed."""
+def cell_image(path: Path, row: int, column: str) -> Callable[[], bytes]:
+    """A parquet row's image bytes ({bytes, path} struct or raw bytes), read when needed."""
     def load():
         cell = _image_cell("parquet", path, row, column)
-        data = cell.get("bytes") if isinstance(cell, dict) else cell
-        if not data:
-            raise OSError("the row holds no image bytes")
-        return Image.open(io.BytesIO(data))
+        return (cell.get("bytes") if isinstance(cell, dict) else cell) or b""
     return load
 
 

@@ -9,12 +9,13 @@ row, for a table) — raised while items are built, before any model work.
 from __future__ import annotations
 
 import hashlib
-import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from PIL import Image
+
+from vheads.data._open import open_rgb
 
 MIN_CLASSES = 4  # a four-option question needs four distinct classes (five for a mismatched arm)
 
@@ -49,24 +50,7 @@ class ClassSource:
 
     def open(self, ref: ImageRef) -> Image.Image:
         """The image as RGB; an empty or unreadable image is a ValueError naming file and row."""
-        if ref.row is None:
-            if not ref.path.is_file():
-                raise FileNotFoundError(f"{self.spec}: image file {ref.path} is missing")
-            if ref.path.stat().st_size == 0:
-                raise ValueError(f"{self.spec}: image file {ref.path} is empty (0 bytes)")
-            data = ref.path.read_bytes()
-        else:
-            data = self.read_bytes(ref)
-            if not data:
-                raise ValueError(f"{self.spec}: {ref.where()} holds no image bytes")
-        try:
-            with Image.open(io.BytesIO(data)) as im:
-                im.load()
-                if im.width == 0 or im.height == 0:
-                    raise OSError("zero-size image")
-                return im.convert("RGB")
-        except (OSError, ValueError, Image.DecompressionBombError) as e:
-            raise ValueError(f"{self.spec}: {ref.where()} is not a readable image ({e})") from None
+        return open_rgb(ref.path if ref.row is None else self.read_bytes(ref), f"{self.spec}: {ref.where()}")
 
     def fingerprint(self) -> str:
         """Hash of the class list and every image's location: two sources with the same
