@@ -19,19 +19,31 @@ from vheads.study import Store, config_from_dict, run_study
 PAPER = Path(__file__).resolve().parents[2] / "configs" / "paper.toml"
 
 
+MAKERS = {"cvbench": make_cvbench, "mmstar": make_mmstar, "mathvista": make_mathvista, "countbenchqa": make_countbenchqa,
+          "spatial457": make_spatial457, "spatialrgpt": make_spatialrgpt}
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    """Every input paper.toml names, made once: comics, COCO, an ILSVRC folder, six benchmarks."""
+    tmp = tmp_path_factory.mktemp("paper-data")
+    make_comics(tmp / "comics", n_comics=2, panels=6)
+    make_coco(tmp / "coco")
+    make_ilsvrc(tmp / "ilsvrc")
+    for name, make in MAKERS.items():
+        make(tmp / name)
+    return tmp
+
+
 def paper_config(tmp: Path, **over) -> dict:
-    """paper.toml with its PATH placeholders filled by fixtures and its sizes made tiny."""
+    """paper.toml with its PATH placeholders filled by the fixtures under ``tmp`` and its sizes made tiny."""
     d = tomllib.loads(PAPER.read_text())
-    comics = make_comics(tmp / "comics", n_comics=2, panels=6)
-    coco = make_coco(tmp / "coco")
-    train = make_ilsvrc(tmp / "ilsvrc")
     assert d["corpora"][0].startswith("comics:PATH") and d["corpora"][1].startswith("coco:PATH") and "PATH" in d["eval_source"]
-    makers = {"cvbench": make_cvbench, "mmstar": make_mmstar, "mathvista": make_mathvista, "countbenchqa": make_countbenchqa,
-              "spatial457": make_spatial457, "spatialrgpt": make_spatialrgpt}
-    assert [t.partition(":")[0] for t in d["ood_tasks"]] == list(makers) and all("PATH" in t for t in d["ood_tasks"])
-    d["ood_tasks"] = [make(tmp / name)[0] for name, make in makers.items()]
-    d.update(corpora=[f"comics:{comics}", f"coco:{coco},{coco.parent / 'annotations' / 'instances_val2017.json'}"],
-             eval_source=f"imagenet:{train}", model="tiny", dtype="float32", device="cpu", eval_cell=32,
+    assert [t.partition(":")[0] for t in d["ood_tasks"]] == list(MAKERS) and all("PATH" in t for t in d["ood_tasks"])
+    d["ood_tasks"] = [f"{name}:{tmp / name}" for name in MAKERS]
+    coco = tmp / "coco" / "val2017"
+    d.update(corpora=[f"comics:{tmp / 'comics'}", f"coco:{coco},{coco.parent / 'annotations' / 'instances_val2017.json'}"],
+             eval_source=f"imagenet:{tmp / 'ilsvrc' / 'ILSVRC' / 'Data' / 'CLS-LOC' / 'train'}", model="tiny", dtype="float32", device="cpu", eval_cell=32,
              queries=["ordinal"], sources=["last", "qspan"], n_discovery=2, k=0, splits=4, n_eval=2,
              row_groups=["all"], beta_sweep=[], k_sweep=[1], algebra_controls=0,
              n_ood=2, controls={"layer-matched": 2, "any-layer": 2}, run={"shard_size": 2, "batch_size": 8, "torch_threads": 1})
@@ -39,20 +51,20 @@ def paper_config(tmp: Path, **over) -> dict:
     return d
 
 
-def test_paper_config_is_valid_once_its_paths_are_filled(tmp_path):
-    cfg = config_from_dict(paper_config(tmp_path))
+def test_paper_config_is_valid_once_its_paths_are_filled(data_root):
+    cfg = config_from_dict(paper_config(data_root))
     assert cfg.eval_source.startswith("imagenet:") and len(cfg.corpora) == 2
 
 
 @pytest.mark.slow
-def test_paper_study_runs_end_to_end_on_real_photos(tmp_path):
-    _check_real_photo_study(tmp_path, config_from_dict(paper_config(tmp_path)), {"cm-ord-last", "cm-ord-qsp", "co-ord-last", "co-ord-qsp"},
+def test_paper_study_runs_end_to_end_on_real_photos(data_root, tmp_path):
+    _check_real_photo_study(tmp_path, config_from_dict(paper_config(data_root)), {"cm-ord-last", "cm-ord-qsp", "co-ord-last", "co-ord-qsp"},
                             {"cers", "ncs-all", "ncs-grid", "text"}, report=True)
 
 
-def test_small_study_on_real_photos(tmp_path):
+def test_small_study_on_real_photos(data_root, tmp_path):
     """The fast variant: comics only, CERS and NCS, one benchmark."""
-    d = paper_config(tmp_path, sources=["qspan"], tests=["cers", "ncs"], controls={"layer-matched": 2})
+    d = paper_config(data_root, sources=["qspan"], tests=["cers", "ncs"], controls={"layer-matched": 2})
     d["corpora"], d["ood_tasks"] = d["corpora"][:1], d["ood_tasks"][:1]
     _check_real_photo_study(tmp_path, config_from_dict(d), {"cm-ord-qsp"}, {"cers", "ncs-all"}, report=False)
 
@@ -100,9 +112,9 @@ def _check_real_photo_study(tmp_path, cfg, want_settings, want_tests, report):
     ("zero-size", "is empty (0 bytes)"),
     ("empty", "no class folders named by wnid"),
 ])
-def test_bad_evaluation_source_is_one_line_before_any_work(tmp_path, breakage, match):
-    d = paper_config(tmp_path, n_eval=4)
-    train = Path(d["eval_source"].partition(":")[2])
+def test_bad_evaluation_source_is_one_line_before_any_work(data_root, tmp_path, breakage, match):
+    train = make_ilsvrc(tmp_path / "ilsvrc")  # a copy this test may break
+    d = paper_config(data_root, n_eval=4, eval_source=f"imagenet:{train}")
     if breakage == "few-classes":
         for w in sorted(p for p in train.iterdir())[3:]:
             for f in w.iterdir():
@@ -125,8 +137,8 @@ def test_bad_evaluation_source_is_one_line_before_any_work(tmp_path, breakage, m
     assert not out.exists()
 
 
-def test_bad_eval_keys_name_the_key(tmp_path):
-    d = paper_config(tmp_path)
+def test_bad_eval_keys_name_the_key(data_root, tmp_path):
+    d = paper_config(data_root)
     for over, msg in [({"eval_source": "webdataset:/x"}, "config key 'eval_source'"),
                       ({"eval_source": f"imagenet:{tmp_path / 'nowhere'}"}, "does not exist"),
                       ({"eval_resize": "stretch"}, "config key 'eval_resize'"),
