@@ -85,6 +85,10 @@ def evaluate(
     # every argument is checked before the model is loaded
     _fail_clearly(check_request, test, controls, beta, rows)
     real = _real_items(source, cell)
+    if real is not None:  # every photo read (and checked) before the model loads
+        from vheads.evaluation._run import TEST_SETS, item_sets
+
+        _fail_clearly(item_sets, [k for t in test for k in TEST_SETS[t]], n, lambda kind: seed, real)
     for p in headset:
         if not p.is_file():
             _die(f"head-set file {str(p)!r} does not exist")

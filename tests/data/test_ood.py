@@ -176,3 +176,20 @@ def test_ood_baseline_audit_from_the_command_line(tmp_path):
     assert set(rep) == {"oracle", "floor", "matched", "mismatched", "leak"}
     for v in rep.values():
         assert v["ok"] == (v["expected"][0] <= v["mean_p_key"] <= v["expected"][1])
+
+
+def test_evaluate_command_tests_a_headset_on_a_benchmark(tmp_path):
+    spec, _ = make_cvbench(tmp_path / "b")
+    hs = tmp_path / "hs"
+    r = CliRunner().invoke(app, ["discover", "--model", "tiny", "--corpus", "comics", "--query", "ordinal", "--source", "last",
+                                 "--n", "2", "--k", "2", "--out", str(hs)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["evaluate", "--headset", str(hs / "cm-ord-last.json"), "--test", "cers", "--test", "ncs",
+                                 "--controls", "layer-matched:2", "--n", "2", "--source", spec, "--cell", "32", "--json"])
+    assert r.exit_code == 0, r.output
+    res = {d["test"]: d for d in json.loads(r.stdout)}
+    assert set(res) == {"cers", "ncs-all"}
+    assert all(i.startswith("grid-neutral-cvbench-") for i in res["cers"]["per_item"]["item_ids"])
+    assert all(i.startswith("class-matched-cvbench-") for i in res["ncs-all"]["per_item"]["item_ids"])
+    r = CliRunner().invoke(app, ["evaluate", "--headset", str(hs / "cm-ord-last.json"), "--test", "text", "--source", spec, "--n", "2"])
+    assert r.exit_code == 2 and "kind 'text' is not built for benchmark tasks" in r.output
