@@ -151,11 +151,21 @@ def _token_pixels(lm, prompt) -> torch.Tensor:
     return pv.reshape(rows * cols, m * m * pv.shape[1])
 
 
+@pytest.fixture(scope="module")
+def cvbench(tmp_path_factory):
+    from tests.data.benchmarks import make_cvbench
+
+    return make_cvbench(tmp_path_factory.mktemp("cvbench"))[0]
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-def test_perturbing_a_region_changes_exactly_its_tokens(loaded, ilsvrc, family):
+def test_perturbing_a_region_changes_exactly_its_tokens(loaded, ilsvrc, cvbench, family):
+    from vheads.data.ood import BenchmarkItems
+
     lm = loaded[family]
     real = RealItems(f"imagenet:{ilsvrc}", cell=CELL[family])
-    items = real.items("grid-neutral", 2, 0) + real.items("class-matched", 1, 0)
+    items = real.items("grid-neutral", 2, 0) + real.items("class-matched", 1, 0) + \
+        BenchmarkItems(cvbench, CELL[family]).items("grid-neutral", 1, 0)  # an overlay grid of the pointing suite
     for it in items:
         base = lm.adapter.build(it, lm.processor)
         before = _token_pixels(lm, base)
