@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from PIL import Image, ImageOps
+from PIL import Image
 
 from tests.data.photos import PHOTOS, make_coco, make_comics
 from vheads.data.builders import fit_square
