@@ -178,3 +178,20 @@ def test_perturbing_a_region_changes_exactly_its_tokens(loaded, ilsvrc, cvbench,
             changed = {pos[i] for i in range(len(pos)) if not torch.equal(before[i], after[i])}
             assert changed and changed == set(base.layout.regions[name].positions.tolist()), (family, it.id, name)
             assert base.layout.regions[name].partial == []
+
+
+def test_confusable_groups_never_share_an_item(ilsvrc, tmp_path):
+    groups = tmp_path / "groups.txt"
+    groups.write_text("# people\nastronaut, n00000005\n")  # by name and by wnid: astronaut and cameraman
+    real = RealItems(f"imagenet:{ilsvrc}", groups=str(groups), cell=32)
+    people = {"astronaut", "cameraman"}
+    for kind in ("grid-neutral", "grid-oracle", "class-matched", "class-mismatched", "text"):
+        for it in real.items(kind, 30, 0):
+            shown = {NAME_OF[p.split("/")[-2]] for p in it.meta["images"]}
+            assert len(people & (set(it.options) | shown)) <= 1, (kind, it.options, shown)
+    assert real.items("grid-neutral", 1, 0)[0].meta["provenance"]["groups"] == str(groups)
+    # six classes in two groups of three leave two usable per item: too few for four options
+    two = tmp_path / "two-groups.txt"
+    two.write_text("astronaut, tabby cat, coffee mug\nrocket, cameraman, motorcycle\n")
+    with pytest.raises(ValueError, match="grid-neutral items need 4 classes with distinct names \\(and confusable groups\\), the source has 2"):
+        RealItems(f"imagenet:{ilsvrc}", groups=str(two), cell=32).items("grid-neutral", 1, 0)

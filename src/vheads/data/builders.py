@@ -65,12 +65,15 @@ class RealItems:
     """Evaluation items from a class-labelled source (see the module docstring).
 
     ``source``: ``imagenet:DIR``, ``imagefolder:DIR`` or ``hf:DIR[,SPLIT]``; ``classes`` /
-    ``exclude``: the path of a class list / exclusion list file ("" = none).
+    ``exclude``: the path of a class list / exclusion list file ("" = none); ``groups``: a
+    file of confusable groups, one a line, members (ids or names) separated by commas —
+    classes of one group never share an item (e.g. the 120 dog breeds).
     """
 
     source: str
     classes: str = ""
     exclude: str = ""
+    groups: str = ""
     cell: int = 224
     resize: str = "crop"
 
@@ -81,7 +84,7 @@ class RealItems:
             raise ValueError(f"cell size must be at least 8 pixels, got {self.cell!r}")
 
     def open(self) -> ClassSource:
-        return _open_cached(self.source, self.classes, self.exclude)
+        return _open_cached(self.source, self.classes, self.exclude, self.groups)
 
     def items(self, kind: str, n: int, seed: int = 0) -> list[Item]:
         """``n`` items of ``kind`` drawn with ``seed``; every shown photo is opened (and so
@@ -91,10 +94,11 @@ class RealItems:
         if not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"n must be a positive number of items, got {n!r}")
         src = self.open()
-        names = sorted({src.names[c] for c in src.classes})
         need = 5 if kind == "class-mismatched" else 4
-        if len(names) < need:
-            raise ValueError(f"{src.spec}: {kind} items need {need} classes with distinct names, the source has {len(names)}")
+        have = len(_draw_classes(src, None, len(src.classes), strict=False))
+        if have < need:
+            raise ValueError(f"{src.spec}: {kind} items need {need} classes with distinct names (and confusable groups), "
+                             f"the source has {have}")
         prov = {**src.provenance(), "seed": int(seed), "kind": kind, "cell": self.cell, "resize": self.resize}
         rng = _rng(seed, "real", kind)
         return [self._item(src, kind, i, int(seed), rng, prov) for i in range(int(n))]
@@ -127,11 +131,11 @@ class RealItems:
             shown_id = _draw_classes(src, rng, 1)[0]
             shown = src.names[shown_id]
             if kind == "class-matched":
-                others = [src.names[c] for c in _draw_classes(src, rng, 3, taken={shown})]
+                others = [src.names[c] for c in _draw_classes(src, rng, 3, taken=[shown_id])]
                 options = tuple(str(x) for x in rng.permutation([shown, *others]))
                 answer = OPTION_LETTERS[options.index(shown)]
             else:
-                options = tuple(src.names[c] for c in _draw_classes(src, rng, 4, taken={shown}))
+                options = tuple(src.names[c] for c in _draw_classes(src, rng, 4, taken=[shown_id]))
                 answer = OPTION_LETTERS[int(rng.integers(4))]
             ref = _draw_image(src, shown_id, rng)
             image = fit_square(src.open(ref), side, self.resize)
@@ -140,8 +144,10 @@ class RealItems:
         # text-solvable arm
         named_id = _draw_classes(src, rng, 1)[0]
         named = src.names[named_id]
-        options = tuple(str(x) for x in rng.permutation([named, *(src.names[c] for c in _draw_classes(src, rng, 3, taken={named}))]))
-        unused = [c for c in src.classes if src.names[c] not in options]
+        option_ids = [named_id, *_draw_classes(src, rng, 3, taken=[named_id])]
+        options = tuple(str(x) for x in rng.permutation([src.names[c] for c in option_ids]))
+        # a photo that shows no option (nor a class confusable with one)
+        unused = _draw_classes(src, None, len(src.classes), taken=option_ids, strict=False)
         shown_id = unused[int(rng.integers(len(unused)))] if unused and rng.random() < 0.5 else None
         refs = [_draw_image(src, shown_id, rng)] if shown_id is not None else []
         image = fit_square(src.open(refs[0]), side, self.resize) if refs else Image.new("RGB", (side, side), BLANK)
@@ -151,18 +157,28 @@ class RealItems:
                                    "images": [r.where() for r in refs], "provenance": prov})
 
 
-def _draw_classes(src: ClassSource, rng: np.random.Generator, k: int, taken: set[str] = frozenset()) -> list[str]:
-    """``k`` class ids whose display names differ from each other and from ``taken`` (ImageNet
-    has two "crane"s: they never share an item)."""
-    out, names = [], set(taken)
-    for j in rng.permutation(len(src.classes)):
+def _draw_classes(src: ClassSource, rng: np.random.Generator | None, k: int, taken: list[str] = (), strict: bool = True) -> list[str]:
+    """``k`` class ids that share neither a display name nor a confusable group with each
+    other or with the ``taken`` ids (ImageNet's two "crane"s, or two dog breeds of one group,
+    never share an item). ``rng=None`` scans in class order; ``strict=False`` returns as many
+    as fit instead of raising."""
+    out, used = [], {key for c in taken for key in _keys(src, c)}
+    order = range(len(src.classes)) if rng is None else rng.permutation(len(src.classes))
+    for j in order:
         c = src.classes[int(j)]
-        if src.names[c] not in names:
-            out.append(c)
-            names.add(src.names[c])
-            if len(out) == k:
-                return out
-    raise ValueError(f"{src.spec}: fewer than {k + len(taken)} classes with distinct names")
+        if c in taken or used & _keys(src, c):
+            continue
+        out.append(c)
+        used |= _keys(src, c)
+        if len(out) == k:
+            return out
+    if strict:
+        raise ValueError(f"{src.spec}: fewer than {k + len(taken)} classes with distinct names and confusable groups")
+    return out
+
+
+def _keys(src: ClassSource, c: str) -> set[tuple[str, str]]:
+    return {("name", src.names[c]), ("group", src.groups.get(c, "class:" + c))}
 
 
 def _draw_image(src: ClassSource, cls: str, rng: np.random.Generator) -> ImageRef:
@@ -171,6 +187,7 @@ def _draw_image(src: ClassSource, cls: str, rng: np.random.Generator) -> ImageRe
 
 
 @lru_cache(maxsize=4)
-def _open_cached(spec: str, classes: str, exclude: str) -> ClassSource:
-    """A source is listed once per process (an ILSVRC train folder has 1.28 M files)."""
-    return open_source(spec, classes or None, exclude or None)
+def _open_cached(spec: str, classes: str, exclude: str, groups: str) -> ClassSource:
+    """A source is listed once per process (an ILSVRC train folder has 1.28 M files); its
+    folder and list files are not reread if they change while the process runs."""
+    return open_source(spec, classes or None, exclude or None, groups or None)

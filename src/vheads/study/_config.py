@@ -45,6 +45,7 @@ seed = 0
 eval_source = "synthetic" # synthetic (built-in shapes), imagenet:DIR, imagefolder:DIR or hf:DIR[,SPLIT] (real photos)
 eval_classes = ""         # real photos: file of class ids / names to use, one a line ("" = all)
 eval_exclude = ""         # real photos: file of class ids / names never to use ("" = none)
+eval_groups = ""          # real photos: file of confusable groups (one a line, comma-separated); a group never shares an item
 eval_cell = 224           # real photos: pixels per grid cell (a single photo is 2 x cell square)
 eval_resize = "crop"      # real photos: crop (short side to cell, centre square) | pad (gray borders)
 ood_tasks = []            # pointing suite: TASK:PATH (cvbench, mmstar, mathvista, countbenchqa, spatial457, spatialrgpt, mcq, mcq-retrieval)
@@ -68,7 +69,7 @@ torch_threads = 0         # CPU threads per model replica; 0 = all cores (same o
 
 #: keys added for real images and the pointing suite, with their defaults (left out of the
 #: hash while at the default, so runs made before them keep their hash)
-EVAL_SOURCE_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_exclude": "", "eval_cell": 224,
+EVAL_SOURCE_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_exclude": "", "eval_groups": "", "eval_cell": 224,
                         "eval_resize": "crop", "ood_tasks": [], "n_ood": 80, "ood_controls": 1}
 
 
@@ -106,6 +107,7 @@ class StudyConfig:
     eval_source: str = "synthetic"
     eval_classes: str = ""
     eval_exclude: str = ""
+    eval_groups: str = ""
     eval_cell: int = 224
     eval_resize: str = "crop"
     ood_tasks: list[str] = field(default_factory=list)
@@ -256,7 +258,7 @@ def _validate_eval_source(cfg: StudyConfig, bad) -> None:
     if cfg.eval_cell < 8:
         bad("eval_cell", f"must be at least 8 pixels, got {cfg.eval_cell}")
     if cfg.eval_source == "synthetic":
-        for key in ("eval_classes", "eval_exclude"):
+        for key in ("eval_classes", "eval_exclude", "eval_groups"):
             if getattr(cfg, key):
                 bad(key, "applies to real photos only; set eval_source too")
         return
@@ -266,7 +268,7 @@ def _validate_eval_source(cfg: StudyConfig, bad) -> None:
         bad("eval_source", f"{e}, or synthetic")
     if not source_folder(cfg.eval_source).is_dir():
         bad("eval_source", f"folder {str(source_folder(cfg.eval_source))!r} does not exist")
-    for key in ("eval_classes", "eval_exclude"):
+    for key in ("eval_classes", "eval_exclude", "eval_groups"):
         path = getattr(cfg, key)
         if path and not Path(path).is_file():
             bad(key, f"file {path!r} does not exist")

@@ -20,7 +20,7 @@ def eval_source(cfg: StudyConfig):
         return None
     from vheads.data.builders import RealItems
 
-    return RealItems(cfg.eval_source, cfg.eval_classes, cfg.eval_exclude, cfg.eval_cell, cfg.eval_resize)
+    return RealItems(cfg.eval_source, cfg.eval_classes, cfg.eval_exclude, cfg.eval_groups, cfg.eval_cell, cfg.eval_resize)
 
 
 #: the pointing-suite item kinds by role: the CERS grids, the NCS arms, the audit sets

@@ -87,7 +87,7 @@ def item_source(spec: str, cell: int = 224, classes: str = "", exclude: str = ""
         return BenchmarkItems(spec, cell)
     from vheads.data.builders import RealItems
 
-    return RealItems(spec, classes, exclude, cell, resize)
+    return RealItems(spec, classes, exclude, cell=cell, resize=resize)
 
 
 __all__ = ["BenchmarkItems", "KINDS", "RECIPES", "TASKS", "Task", "is_task_spec", "item_source"]

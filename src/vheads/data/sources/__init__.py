@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vheads.data.sources._base import MIN_CLASSES, ClassSource, ImageRef, read_list_file, select_classes
+from vheads.data.sources._base import MIN_CLASSES, ClassSource, ImageRef, read_list_file, resolve_classes, select_classes
 from vheads.data.sources._folders import imagefolder_source, imagenet_source
 from vheads.data.sources._hf import hf_source
 
@@ -37,11 +37,14 @@ def source_folder(spec: str) -> Path:
     return Path(arg.split(",")[0])
 
 
-def open_source(spec: str, classes: list[str] | str | None = None, exclude: list[str] | str | None = None) -> ClassSource:
+def open_source(spec: str, classes: list[str] | str | None = None, exclude: list[str] | str | None = None,
+                groups: list[list[str]] | str | None = None) -> ClassSource:
     """Read source ``spec`` and keep the classes an item may use.
 
     ``classes`` / ``exclude``: a list of class ids or names, or the path of a file with one
-    per line. The result has at least four classes, each with at least one image.
+    per line. ``groups``: confusable groups whose members never share an item — a list of
+    lists, or the path of a file with one group a line, members separated by commas. The
+    result has at least four classes, each with at least one image.
     """
     kind, arg = parse_source_spec(spec)
     src = SOURCE_KINDS[kind](arg, spec)
@@ -49,8 +52,15 @@ def open_source(spec: str, classes: list[str] | str | None = None, exclude: list
     drop = read_list_file(exclude, "exclusion list") if isinstance(exclude, (str, Path)) and exclude else exclude or None
     chosen = select_classes(spec, src.names, src.images, keep, drop)
     src.classes = chosen
+    groups_file = str(groups) if isinstance(groups, (str, Path)) and groups else None
+    if groups_file:
+        groups = [[m.strip() for m in line.split(",") if m.strip()] for line in read_list_file(groups, "confusable-groups")]
+    for g, members in enumerate(groups or []):
+        for c in resolve_classes(spec, src.names, members, f"confusable group {g + 1}"):
+            src.groups[c] = f"group{g + 1}"
     src.info = {**src.info, "class_list": str(classes) if isinstance(classes, (str, Path)) else None,
-                "exclusion_list": str(exclude) if isinstance(exclude, (str, Path)) else None}
+                "exclusion_list": str(exclude) if isinstance(exclude, (str, Path)) else None,
+                "groups": groups_file, "grouped_classes": len(src.groups)}
     return src
 
 

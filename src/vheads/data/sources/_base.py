@@ -47,6 +47,7 @@ class ClassSource:
     images: dict[str, list[ImageRef]]
     read_bytes: Callable[[ImageRef], bytes] | None = field(default=None, repr=False)
     info: dict = field(default_factory=dict)  # layout details for the provenance
+    groups: dict[str, str] = field(default_factory=dict)  # class id -> confusable group (see open_source)
 
     def open(self, ref: ImageRef) -> Image.Image:
         """The image as RGB; an empty or unreadable image is a ValueError naming file and row."""
@@ -67,28 +68,30 @@ class ClassSource:
                 "n_images": sum(len(self.images[c]) for c in self.classes), "fingerprint": self.fingerprint()}
 
 
+def resolve_classes(spec: str, classes: dict[str, str], wanted: list[str], what: str) -> set[str]:
+    """Class ids named in ``wanted`` by id or display name (a name may cover several ids)."""
+    by_name: dict[str, list[str]] = {}
+    for cid, name in classes.items():
+        by_name.setdefault(name, []).append(cid)
+    out = set()
+    for w in wanted:
+        if w in classes:
+            out.add(w)
+        elif w in by_name:
+            out.update(by_name[w])
+        else:
+            raise ValueError(f"{spec}: {what} names class {w!r}, which the source does not have "
+                             f"(give a class id such as {next(iter(classes))!r} or its name)")
+    return out
+
+
 def select_classes(spec: str, classes: dict[str, str], images: dict[str, list[ImageRef]],
                    keep: list[str] | None = None, exclude: list[str] | None = None) -> tuple[str, ...]:
     """The classes an item may use, in sorted order: ``keep`` (ids or names; default all),
     minus ``exclude``, minus classes without images. Fewer than :data:`MIN_CLASSES` is an error."""
-    def resolve(wanted: list[str], what: str) -> set[str]:
-        by_name = {}
-        for cid, name in classes.items():
-            by_name.setdefault(name, []).append(cid)
-        out = set()
-        for w in wanted:
-            if w in classes:
-                out.add(w)
-            elif w in by_name:
-                out.update(by_name[w])
-            else:
-                raise ValueError(f"{spec}: {what} names class {w!r}, which the source does not have "
-                                 f"(give a class id such as {next(iter(classes))!r} or its name)")
-        return out
-
-    chosen = set(classes) if not keep else resolve(keep, "the class list")
+    chosen = set(classes) if not keep else resolve_classes(spec, classes, keep, "the class list")
     if exclude:
-        chosen -= resolve(exclude, "the exclusion list")
+        chosen -= resolve_classes(spec, classes, exclude, "the exclusion list")
     chosen = {c for c in chosen if images.get(c)}
     if len(chosen) < MIN_CLASSES:
         raise ValueError(f"{spec}: {len(chosen)} usable classes (with images, after the class and exclusion lists); "
