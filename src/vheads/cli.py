@@ -195,7 +195,7 @@ def _mount_optional() -> None:
     except ImportError:
         pass
     try:
-        from vheads.data._cli import app as data_app
+        from vheads.data import data_app
 
         app.add_typer(data_app, name="data", help="Preview the items vheads builds (contact sheets).")
     except ImportError:

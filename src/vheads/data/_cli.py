@@ -20,8 +20,11 @@ def preview(
     cell: Annotated[int, typer.Option(help="pixels per grid cell (photo and benchmark sources)")] = 224,
 ) -> None:
     """A contact sheet of built items: image with its regions framed, question, options, key."""
-    from vheads.cli import _fail_clearly
     from vheads.data.preview import write_preview
 
-    path = _fail_clearly(write_preview, source, kind, out, n, seed, cell)
+    try:
+        path = write_preview(source, kind, out, n, seed, cell)
+    except (ValueError, FileNotFoundError) as e:  # bad input: one line, exit 2 (as every vheads command)
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(f"preview: {path}")

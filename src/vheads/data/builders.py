@@ -38,7 +38,7 @@ from PIL import Image, ImageOps
 
 from vheads.data._items import OPTION_LETTERS, Item
 from vheads.data.sources import ClassSource, ImageRef, open_source
-from vheads.data.synthetic import QUESTION_CELL, QUESTION_OBJECT, QUESTION_TEXT, _rng, _span
+from vheads.data.synthetic import QUESTION_CELL, QUESTION_OBJECT, QUESTION_TEXT, phrase_span, seeded_rng
 
 KINDS = ("grid-neutral", "grid-oracle", "grid-blank", "class-matched", "class-mismatched", "text")
 RESIZE_POLICIES = ("crop", "pad")
@@ -100,7 +100,7 @@ class RealItems:
             raise ValueError(f"{src.spec}: {kind} items need {need} classes with distinct names (and confusable groups), "
                              f"the source has {have}")
         prov = {**src.provenance(), "seed": int(seed), "kind": kind, "cell": self.cell, "resize": self.resize}
-        rng = _rng(seed, "real", kind)
+        rng = seeded_rng(seed, "real", kind)
         return [self._item(src, kind, i, int(seed), rng, prov) for i in range(int(n))]
 
     # ---- one item ------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ class RealItems:
             t = int(rng.integers(4))
             question, span = (QUESTION_OBJECT, None) if kind == "grid-neutral" else (QUESTION_CELL.format(k=t), None)
             if kind != "grid-neutral":
-                span = _span(question, f"cell {t}")
+                span = phrase_span(question, f"cell {t}")
             if kind == "grid-blank":
                 image, shown, refs = Image.new("RGB", (side, side), BLANK), [None] * 4, []
                 answer = OPTION_LETTERS[int(rng.integers(4))]

@@ -26,8 +26,8 @@ from vheads.data._items import Item
 from vheads.data._open import open_rgb
 from vheads.data.builders import fit_square
 from vheads.data.loaders import strip_item
-from vheads.data.sources._folders import IMAGE_SUFFIXES
-from vheads.data.synthetic import _rng
+from vheads.data.sources import IMAGE_SUFFIXES
+from vheads.data.synthetic import seeded_rng
 
 LABELS = "labels.json"
 
@@ -70,7 +70,7 @@ def load_comic_folders(root: str | Path, query: str, n: int | None = None, seed:
             strips.append((comic, group, [labels[p.name] if labels else "" for p in group]))
     if not strips:
         raise ValueError(f"comics folder {root}: no comic has {n_panels} panels (empty corpus)")
-    rng = _rng(seed, "comic-folders", query)
+    rng = seeded_rng(seed, "comic-folders", query)
     P = int(panel_size)
     boxes = [(p * P, 0, (p + 1) * P, P) for p in range(n_panels)]
     items = []

@@ -20,6 +20,24 @@ from PIL import Image, ImageDraw, ImageFont
 from vheads.data._items import OPTION_LETTERS, Item
 
 TILE = 256  # pixels: the width of one item's image on the sheet
+STRIP_QUERIES = {"strip-ordinal": "ordinal", "strip-referring": "referring"}
+
+
+def _strip_items(spec: str, query: str, n: int, seed: int) -> list[Item]:
+    """Strips of a discovery corpus spec, read with the data loaders (as discovery reads them)."""
+    from vheads.data.comics import load_comic_folders
+    from vheads.data.loaders import load_coco_strips, load_strip_folder
+    from vheads.data.synthetic import CORPORA, strip_items
+
+    if spec in CORPORA:
+        return strip_items(spec, query, n, seed)
+    kind, _, arg = spec.partition(":")
+    images, _, ann = arg.partition(",")
+    readers = {"strips": lambda: load_strip_folder(arg, query, n, seed), "comics": lambda: load_comic_folders(arg, query, n, seed),
+               "coco": lambda: load_coco_strips(images, query, n, seed, annotations=ann or None)}
+    return readers[kind]()
+
+
 DISCOVERY = ("comics", "photo", "strips", "coco")
 
 
@@ -33,11 +51,9 @@ def preview_items(source: str, kind: str, n: int = 8, seed: int = 0, cell: int =
             raise ValueError(f"unknown item kind {kind!r}; choose one of: {', '.join(ALL_KINDS)}")
         return kind_items(kind, n, seed)
     if head in DISCOVERY:
-        from vheads.discovery import load_corpus
-
-        if kind not in ("strip-ordinal", "strip-referring"):
+        if kind not in STRIP_QUERIES:
             raise ValueError(f"discovery corpus {source!r} builds strip-ordinal or strip-referring items, not {kind!r}")
-        return load_corpus(source, kind.split("-")[1], n, seed).items
+        return _strip_items(source, STRIP_QUERIES[kind], n, seed)
     from vheads.data.ood import item_source
 
     return item_source(source, cell).items(kind, n, seed)

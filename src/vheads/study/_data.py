@@ -40,7 +40,7 @@ def preflight_data(cfg: StudyConfig) -> None:
     """Build every evaluation set, every pointing-suite task's items, and load every
     non-synthetic discovery corpus once."""
     from vheads.discovery import load_corpus
-    from vheads.discovery._discover import SYNTHETIC
+    from vheads.data.synthetic import CORPORA as SYNTHETIC
     from vheads.evaluation._run import AUDIT_SETS, TEST_SETS, item_sets
     from vheads.study._units import eval_seed
 

@@ -27,7 +27,7 @@ from PIL import Image, ImageDraw, ImageFont
 from vheads.data._items import OPTION_LETTERS, Item
 from vheads.data.builders import BLANK, fit_square, grid_regions
 from vheads.data.ood._records import MCQRecord
-from vheads.data.synthetic import QUESTION_CELL, _rng, _span
+from vheads.data.synthetic import QUESTION_CELL, phrase_span, seeded_rng
 
 RECIPES = ("overlay", "retrieval")
 KINDS = ("grid-neutral", "grid-oracle", "grid-blank", "class-matched", "class-mismatched")
@@ -136,7 +136,7 @@ def converted_item(conv: Converted, kind: str, iid: str, cell: int, rng: np.rand
     question, span = conv.question, None
     if kind == "grid-oracle":
         question = QUESTION_CELL.format(k=t)
-        span = _span(question, f"cell {t}")
+        span = phrase_span(question, f"cell {t}")
     return Item(iid, kind, image, question, answer, regions, f"cell{t}", options, span,
                 meta={**base, "cells": shown, "class": None if kind == "grid-blank" else key_text,
                       "images": [rec.where for rec, _ in conv.cells] if kind != "grid-blank" else []})
@@ -148,7 +148,7 @@ def build_items(task: str, spec: str, recipe: str, records: list[MCQRecord], kin
         raise ValueError(f"{spec}: kind {kind!r} is not built for benchmark tasks; choose one of: {', '.join(KINDS)}")
     if not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a positive number of items, got {n!r}")
-    rng = _rng(seed, "ood", task, kind)
+    rng = seeded_rng(seed, "ood", task, kind)
     prov = {"task": task, "source": spec, "recipe": recipe, "seed": int(seed), "kind": kind, "cell": cell, "resize": "pad",
             "n_records": len(records), "skipped_fewer_than_four_choices": sum(len(r.choices) < 4 for r in records) if recipe == "overlay" else 0}
     items = []

@@ -11,7 +11,7 @@ from PIL import Image
 
 from vheads.data._open import open_rgb
 
-from vheads.data.sources._hf import _image_cell
+from vheads.data.sources import table_image_cell
 
 
 @dataclass
@@ -71,7 +71,7 @@ def file_image(path: Path) -> Callable[[], Path]:
 def cell_image(path: Path, row: int, column: str) -> Callable[[], bytes]:
     """A parquet row's image bytes ({bytes, path} struct or raw bytes), read when needed."""
     def load():
-        cell = _image_cell("parquet", path, row, column)
+        cell = table_image_cell("parquet", path, row, column)
         return (cell.get("bytes") if isinstance(cell, dict) else cell) or b""
     return load
 

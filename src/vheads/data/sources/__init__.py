@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from vheads.data.sources._base import MIN_CLASSES, ClassSource, ImageRef, read_list_file, resolve_classes, select_classes
-from vheads.data.sources._folders import imagefolder_source, imagenet_source
+from vheads.data.sources._folders import IMAGE_SUFFIXES, imagefolder_source, imagenet_source
+from vheads.data.sources._hf import _image_cell as table_image_cell
 from vheads.data.sources._hf import hf_source
 
 #: source kind -> reader(argument, spec) -> ClassSource; a new layout is one entry
@@ -64,4 +65,5 @@ def open_source(spec: str, classes: list[str] | str | None = None, exclude: list
     return src
 
 
-__all__ = ["ClassSource", "ImageRef", "MIN_CLASSES", "SOURCE_KINDS", "open_source", "parse_source_spec", "source_folder"]
+__all__ = ["ClassSource", "IMAGE_SUFFIXES", "ImageRef", "MIN_CLASSES", "SOURCE_KINDS", "open_source", "parse_source_spec",
+           "source_folder", "table_image_cell"]
