@@ -80,6 +80,8 @@ def evaluate(
     force: Annotated[bool, typer.Option("--force", help="use head-sets discovered on another model")] = False,
     batch_size: Annotated[int, typer.Option(help="head-sets per batched forward")] = 128,
     json_out: Annotated[bool, typer.Option("--json", help="machine-readable output with per-item outcomes")] = False,
+    source: Annotated[Optional[str], typer.Option(help="real photos (imagenet:DIR, imagefolder:DIR, hf:DIR[,SPLIT]) or a benchmark (cvbench:DIR, mcq:FILE.jsonl, …)")] = None,  # noqa: UP007
+    cell: Annotated[int, typer.Option(help="real photos: pixels per grid cell")] = 224,
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
     from vheads.engine import Engine
@@ -93,12 +95,17 @@ def evaluate(
     _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size)
     _fail_clearly(check_request, test, controls, beta, steer_rows)
     records = [_fail_clearly(load_headset, p) for p in headset]
+    real = _real_items(source, cell)
+    if real is not None:  # every photo read (and checked) before the model loads
+        from vheads.evaluation import TEST_SETS, item_sets
+
+        _fail_clearly(item_sets, [k for t in test for k in TEST_SETS[t]], n, lambda kind: seed, real)
     if model is None:
         model = records[0].model["id"]
     lm = _fail_clearly(load_model, model)
     hs = _fail_clearly(load_headset_files, headset, lm, force)
     results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out,
-                            steer_rows)
+                            steer_rows, real)
     if json_out:
         from vheads._io import json_safe
 
@@ -121,14 +128,18 @@ def audit(
     n: Annotated[int, typer.Option(help="items per set")] = 24,
     seed: Annotated[int, typer.Option()] = 0,
     json_out: Annotated[bool, typer.Option("--json")] = False,
+    source: Annotated[Optional[str], typer.Option(help="real photos (imagenet:DIR, imagefolder:DIR, hf:DIR[,SPLIT]) or a benchmark (cvbench:DIR, mcq:FILE.jsonl, …)")] = None,  # noqa: UP007
+    cell: Annotated[int, typer.Option(help="real photos: pixels per grid cell")] = 224,
 ) -> None:
     """Baseline audit of the evaluation sets: oracle, floor, matched, mismatched, leak."""
     from vheads.engine import Engine
     from vheads.evaluation import audit_sets, baseline_audit
     from vheads.models import load_model
 
+    real = _real_items(source, cell)
+    sets = _fail_clearly(audit_sets, n, lambda kind: seed, real)  # every photo read before the model loads
     lm = _fail_clearly(load_model, model)
-    rep = baseline_audit(Engine(lm), audit_sets(n, lambda kind: seed))
+    rep = baseline_audit(Engine(lm), sets)
     if json_out:
         typer.echo(json.dumps(rep, indent=1))
         return
@@ -164,6 +175,18 @@ def export(
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
     for p in _fail_clearly(export_run, run_dir, format, out):
         typer.echo(str(p))
+
+
+def _real_items(source: str | None, cell: int):
+    """The item builder of ``--source`` — class-labelled photos or a pointing-suite benchmark
+    (its files read now) — or None for the synthetic items."""
+    if source is None:
+        return None
+    from vheads.data.ood import item_source
+
+    real = _fail_clearly(item_source, source, cell)
+    _fail_clearly(real.open)
+    return real
 
 
 def _die(msg: str) -> None:
@@ -212,6 +235,12 @@ def _mount_optional() -> None:
         from vheads.tiny import app as tiny_app
 
         app.add_typer(tiny_app, name="tiny", help="The built-in tiny model: train and evaluate it.")
+    except ImportError:
+        pass
+    try:
+        from vheads.data import data_app
+
+        app.add_typer(data_app, name="data", help="Preview the items vheads builds (contact sheets).")
     except ImportError:
         pass
     try:

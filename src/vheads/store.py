@@ -32,6 +32,10 @@ arms(unit_id, setting, test, headset_id, item_id, arm, value)
 audit(name PRIMARY KEY, n, mean_p_key, lo, hi, ok)
 strip_attention(setting, item_id, layer, head, masses)
                                                   masses: JSON list of the mass on each panel, for figures
+ood_outcomes(unit_id, task, setting, test, headset_id, item_id, value)
+                                                  pointing suite: per-item CERS ('cers') and NCS
+                                                  ('ncs-all', with arms 'ncs-matched' / 'ncs-mismatched')
+ood_audit(task, name, n, mean_p_key, lo, hi, ok)  pointing suite: baseline audit of each task
 """
 
 from __future__ import annotations
@@ -66,6 +70,10 @@ CREATE TABLE IF NOT EXISTS outcomes(unit_id TEXT, setting TEXT, test TEXT, heads
 CREATE TABLE IF NOT EXISTS arms(unit_id TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT, arm TEXT,
     value REAL, PRIMARY KEY(setting, test, headset_id, item_id, arm));
 CREATE TABLE IF NOT EXISTS audit(name TEXT PRIMARY KEY, n INTEGER, mean_p_key REAL, lo REAL, hi REAL, ok INTEGER);
+CREATE TABLE IF NOT EXISTS ood_outcomes(unit_id TEXT, task TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT,
+    value REAL, PRIMARY KEY(task, setting, test, headset_id, item_id));
+CREATE TABLE IF NOT EXISTS ood_audit(task TEXT, name TEXT, n INTEGER, mean_p_key REAL, lo REAL, hi REAL, ok INTEGER,
+    PRIMARY KEY(task, name));
 CREATE TABLE IF NOT EXISTS strip_attention(setting TEXT, item_id TEXT, layer INTEGER, head INTEGER, masses TEXT,
     PRIMARY KEY(setting, item_id, layer, head));
 """

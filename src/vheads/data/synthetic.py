@@ -87,6 +87,10 @@ def _rng(seed: int, *tags: str | int) -> np.random.Generator:
     return np.random.default_rng(words)
 
 
+#: public names for the other item builders (real photos, benchmarks, comics)
+seeded_rng = _rng
+
+
 def _check_n(n: int) -> None:
     if not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a positive number of items, got {n!r}")
@@ -185,6 +189,9 @@ def _to_image(canvas: np.ndarray) -> Image.Image:
 def _span(question: str, phrase: str) -> tuple[int, int]:
     a = question.index(phrase)
     return (a, a + len(phrase))
+
+
+phrase_span = _span
 
 
 # ---- strips ----------------------------------------------------------------------------

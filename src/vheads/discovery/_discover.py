@@ -4,6 +4,7 @@ A corpus spec names where the strips come from:
 
 - ``comics``, ``photo`` — the built-in synthetic corpora (``vheads.data.synthetic``);
 - ``strips:FOLDER`` — a strip folder (``vheads.data.loaders.load_strip_folder``);
+- ``comics:FOLDER`` — one folder of panel images per comic (``vheads.data.comics``);
 - ``coco:IMAGES`` or ``coco:IMAGES,ANNOTATIONS.json`` — COCO strips
   (``vheads.data.loaders.load_coco_strips``).
 """
@@ -51,6 +52,11 @@ def load_corpus(spec: str, query: str, n: int, seed: int = 0, panel_size: int = 
         name, abbrev = strip_folder_names(folder)
         items = load_strip_folder(folder, query, n, seed)
         return Corpus(name, abbrev, f"strips:{folder.resolve()}", query, items)
+    if kind == "comics" and rest:
+        from vheads.data.comics import load_comic_folders
+
+        items = load_comic_folders(rest, query, n, seed, panel_size)
+        return Corpus("comics", "cm", f"comics:{Path(rest).resolve()}", query, items)
     if kind == "coco" and rest:
         from vheads.data.loaders import load_coco_strips
 
@@ -58,7 +64,7 @@ def load_corpus(spec: str, query: str, n: int, seed: int = 0, panel_size: int = 
         items = load_coco_strips(images, query, n, seed, annotations=ann or None, panel_size=panel_size)
         return Corpus("coco", "co", f"coco:{Path(images).resolve()}", query, items)
     raise VheadsError(
-        f"unknown corpus {spec!r}; use comics, photo (built-in), strips:FOLDER or coco:IMAGES[,ANNOTATIONS.json]"
+        f"unknown corpus {spec!r}; use comics, photo (built-in), strips:FOLDER, comics:FOLDER or coco:IMAGES[,ANNOTATIONS.json]"
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from vheads.models._adapter import check_attention_layers
+from vheads.models import check_attention_layers
 
 ROW_GROUPS = ("all", "image", "question", "last")
 

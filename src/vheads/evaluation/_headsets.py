@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from vheads.models._adapter import check_attention_layers
+from vheads.models import check_attention_layers
 
 Head = tuple[int, int]  # (layer, head), both 0-based
 

@@ -77,16 +77,19 @@ TESTS = tuple(TEST_SETS)
 AUDIT_SETS: dict[str, str] = {"oracle": "grid-oracle", "floor": "grid-blank", "matched": "class-matched", "mismatched": "class-mismatched"}
 
 
-def item_sets(kinds: Iterable[str], n: int, seed_of: Callable[[str], int]) -> dict[str, list]:
-    """``{kind: n synthetic items}``, each kind generated from ``seed_of(kind)``."""
+def item_sets(kinds: Iterable[str], n: int, seed_of: Callable[[str], int], source=None) -> dict[str, list]:
+    """``{kind: n items}``, each kind generated from ``seed_of(kind)``: synthetic, or built
+    from real photos when ``source`` is a :class:`vheads.data.builders.RealItems`."""
     from vheads.data.synthetic import kind_items
 
+    if source is not None:
+        return {kind: source.items(kind, n, seed_of(kind)) for kind in kinds}
     return {kind: kind_items(kind, n, seed_of(kind)) for kind in kinds}
 
 
-def audit_sets(n: int, seed_of: Callable[[str], int]) -> dict[str, list]:
+def audit_sets(n: int, seed_of: Callable[[str], int], source=None) -> dict[str, list]:
     """The audit's evaluation sets by audit name (oracle, floor, matched, mismatched)."""
-    items = item_sets(AUDIT_SETS.values(), n, seed_of)
+    items = item_sets(AUDIT_SETS.values(), n, seed_of, source)
     return {name: items[kind] for name, kind in AUDIT_SETS.items()}
 
 
@@ -130,11 +133,13 @@ def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n
 
 def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], controls: str = "layer-matched:100,any-layer:100",
                       n: int = 24, beta: float = 1e4, rows: str = "all", seed: int = 0, batch_size: int = 128,
-                      progress: bool = True, steer_rows: str = "all") -> list[HeadsetResult]:
+                      progress: bool = True, steer_rows: str = "all", source=None) -> list[HeadsetResult]:
     """Test each named head-set with each test against the requested controls.
 
     ``rows``: where masks act (NCS, NCS_grid); ``steer_rows``: where CERS steers (default
-    ``all``, the common practice of public steering code).
+    ``all``, the common practice of public steering code). ``source``: a
+    :class:`vheads.data.builders.RealItems` to test on real photos (default: the synthetic
+    items).
 
     All arguments are checked before any forward pass: unknown tests, a bad control spec
     (unknown name, R = 0), a non-finite β, a head-set of another model shape.
@@ -153,8 +158,9 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
         # attention-matched / sinks / text-heavy: baseline attention per head on the CERS grids
         inputs = head_attention_mass(engine, item_sets(["grid-neutral"], n, lambda kind: seed)["grid-neutral"])
     results: list[HeadsetResult] = []
+    all_sets = {test: item_sets(TEST_SETS[test], n, lambda kind: seed, source) for test in tests}  # every image opened first
     for test in tests:
-        sets = item_sets(TEST_SETS[test], n, lambda kind: seed)
+        sets = all_sets[test]
         for name, S in headsets.items():
             ids, hs, meta = ["S"], [S], {}
             for req in requests:

@@ -176,6 +176,13 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     at = T.audit_table(run)
     if at:
         sections.append(Section("audit", "Baseline audit", HOW["audit"], [at]))
+
+    from vheads.report._ood import HOW as HOW_OOD
+    from vheads.report._ood import ood_blocks
+
+    b = ood_blocks(run.run_dir)
+    if b:
+        sections.append(Section("ood", "Out-of-domain pointing suite", HOW_OOD, b))
     return sections, warnings
 
 

@@ -29,7 +29,7 @@ dtype = "float32"         # float32 | bfloat16 | float16
 device = "cpu"            # cpu | cuda | cuda:N
 
 # discovery: settings = corpora x queries x sources (12 in the full design)
-corpora = ["comics", "photo"]    # comics, photo (built-in), strips:FOLDER, coco:IMAGES[,ANNOTATIONS.json]
+corpora = ["comics", "photo"]    # comics, photo (built-in), strips:FOLDER, comics:FOLDER, coco:IMAGES[,ANNOTATIONS.json]
 queries = ["ordinal", "referring"]
 sources = ["last", "qspan", "out"]
 n_discovery = 48          # discovery items per corpus x query
@@ -49,6 +49,15 @@ beta_sweep_controls = 5   # layer-matched draws re-run at every beta point (the 
 k_sweep = [1, 2, 4, 8]    # CERS and NCS (all rows) of the top-k heads over k ([] to skip)
 k_sweep_controls = 20     # layer-matched draws of each top-k set, run at every k point
 seed = 0
+eval_source = "synthetic" # synthetic (built-in shapes), imagenet:DIR, imagefolder:DIR or hf:DIR[,SPLIT] (real photos)
+eval_classes = ""         # real photos: file of class ids / names to use, one a line ("" = all)
+eval_exclude = ""         # real photos: file of class ids / names never to use ("" = none)
+eval_groups = ""          # real photos: file of confusable groups (one a line, comma-separated); a group never shares an item
+eval_cell = 224           # real photos: pixels per grid cell (a single photo is 2 x cell square)
+eval_resize = "crop"      # real photos: crop (short side to cell, centre square) | pad (gray borders)
+ood_tasks = []            # pointing suite: TASK:PATH (cvbench, mmstar, mathvista, countbenchqa, spatial457, spatialrgpt, mcq, mcq-retrieval)
+n_ood = 80                # items per task (audit sets, CERS grids, NCS pairs)
+ood_controls = 1          # layer-matched draws tested with each S on every task (seed Tables 23-27: one)
 algebra_controls = 100    # layer-matched draws for the shared / only-one head-sets of ordinal vs referring (0 = skip)
 
 [controls]                # control name = R draws per head-set
@@ -67,6 +76,12 @@ token_budget = 524288     # and at most rows x padded prompt length positions pe
 cross_item = true         # rows of different items share a forward (false: one item per forward)
 torch_threads = 0         # CPU threads per model replica; 0 = all cores (same on every backend)
 '''
+
+
+#: keys added for real images and the pointing suite, with their defaults (left out of the
+#: hash while at the default, so runs made before them keep their hash)
+EVAL_SOURCE_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_exclude": "", "eval_groups": "", "eval_cell": 224,
+                        "eval_resize": "crop", "ood_tasks": [], "n_ood": 80, "ood_controls": 1}
 
 
 @dataclass
@@ -105,6 +120,15 @@ class StudyConfig:
     k_sweep: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     k_sweep_controls: int = 20
     seed: int = 0
+    eval_source: str = "synthetic"
+    eval_classes: str = ""
+    eval_exclude: str = ""
+    eval_groups: str = ""
+    eval_cell: int = 224
+    eval_resize: str = "crop"
+    ood_tasks: list[str] = field(default_factory=list)
+    n_ood: int = 80
+    ood_controls: int = 1
     algebra_controls: int = 100
     controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99, "attention-matched": 20})
     run: RunConfig = field(default_factory=RunConfig)
@@ -116,6 +140,9 @@ class StudyConfig:
         """Hash of everything that changes results (not the backend or batching)."""
         d = self.to_dict()
         d.pop("run")
+        for key, default in EVAL_SOURCE_DEFAULTS.items():  # runs made before these keys keep their hash
+            if d[key] == default:
+                d.pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -208,7 +235,7 @@ def validate(cfg: StudyConfig) -> None:
         kind, _, rest = c.partition(":")
         if c in ("comics", "photo"):
             continue
-        if kind in ("strips", "coco") and rest:
+        if kind in ("strips", "coco", "comics") and rest:
             folder = Path(rest.split(",")[0])
             if not folder.is_dir():
                 bad("corpora", f"corpus folder {str(folder)!r} does not exist")
@@ -220,7 +247,7 @@ def validate(cfg: StudyConfig) -> None:
                 except VheadsError as e:
                     bad("corpora", str(e))
             continue
-        bad("corpora", f"unknown corpus {c!r}; use comics, photo, strips:FOLDER or coco:IMAGES[,ANNOTATIONS.json]")
+        bad("corpora", f"unknown corpus {c!r}; use comics, photo, strips:FOLDER, comics:FOLDER or coco:IMAGES[,ANNOTATIONS.json]")
     if not cfg.corpora or not cfg.queries or not cfg.sources:
         bad("corpora", "a study needs at least one corpus, query type and source")
     for key in ("n_discovery", "n_eval", "splits"):
@@ -249,6 +276,8 @@ def validate(cfg: StudyConfig) -> None:
     if cfg.beta_sweep and cfg.beta_sweep_controls and "layer-matched" not in cfg.controls:
         bad("beta_sweep_controls", "the beta sweep re-runs the first layer-matched draws at every beta, but "
             "[controls] has no layer-matched; add it or set beta_sweep_controls = 0")
+    _validate_eval_source(cfg, bad)
+    _validate_ood(cfg, bad)
     if cfg.run.backend not in ("local", "ray"):
         bad("run.backend", f"must be local or ray, got {cfg.run.backend!r}")
     if cfg.run.shard_size < 1 or cfg.run.batch_size < 1 or cfg.run.ray_workers < 1 or cfg.run.token_budget < 1:
@@ -323,6 +352,53 @@ def validate_for_model(cfg: StudyConfig, n_layers: int, n_heads: int) -> None:
                 resolve_k(n_layers, n_heads, kk, cfg.selection)
             except VheadsError as e:
                 raise VheadsError(f"config key {key!r}: {e}") from None
+
+
+def _validate_eval_source(cfg: StudyConfig, bad) -> None:
+    """The evaluation source's spec, folder and list files (the photos are checked when the
+    study builds its items, before the model is loaded)."""
+    from vheads.data.builders import RESIZE_POLICIES
+    from vheads.data.sources import parse_source_spec, source_folder
+
+    if cfg.eval_resize not in RESIZE_POLICIES:
+        bad("eval_resize", f"must be one of {', '.join(RESIZE_POLICIES)}, got {cfg.eval_resize!r}")
+    if cfg.eval_cell < 8:
+        bad("eval_cell", f"must be at least 8 pixels, got {cfg.eval_cell}")
+    if cfg.eval_source == "synthetic":
+        for key in ("eval_classes", "eval_exclude", "eval_groups"):
+            if getattr(cfg, key):
+                bad(key, "applies to real photos only; set eval_source too")
+        return
+    try:
+        parse_source_spec(cfg.eval_source)
+    except ValueError as e:
+        bad("eval_source", f"{e}, or synthetic")
+    if not source_folder(cfg.eval_source).is_dir():
+        bad("eval_source", f"folder {str(source_folder(cfg.eval_source))!r} does not exist")
+    for key in ("eval_classes", "eval_exclude", "eval_groups"):
+        path = getattr(cfg, key)
+        if path and not Path(path).is_file():
+            bad(key, f"file {path!r} does not exist")
+
+
+def _validate_ood(cfg: StudyConfig, bad) -> None:
+    """Pointing-suite tasks: known task names, existing paths, one entry per task."""
+    from vheads.data.ood import TASKS, is_task_spec
+
+    seen = set()
+    for spec in cfg.ood_tasks:
+        if not isinstance(spec, str) or not is_task_spec(spec):
+            bad("ood_tasks", f"{spec!r} is not TASK:PATH with TASK one of {', '.join(TASKS)}")
+        task, _, arg = spec.partition(":")
+        if task in seen:
+            bad("ood_tasks", f"task {task!r} is listed twice")
+        seen.add(task)
+        if not Path(arg.split(",")[0]).exists():
+            bad("ood_tasks", f"{task}: path {arg.split(',')[0]!r} does not exist")
+    if cfg.n_ood < 2:
+        bad("n_ood", f"must be at least 2, got {cfg.n_ood}")
+    if cfg.ood_controls < 0 or (cfg.ood_controls and cfg.ood_controls > cfg.controls.get("layer-matched", 0)):
+        bad("ood_controls", f"must be between 0 and the layer-matched R ({cfg.controls.get('layer-matched', 0)}), got {cfg.ood_controls}")
 
 
 def load_config(path: str | Path | None = None, **overrides) -> StudyConfig:

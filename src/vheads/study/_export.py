@@ -9,7 +9,8 @@ from vheads._errors import make_output_folder
 from vheads._io import atomic_write
 from vheads.store import Store
 
-TABLES = ("outcomes", "arms", "discovery", "headsets", "overlap", "ceilings", "random_overlap", "audit")
+TABLES = ("outcomes", "arms", "discovery", "headsets", "overlap", "ceilings", "random_overlap", "audit", "ood_outcomes",
+          "ood_audit")
 
 
 def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = None) -> list[Path]:

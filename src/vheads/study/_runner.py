@@ -226,6 +226,25 @@ def _eval_units(store: Store, cfg: StudyConfig) -> list[dict]:
     return units
 
 
+def _ood_units(store: Store, cfg: StudyConfig) -> list[dict]:
+    """Pointing suite: one audit unit per task, and per task x discovered setting x test
+    (CERS, NCS) x shard one unit running S and its first ``ood_controls`` layer-matched draws."""
+    units = []
+    for spec in cfg.ood_tasks:
+        task = spec.partition(":")[0]
+        units.append({"unit_id": f"ood-audit/{task}", "kind": "ood-audit", "task": task, "spec": spec})
+        for (sid,) in store.query("SELECT DISTINCT setting FROM headsets WHERE setting NOT LIKE '%&%' ORDER BY setting"):
+            hs = store.query("SELECT headset_id, heads FROM headsets WHERE setting=? AND (control='S' OR "
+                             "(control='layer-matched' AND draw<?)) ORDER BY control != 'S', draw", sid, cfg.ood_controls)
+            for test in ("cers", "ncs"):
+                for lo in range(0, cfg.n_ood, cfg.run.shard_size):
+                    hi = min(cfg.n_ood, lo + cfg.run.shard_size)
+                    units.append({"unit_id": f"ood/{task}/{sid}/{test}/{lo}-{hi}", "kind": "ood-eval", "task": task, "spec": spec,
+                                  "setting": sid, "test": test, "shard": [lo, hi], "headset_ids": [h for h, _ in hs],
+                                  "headsets": [json.loads(x) for _, x in hs]})
+    return units
+
+
 def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool = True, report: bool = True) -> StudyResult:
     """Run (or resume) the whole study of ``cfg`` into ``out``; returns the report's path.
 
@@ -233,11 +252,14 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
     shape included); the run holds ``out``'s lock (:class:`RunLock`) throughout, so a
     second run on the same folder is refused instead of racing this one.
     """
+    from vheads.study._data import preflight_data
+
     run_dir = Path(out)
     if run_dir.exists() and not run_dir.is_dir():
         raise VheadsError(f"--out {run_dir} is a file, not a run folder; pass a folder")
     shape = preflight_model(cfg)
     validate_for_model(cfg, shape["n_layers"], shape["n_heads"])
+    preflight_data(cfg)  # every photo and corpus read once, before the model or the run directory
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -280,6 +302,10 @@ def _run_locked(cfg: StudyConfig, run_dir: Path, shape: dict, progress: bool, re
         t = time.time()
         n_computed += _run_units(store, run_dir, backend, [{"unit_id": "audit", "kind": "audit"}], "audit", progress)
         secs["audit"] = time.time() - t
+        if cfg.ood_tasks:
+            t = time.time()
+            n_computed += _run_units(store, run_dir, backend, _ood_units(store, cfg), "pointing suite", progress)
+            secs["ood"] = time.time() - t
     finally:
         backend.close()
         store.close()

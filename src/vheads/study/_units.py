@@ -35,7 +35,11 @@ class UnitComputer:
     def __init__(self, cfg: dict[str, Any]):
         from vheads.study._config import config_from_dict
 
+        from vheads.study._data import eval_source
+
         self.cfg: StudyConfig = config_from_dict({k: v for k, v in cfg.items()})
+        self.source = eval_source(self.cfg)  # None: synthetic items
+        self._ood: dict[str, dict] = {}  # pointing-suite items by task spec, built once per replica
         self._engine = None
 
     @property
@@ -57,7 +61,8 @@ class UnitComputer:
 
     def compute(self, unit: dict[str, Any]) -> dict[str, Any]:
         t0 = time.time()
-        fn = {"discovery": self._discovery, "eval": self._eval, "audit": self._audit, "image-mass": self._image_mass}[unit["kind"]]
+        fn = {"discovery": self._discovery, "eval": self._eval, "audit": self._audit, "image-mass": self._image_mass,
+              "ood-audit": self._ood_audit, "ood-eval": self._ood_eval}[unit["kind"]]
         rows = fn(unit)
         return {"unit_id": unit["unit_id"], "kind": unit["kind"], "rows": rows, "seconds": time.time() - t0}
 
@@ -112,7 +117,7 @@ class UnitComputer:
         test = unit["test"]
         if test not in TEST_SETS:
             raise ValueError(f"unknown test {test!r}")
-        sets = {k: v[lo:hi] for k, v in item_sets(TEST_SETS[test], cfg.n_eval, eval_seed(cfg.seed)).items()}
+        sets = {k: v[lo:hi] for k, v in item_sets(TEST_SETS[test], cfg.n_eval, eval_seed(cfg.seed), self.source).items()}
         bs = cfg.run.batch_size
         out: dict[str, list[tuple]] = {"outcomes": [], "arms": []}
         uid, setting = unit["unit_id"], unit["setting"]
@@ -164,7 +169,7 @@ class UnitComputer:
         :func:`vheads.evaluation.head_attention_mass`)."""
         from vheads.evaluation import head_attention_mass
 
-        items = item_sets(["grid-neutral"], self.cfg.n_eval, eval_seed(self.cfg.seed))["grid-neutral"]
+        items = item_sets(["grid-neutral"], self.cfg.n_eval, eval_seed(self.cfg.seed), self.source)["grid-neutral"]
         mass = head_attention_mass(self.engine, items)
         return {"rows": {"meta": [(key, _json(v.tolist())) for key, v in mass.items()]}}
 
@@ -172,9 +177,51 @@ class UnitComputer:
     def _audit(self, unit):
         from vheads.evaluation import baseline_audit
 
-        sets = audit_sets(self.cfg.n_eval, eval_seed(self.cfg.seed))
+        sets = audit_sets(self.cfg.n_eval, eval_seed(self.cfg.seed), self.source)
         rep = baseline_audit(self.engine, sets)
         return {"rows": {"audit": [(n, r["n"], r["mean_p_key"], r["expected"][0], r["expected"][1], int(r["ok"])) for n, r in rep.items()]}}
+
+
+    # ---- pointing suite ----------------------------------------------------------------------
+    def _ood_sets(self, spec):
+        from vheads.study._data import ood_sets
+
+        if spec not in self._ood:
+            self._ood[spec] = ood_sets(self.cfg, spec)
+        return self._ood[spec]
+
+    def _ood_audit(self, unit):
+        """The baseline audit of one task (seed Table 22): oracle, floor, matched, mismatched, leak."""
+        from vheads.evaluation import baseline_audit
+
+        sets = self._ood_sets(unit["spec"])
+        rep = baseline_audit(self.engine, {k: sets[k] for k in ("oracle", "floor", "matched", "mismatched")})
+        rows = [(unit["task"], n, r["n"], r["mean_p_key"], r["expected"][0], r["expected"][1], int(r["ok"])) for n, r in rep.items()]
+        return {"rows": {"ood_audit": rows}}
+
+    def _ood_eval(self, unit):
+        """CERS (steer S onto the keyed cell vs a distractor) and NCS (all image tokens hidden
+        at all rows, matched minus mismatched) of S and its controls on one task's shard."""
+        eng = self.engine
+        L, H = eng.shape
+        ids = unit["headset_ids"]
+        hsets = [HeadSet([tuple(h) for h in heads], L, H) for heads in unit["headsets"]]
+        lo, hi = unit["shard"]
+        sets = {k: v[lo:hi] for k, v in self._ood_sets(unit["spec"]).items()}
+        key = (unit["unit_id"], unit["task"], unit["setting"])
+        rows = []
+        if unit["test"] == "cers":
+            res = run_test(eng, "cers", {"grid-neutral": sets["cers"]}, hsets, self.cfg.beta, "all", self.cfg.seed, self.cfg.run.batch_size)
+            detail = {"cers": res.values}
+        else:
+            res = run_test(eng, "ncs", {"class-matched": sets["matched"], "class-mismatched": sets["mismatched"]}, hsets,
+                           self.cfg.beta, "all", self.cfg.seed, self.cfg.run.batch_size)
+            detail = {"ncs-matched": res.detail["drop_matched"], "ncs-mismatched": res.detail["drop_mismatched"]}
+        for test, values in detail.items():
+            items = sets["cers"] if test == "cers" else sets[test.split("-")[1]]
+            for j, hid in enumerate(ids):
+                rows += [(*key, test, hid, it.id, float(values[j, i])) for i, it in enumerate(items)]
+        return {"rows": {"ood_outcomes": rows}}
 
 
 def _json(x) -> str:
