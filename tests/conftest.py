@@ -6,6 +6,9 @@ import torch
 torch.set_num_threads(2)
 
 FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava"]
+#: families whose image block is more than one grid (tiles, thumbnails, row breaks)
+ZOO_FAMILIES = ["internvl"]
+ALL_FAMILIES = FAMILIES + ZOO_FAMILIES
 
 
 def pytest_collection_modifyitems(config, items):
@@ -23,7 +26,7 @@ def tiny_random_dirs(tmp_path_factory):
     from vheads.models.tiny_random import build_tiny_random
 
     root = tmp_path_factory.mktemp("tiny_random")
-    return {mt: build_tiny_random(mt, root / mt) for mt in FAMILIES}
+    return {mt: build_tiny_random(mt, root / mt) for mt in ALL_FAMILIES}
 
 
 @pytest.fixture(scope="session")

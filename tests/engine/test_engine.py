@@ -4,7 +4,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.conftest import FAMILIES
+from tests.conftest import ALL_FAMILIES, ZOO_FAMILIES
 from tests.engine.reference import reference_mode
 from vheads.data import Item
 from vheads.engine import Capture, Engine, mask_keys, positions_mask, row_mask, steer_keys
@@ -29,7 +29,7 @@ def _plain_logits(lm, prompt):
         return lm.model(**prompt.inputs).logits
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_empty_plan_reproduces_plain_logits(loaded, family):
     lm = loaded[family]
     prompt = lm.adapter.build(_item(), lm.processor)
@@ -45,7 +45,7 @@ def test_empty_plan_reproduces_plain_logits(loaded, family):
     assert (got2 - plain).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_engine_is_causal(loaded, family):
     """Changing a later token must not change earlier logits (the registered mask works)."""
     lm = loaded[family]
@@ -67,7 +67,7 @@ def _eager_attentions(lm, prompt):
     return [a[0].double() for a in out.attentions]  # L x [H, T, T]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_capture_equals_eager_output_attentions(loaded, family):
     lm = loaded[family]
     prompt = lm.adapter.build(_item(options=False), lm.processor, answer_text="red disk")
@@ -97,7 +97,7 @@ def _actions(lay, kind, group, heads, beta=None):
     return {"kind": "steer", "heads": heads, "rows": rows, "image": img, "target": set(target), "beta": beta}
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", ALL_FAMILIES)
 @pytest.mark.parametrize("group", ["all", "image", "question", "last"])
 @pytest.mark.parametrize("kind", ["mask", "steer"])
 def test_mask_and_steer_equal_hand_written_softmax(loaded, family, group, kind):
@@ -133,7 +133,7 @@ def test_mask_and_steer_equal_hand_written_softmax(loaded, family, group, kind):
     assert (want[1] - plain[0]).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("family", ["qwen3_vl", "llava"])
+@pytest.mark.parametrize("family", ["qwen3_vl", "llava", *ZOO_FAMILIES])
 @pytest.mark.parametrize("group", ["question", "all"])
 def test_batched_head_sets_equal_separate_runs_and_prefix_reuse_equals_recompute(loaded, family, group):
     lm = loaded[family]

@@ -86,8 +86,8 @@ class Engine:
             prompt.position_ids = self.lm.adapter.position_ids(model, {k: v.to(self.lm.device) for k, v in prompt.inputs.items()})
             prompt._positions_known = True
         pos = prompt.position_ids
-        # the prefix must hold every image token: the suffix runs without pixel values
-        img_end = int(prompt.layout.image_positions.max()) + 1 if len(prompt.layout.image_positions) else 0
+        # the prefix must hold every slot the vision tower fills: the suffix runs without pixel values
+        img_end = prompt.layout.vision_end
         # batch 1 shares nothing: a prefix pass would only add a KV cache to peak memory
         if prefix_reuse and batch > 1 and max(img_end, 1) <= p < T:
             with active_plan(None):

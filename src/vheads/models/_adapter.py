@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import torch
 
 from vheads.data import OPTION_LETTERS, Item
-from vheads.models._layout import Prompt, TokenLayout, char_span_to_positions
+from vheads.models._layout import ImageBlock, Prompt, TokenLayout, char_span_to_positions
 
 ADAPTERS: dict[str, type["Adapter"]] = {}
 
@@ -40,7 +40,8 @@ def format_options(options: tuple[str, ...]) -> str:
 
 
 class Adapter:
-    """Base class: subclasses set the class attributes and implement ``image_grid``."""
+    """Base class: subclasses set the class attributes and implement ``image_grid`` (one
+    grid of image tokens) or ``image_block`` (tiles, thumbnails, tokens between rows)."""
 
     family: ClassVar[str]
     model_types: ClassVar[tuple[str, ...]]
@@ -52,10 +53,20 @@ class Adapter:
     assistant_prefix: ClassVar[str]
     notes: ClassVar[str] = ""
 
+    #: for `vheads models`: the image block's token structure, and how a box maps to tokens
+    image_structure: ClassVar[str] = "one rows x cols grid of image tokens, row-major"
+    box_mapping: ClassVar[str] = "tokens whose patch box lies >= min_cover inside the box"
+
     # ---- family specifics -------------------------------------------------------------
     def image_grid(self, processor: Any, image) -> tuple[dict[str, torch.Tensor], int, int, torch.Tensor]:
         """Process one image: (pixel inputs, grid rows, grid cols, token boxes [N, 4])."""
         raise NotImplementedError
+
+    def image_block(self, processor: Any, image) -> ImageBlock:
+        """Process one image into its block of tokens; families with one grid implement
+        :meth:`image_grid` instead, tiled families override this."""
+        pixel_inputs, rows, cols, boxes = self.image_grid(processor, image)
+        return ImageBlock.single_grid(pixel_inputs, self.image_token, rows, cols, boxes)
 
     def extra_inputs(self, input_ids: torch.Tensor, image_mask: torch.Tensor) -> dict[str, torch.Tensor]:
         return {}
@@ -74,12 +85,26 @@ class Adapter:
 
     def batch_pixel_inputs(self, inputs: dict[str, torch.Tensor], batch: int) -> dict[str, torch.Tensor]:
         """Pixel inputs for ``batch`` copies of one prompt, as the model's forward expects
-        them when the vision tower is run once (see :func:`vheads.engine` runner)."""
-        raise NotImplementedError
+        them when the vision tower is run once (see :func:`vheads.engine` runner).
+
+        Default: ``pixel_values`` of one copy ([n_views, ...], n_views images or tiles)
+        repeated along dim 0 ([batch * n_views, ...]; a view, no copy, when n_views is 1).
+        """
+        pv = inputs["pixel_values"]
+        if pv.shape[0] == 1:
+            return {"pixel_values": pv.expand(batch, *pv.shape[1:])}
+        return {"pixel_values": pv.repeat(batch, *([1] * (pv.dim() - 1)))}
 
     def single_vision_call(self, args: tuple, kwargs: dict, batch: int) -> tuple[tuple, dict]:
-        """The vision tower call for one copy, from the call the model makes for ``batch``."""
-        raise NotImplementedError
+        """The vision tower call for one copy, from the call the model makes for ``batch``.
+
+        Default: the first 1/batch of ``pixel_values`` (first positional argument or keyword).
+        """
+        if args:
+            return (args[0][: len(args[0]) // batch], *args[1:]), kwargs
+        kwargs = dict(kwargs)
+        kwargs["pixel_values"] = kwargs["pixel_values"][: len(kwargs["pixel_values"]) // batch]
+        return args, kwargs
 
     # ---- shared ------------------------------------------------------------------------
     def describe(self) -> dict[str, Any]:
@@ -88,6 +113,8 @@ class Adapter:
             "model_types": list(self.model_types),
             "image_token": self.image_token,
             "template": self.user_prefix + self.image_prefix + "<image>" + self.image_suffix + "{question}" + self.assistant_prefix,
+            "image_structure": self.image_structure,
+            "box_mapping": self.box_mapping,
             "notes": self.notes,
         }
 
@@ -118,15 +145,11 @@ class Adapter:
                 "blank image, or pass require_image=False)"
             )
         tok = self.tokenizer(processor)
-        pixel_inputs: dict[str, torch.Tensor] = {}
-        n_img, rows, cols, boxes = 0, 0, 0, torch.zeros(0, 4)
-        if item.image is not None:
-            pixel_inputs, rows, cols, boxes = self.image_grid(processor, item.image.convert("RGB"))
-            n_img = rows * cols
+        block = self.image_block(processor, item.image.convert("RGB")) if item.image is not None else None
         options = format_options(item.options) if item.options else ""
         parts: list[tuple[str, str]] = [("prefix", self.user_prefix)]
-        if n_img:
-            parts.append(("image", self.image_prefix + self.image_token * n_img + self.image_suffix))
+        if block is not None:
+            parts.append(("image", self.image_prefix + block.text + self.image_suffix))
         parts += [("question", item.question), ("options", options), ("assistant", self.assistant_prefix)]
         if answer_text is not None:
             parts.append(("answer", answer_text))
@@ -138,13 +161,15 @@ class Adapter:
         ids = torch.tensor(enc["input_ids"])
         offsets = [tuple(o) for o in enc["offset_mapping"]]
         image_token_id = tok.convert_tokens_to_ids(self.image_token)
-        image_mask = ids == image_token_id
-        image_positions = image_mask.nonzero().flatten()
-        if len(image_positions) != n_img:
+        image_mask = ids == image_token_id  # every image-token slot the vision tower fills
+        slots = image_mask.nonzero().flatten()
+        n_slots = 0 if block is None else (len(block.boxes) if block.is_pixel is None else len(block.is_pixel))
+        if len(slots) != n_slots:
             raise ValueError(
-                f"item {item.id!r}: the tokenizer produced {len(image_positions)} image tokens where the image "
-                f"processor's grid needs {n_img}; is {self.image_token!r} a special token of this tokenizer?"
+                f"item {item.id!r}: the tokenizer produced {len(slots)} image tokens where the image "
+                f"processor's output needs {n_slots}; is {self.image_token!r} a special token of this tokenizer?"
             )
+        image_positions = slots if block is None or block.is_pixel is None else slots[block.is_pixel]
         spans = {
             name: char_span_to_positions(offsets, *starts[name])
             for name in ("question", "options", "answer")
@@ -156,12 +181,14 @@ class Adapter:
         n_prompt = len(ids) if answer_text is None else min(spans.get("answer", [len(ids)]))
         spans["last"] = [n_prompt - 1]
         spans["prompt"] = list(range(n_prompt))
-        rc = torch.stack([torch.arange(rows).repeat_interleave(cols), torch.arange(cols).repeat(rows)], 1) if n_img else torch.zeros(0, 2, dtype=torch.long)
         size = item.image.size if item.image is not None else (0, 0)
-        layout = TokenLayout(len(ids), image_positions, rc, (rows, cols), boxes, size, spans)
+        block = block or ImageBlock.single_grid({}, self.image_token, 0, 0, torch.zeros(0, 4))
+        vision_end = int(slots.max()) + 1 if len(slots) else 0
+        layout = TokenLayout(len(ids), image_positions, block.rc, block.grid, block.boxes, size, spans,
+                             image_tile=block.tile, tiles=block.tiles, vision_end=vision_end)
         for name, box in item.regions.items():
             layout.regions[name] = layout.region_tokens(box, min_cover=min_cover)
-        inputs = {"input_ids": ids[None], "attention_mask": torch.ones(1, len(ids), dtype=torch.long), **pixel_inputs}
+        inputs = {"input_ids": ids[None], "attention_mask": torch.ones(1, len(ids), dtype=torch.long), **block.pixel_inputs}
         inputs.update(self.extra_inputs(ids[None], image_mask[None]))
         return Prompt(item=item, inputs=inputs, layout=layout, text=text)
 

@@ -27,11 +27,16 @@ class RegionTokens:
 class TokenLayout:
     """Where things are in one tokenized prompt.
 
-    ``image_positions[i]`` is the sequence position of image token i; ``image_rc[i]`` its
-    (row, col) on the merged patch grid of shape ``grid``; ``token_boxes[i]`` the pixel box it
-    covers in the *original* image's coordinates (x0, y0, x1, y1, floats). ``spans`` maps
-    ``question``, ``options``, ``query``, ``answer`` (teacher-forced answer tokens, when
-    given) and ``last`` (the last prompt token) to lists of positions.
+    ``image_positions[i]`` is the sequence position of image token i (the image-pad tokens
+    only: row breaks, tile markers and newline embeddings count as text); ``image_tile[i]``
+    the view it belongs to (a tile or the thumbnail, named in ``tiles``; one view for
+    untiled families); ``image_rc[i]`` its (row, col) on that view's token grid (``grid``
+    is the first view's grid); ``token_boxes[i]`` the pixel box it covers in the
+    *original* image's coordinates (x0, y0, x1, y1, floats), whatever its view. ``spans``
+    maps ``question``, ``options``, ``query``, ``answer`` (teacher-forced answer tokens,
+    when given) and ``last`` (the last prompt token) to lists of positions.
+    ``vision_end`` is one past the last position the vision tower fills (a trailing
+    newline embedding may sit after the last image token).
     """
 
     n_tokens: int
@@ -42,13 +47,27 @@ class TokenLayout:
     image_size: tuple[int, int]  # (width, height) of the original image
     spans: dict[str, list[int]] = field(default_factory=dict)
     regions: dict[str, RegionTokens] = field(default_factory=dict)
+    image_tile: torch.Tensor | None = None  # [N_img] long; None: every token in view 0
+    tiles: list[str] = field(default_factory=lambda: ["image"])
+    vision_end: int | None = None
+
+    def __post_init__(self):
+        if self.image_tile is None:
+            self.image_tile = torch.zeros(len(self.image_positions), dtype=torch.long)
+        if self.vision_end is None:
+            self.vision_end = int(self.image_positions.max()) + 1 if len(self.image_positions) else 0
 
     @property
     def last(self) -> int:
         return self.spans["last"][0]
 
     def region_tokens(self, box: Box, min_cover: float = 0.5) -> RegionTokens:
-        """Image-token positions under ``box`` (pixels of the original image)."""
+        """Image-token positions under ``box`` (pixels of the original image), in every view.
+
+        A token is selected when ``cover = area(token box ∩ box) / area(token box) ≥
+        min_cover``; with tiling the box selects tokens in each tile it overlaps and in the
+        thumbnail, since every token box is in original-image coordinates.
+        """
         w, h = self.image_size
         x0, y0, x1, y1 = box
         if not (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h):
@@ -72,6 +91,35 @@ class TokenLayout:
 
 
 @dataclass
+class ImageBlock:
+    """What one image becomes in a prompt: its pixel inputs and its run of tokens.
+
+    ``text`` is the block between the adapter's ``image_prefix`` and ``image_suffix``:
+    image tokens interleaved with whatever the family puts between them (row breaks, tile
+    markers). The k-th occurrence of the image token in ``text`` is a pixel token when
+    ``is_pixel[k]`` (None: all are); a family whose newline embeddings take an image-token
+    slot (LLaVA-NeXT) marks those slots False, so they count as text. ``boxes``, ``rc`` and
+    ``tile`` describe the pixel tokens in order: box in original-image pixels [N, 4], (row,
+    col) on its view's grid [N, 2], view index [N] into ``tiles`` (view names).
+    """
+
+    pixel_inputs: dict[str, torch.Tensor]
+    text: str
+    boxes: torch.Tensor  # [N, 4] float
+    rc: torch.Tensor  # [N, 2] long
+    tile: torch.Tensor  # [N] long
+    tiles: list[str]
+    grid: tuple[int, int]
+    is_pixel: torch.Tensor | None = None  # [M] bool over image-token occurrences in text
+
+    @classmethod
+    def single_grid(cls, pixel_inputs: dict[str, torch.Tensor], image_token: str, rows: int, cols: int, boxes: torch.Tensor) -> "ImageBlock":
+        """One rows x cols grid of image tokens, row-major, nothing between them."""
+        return cls(pixel_inputs, image_token * (rows * cols), boxes, grid_rc(rows, cols),
+                   torch.zeros(rows * cols, dtype=torch.long), ["image"], (rows, cols))
+
+
+@dataclass
 class Prompt:
     """A tokenized prompt ready for the model (batch of one) with its layout and item."""
 
@@ -88,6 +136,11 @@ class Prompt:
 def char_span_to_positions(offsets: list[tuple[int, int]], start: int, end: int) -> list[int]:
     """Token positions whose character range overlaps [start, end)."""
     return [i for i, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
+
+
+def grid_rc(rows: int, cols: int) -> torch.Tensor:
+    """(row, col) of each token of a rows x cols grid, row-major: [rows*cols, 2] long."""
+    return torch.stack([torch.arange(rows).repeat_interleave(cols), torch.arange(cols).repeat(rows)], 1)
 
 
 def grid_token_boxes(rows: int, cols: int, scale_x: float, scale_y: float, off_x: float = 0.0, off_y: float = 0.0) -> torch.Tensor:

@@ -17,11 +17,13 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
 
 @dataclass
 class ProcessorBundle:
-    """What the adapters need of a processor: the image processor, the tokenizer, the patch size."""
+    """What the adapters need of a processor: the image processor, the tokenizer, the patch
+    size, and the model config (tiled families read their token geometry from it)."""
 
     image_processor: Any
     tokenizer: Any
     patch_size: int
+    config: Any = None
 
 
 @dataclass
@@ -86,7 +88,8 @@ def load_processor(path: str, revision: str | None, config) -> ProcessorBundle:
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
     patch = getattr(config.vision_config, "patch_size", 14)
-    return ProcessorBundle(image_processor, tokenizer, int(patch))
+    patch = patch[0] if isinstance(patch, (list, tuple)) else patch  # InternVL: (p, p)
+    return ProcessorBundle(image_processor, tokenizer, int(patch), config)
 
 
 def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "float32", device: str = "cpu") -> LoadedModel:

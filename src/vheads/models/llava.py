@@ -24,17 +24,6 @@ class LlavaAdapter(Adapter):
     def vision_module(self, model):
         return model.model.vision_tower
 
-    def batch_pixel_inputs(self, inputs, batch):
-        pv = inputs["pixel_values"]
-        return {"pixel_values": pv.expand(batch, *pv.shape[1:])}  # a view: no copy
-
-    def single_vision_call(self, args, kwargs, batch):
-        if args:
-            return (args[0][: len(args[0]) // batch], *args[1:]), kwargs
-        kwargs = dict(kwargs)
-        kwargs["pixel_values"] = kwargs["pixel_values"][: len(kwargs["pixel_values"]) // batch]
-        return args, kwargs
-
     def image_grid(self, processor: Any, image):
         ip = processor.image_processor
         out = ip(images=[image], return_tensors="pt")

@@ -21,13 +21,17 @@ BASE_WORDS = (
 ).split()
 
 
-def build_word_tokenizer(words: list[str]):
-    """A word-level fast tokenizer: whitespace and punctuation split, one id per word."""
+def build_word_tokenizer(words: list[str], special: list[str] = ()):
+    """A word-level fast tokenizer: whitespace and punctuation split, one id per word.
+
+    ``special`` adds a family's own special tokens (image / tile markers) after every
+    other entry, so the ids of the shared vocabulary do not move.
+    """
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab: dict[str, int] = {}
-    for t in SPECIAL_TOKENS + BASE_WORDS + list(words):
+    for t in SPECIAL_TOKENS + BASE_WORDS + list(words) + list(special):
         vocab.setdefault(t, len(vocab))
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
@@ -36,7 +40,7 @@ def build_word_tokenizer(words: list[str]):
         unk_token="<unk>",
         pad_token="<pad>",
         eos_token="<|im_end|>",
-        extra_special_tokens=SPECIAL_TOKENS[2:],
+        extra_special_tokens=SPECIAL_TOKENS[2:] + list(special),
     )
     return fast
 
@@ -148,6 +152,66 @@ def build_llava(words: list[str] = (), hidden: int = 64, layers: int = 2, heads:
     return model.eval(), tok, ip
 
 
+def build_internvl(words: list[str] = (), hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                   head_dim: int = 16, tile: int = 64, patch: int = 8, max_tiles: int = 4, vision_layers: int = 1, seed: int = 0):
+    """A random InternVL (InternViT + Qwen2) tiling into up to ``max_tiles`` tiles of
+    ``tile`` pixels plus a thumbnail, (tile / patch / 2)² tokens per view."""
+    from transformers import AutoModelForImageTextToText, InternVLConfig
+    from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
+
+    tok = build_word_tokenizer(list(words), special=["<img>", "</img>", "<IMG_CONTEXT>"])
+    text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
+    text["model_type"] = "qwen2"
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=vision_layers, num_attention_heads=2,
+                  image_size=[tile, tile], patch_size=[patch, patch])
+    config = InternVLConfig(text_config=text, vision_config=vision, image_token_id=tok.convert_tokens_to_ids("<IMG_CONTEXT>"),
+                            image_seq_length=(tile // patch // 2) ** 2, downsample_ratio=0.5, tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    ip = GotOcr2ImageProcessorPil(size={"height": tile, "width": tile}, crop_to_patches=True, min_patches=1,
+                                  max_patches=max_tiles, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    return model.eval(), tok, ip
+
+
+PINPOINTS = [[56, 112], [112, 56], [112, 112], [56, 168], [168, 56]]
+
+
+def build_llava_anyres(model_type: str = "llava_next", words: list[str] = (), hidden: int = 64, layers: int = 2, heads: int = 4,
+                       kv_heads: int = 2, head_dim: int = 16, image_size: int = 56, patch: int = 14, vision_layers: int = 1,
+                       seed: int = 0):
+    """A random LLaVA-NeXT (CLIP + Llama) or LLaVA-OneVision (SigLIP + Qwen2) tiling over
+    ``PINPOINTS`` (up to 3 tiles of ``image_size`` pixels) plus the base image."""
+    from transformers import AutoModelForImageTextToText, LlavaNextConfig, LlavaOnevisionConfig
+
+    tok = build_word_tokenizer(list(words))
+    text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=vision_layers, num_attention_heads=2,
+                  image_size=image_size, patch_size=patch)
+    common = dict(text_config=text, image_token_id=tok.convert_tokens_to_ids("<image>"), image_grid_pinpoints=PINPOINTS,
+                  vision_feature_layer=-1, tie_word_embeddings=True)
+    if model_type == "llava_next":
+        from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
+
+        text["model_type"] = "llama"
+        config = LlavaNextConfig(vision_config={**vision, "model_type": "clip_vision_model", "projection_dim": 32},
+                                 vision_feature_select_strategy="default", **common)
+        ip = LlavaNextImageProcessorPil(size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size},
+                                        image_grid_pinpoints=PINPOINTS, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    elif model_type == "llava_onevision":
+        from transformers.models.llava_onevision.image_processing_pil_llava_onevision import LlavaOnevisionImageProcessorPil
+
+        text["model_type"] = "qwen2"
+        config = LlavaOnevisionConfig(vision_config={**vision, "model_type": "siglip_vision_model", "vision_use_head": False},
+                                      vision_feature_select_strategy="full", vision_aspect_ratio="anyres_max_9", **common)
+        ip = LlavaOnevisionImageProcessorPil(size={"height": image_size, "width": image_size}, image_grid_pinpoints=PINPOINTS,
+                                             image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    else:
+        raise ValueError(f"not an any-resolution LLaVA model type: {model_type!r}")
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    return model.eval(), tok, ip
+
+
 def save_model_folder(out: str | Path, model, tokenizer, image_processor) -> Path:
     """Write a loadable model folder (``save_pretrained`` of each part)."""
     out = Path(out)
@@ -163,6 +227,9 @@ FAMILY_BUILDERS = {
     "qwen2_5_vl": lambda **kw: build_qwen_vl("qwen2_5_vl", **kw),
     "qwen3_vl": lambda **kw: build_qwen_vl("qwen3_vl", **kw),
     "llava": build_llava,
+    "internvl": build_internvl,
+    "llava_next": lambda **kw: build_llava_anyres("llava_next", **kw),
+    "llava_onevision": lambda **kw: build_llava_anyres("llava_onevision", **kw),
 }
 
 
