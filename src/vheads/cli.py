@@ -34,6 +34,8 @@ def models(json_out: bool = typer.Option(False, "--json", help="Machine-readable
     for r in rows:
         typer.echo(f"{r['family']}: model types {', '.join(r['model_types'])}")
         typer.echo(f"  image token {r['image_token']!r}; template {r['template']!r}")
+        typer.echo(f"  image block: {r['image_structure']}")
+        typer.echo(f"  box -> tokens: {r['box_mapping']}")
         typer.echo(f"  {r['notes']}")
 
 

@@ -3,13 +3,15 @@ breaks, markers), checked against the model itself.
 
 A region's tokens must be the tokens whose vision features change when the region's
 pixels change. The check reads the embeddings the model itself scatters into the prompt
-(the language model's ``inputs_embeds``), on a copy of the tiny model whose vision
-encoder has no transformer layers: every token's feature then depends on its own patches
-only, so "this token changed" means "this token's processed pixels changed" — in every
-tile and in the thumbnail, with no knowledge of the adapter's geometry.
+(the language model's ``inputs_embeds``) while every attention module of the vision tower
+outputs zeros: every token's feature then depends on its own patches only, so "this
+token changed" means "this token's processed pixels changed" — in every tile and in the
+thumbnail, with no knowledge of the adapter's geometry.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
@@ -17,19 +19,26 @@ from PIL import Image
 
 from tests.conftest import ZOO_FAMILIES
 from vheads.data import Item
-from vheads.models import load_model
-from vheads.models.tiny_random import build_tiny_random
 
 
-@pytest.fixture(scope="module")
-def patch_local(tmp_path_factory):
-    """Each zoo family's tiny model with a vision encoder of zero layers."""
-    root = tmp_path_factory.mktemp("patch_local")
-    return {mt: load_model(str(build_tiny_random(mt, root / mt, vision_layers=0))) for mt in ZOO_FAMILIES}
+@contextlib.contextmanager
+def _patch_local_vision(vision):
+    """Every attention module of ``vision`` outputs zeros: no token mixes with another."""
+
+    def zero(module, args, out):
+        return (torch.zeros_like(out[0]), *out[1:]) if isinstance(out, tuple) else torch.zeros_like(out)
+
+    handles = [m.register_forward_hook(zero) for m in vision.modules() if type(m).__name__.endswith("Attention")]
+    assert handles, "no attention module found in the vision tower"
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def _lm_input_embeds(lm, prompt) -> torch.Tensor:
-    """The embeddings the model hands its language model: [T, D]."""
+    """The embeddings the model hands its language model, its vision tower patch-local: [T, D]."""
     seen = {}
 
     def grab(module, args, kwargs):
@@ -37,7 +46,7 @@ def _lm_input_embeds(lm, prompt) -> torch.Tensor:
 
     handle = lm.model.model.language_model.register_forward_pre_hook(grab, with_kwargs=True)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _patch_local_vision(lm.adapter.vision_module(lm.model)):
             lm.model(**prompt.inputs)
     finally:
         handle.remove()
@@ -59,8 +68,8 @@ CASES = [((96, 64), (0, 0, 40, 40)), ((64, 64), (16, 16, 48, 48)), ((150, 50), (
 
 @pytest.mark.parametrize("family", ZOO_FAMILIES)
 @pytest.mark.parametrize("size,box", CASES)
-def test_region_tokens_are_the_tokens_whose_pixels_change(patch_local, family, size, box):
-    lm = patch_local[family]
+def test_region_tokens_are_the_tokens_whose_pixels_change(loaded, family, size, box):
+    lm = loaded[family]
     base, changed = _pair(size, box)
     p0 = lm.adapter.build(Item("a", "test", base, "what is in panel 1 ?", "red", regions={"r": box}), lm.processor)
     p1 = lm.adapter.build(Item("b", "test", changed, "what is in panel 1 ?", "red", regions={"r": box}), lm.processor)
@@ -92,9 +101,9 @@ def test_region_tokens_are_the_tokens_whose_pixels_change(patch_local, family, s
 
 
 @pytest.mark.parametrize("family", ZOO_FAMILIES)
-def test_a_box_maps_to_tokens_in_every_tile_and_the_thumbnail(patch_local, family):
+def test_a_box_maps_to_tokens_in_every_tile_and_the_thumbnail(loaded, family):
     """A box over the whole image selects every token of every view."""
-    lm = patch_local[family]
+    lm = loaded[family]
     size = (150, 50)
     item = Item("w", "test", Image.new("RGB", size), "what ?", "x", regions={"all": (0, 0, *size)})
     lay = lm.adapter.build(item, lm.processor).layout

@@ -153,7 +153,7 @@ def build_llava(words: list[str] = (), hidden: int = 64, layers: int = 2, heads:
 
 
 def build_internvl(words: list[str] = (), hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-                   head_dim: int = 16, tile: int = 64, patch: int = 8, max_tiles: int = 4, vision_layers: int = 1, seed: int = 0):
+                   head_dim: int = 16, tile: int = 64, patch: int = 8, max_tiles: int = 4, seed: int = 0):
     """A random InternVL (InternViT + Qwen2) tiling into up to ``max_tiles`` tiles of
     ``tile`` pixels plus a thumbnail, (tile / patch / 2)² tokens per view."""
     from transformers import AutoModelForImageTextToText, InternVLConfig
@@ -162,7 +162,7 @@ def build_internvl(words: list[str] = (), hidden: int = 64, layers: int = 2, hea
     tok = build_word_tokenizer(list(words), special=["<img>", "</img>", "<IMG_CONTEXT>"])
     text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
     text["model_type"] = "qwen2"
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=vision_layers, num_attention_heads=2,
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                   image_size=[tile, tile], patch_size=[patch, patch])
     config = InternVLConfig(text_config=text, vision_config=vision, image_token_id=tok.convert_tokens_to_ids("<IMG_CONTEXT>"),
                             image_seq_length=(tile // patch // 2) ** 2, downsample_ratio=0.5, tie_word_embeddings=True)
@@ -177,15 +177,14 @@ PINPOINTS = [[56, 112], [112, 56], [112, 112], [56, 168], [168, 56]]
 
 
 def build_llava_anyres(model_type: str = "llava_next", words: list[str] = (), hidden: int = 64, layers: int = 2, heads: int = 4,
-                       kv_heads: int = 2, head_dim: int = 16, image_size: int = 56, patch: int = 14, vision_layers: int = 1,
-                       seed: int = 0):
+                       kv_heads: int = 2, head_dim: int = 16, image_size: int = 56, patch: int = 14, seed: int = 0):
     """A random LLaVA-NeXT (CLIP + Llama) or LLaVA-OneVision (SigLIP + Qwen2) tiling over
     ``PINPOINTS`` (up to 3 tiles of ``image_size`` pixels) plus the base image."""
     from transformers import AutoModelForImageTextToText, LlavaNextConfig, LlavaOnevisionConfig
 
     tok = build_word_tokenizer(list(words))
     text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=vision_layers, num_attention_heads=2,
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                   image_size=image_size, patch_size=patch)
     common = dict(text_config=text, image_token_id=tok.convert_tokens_to_ids("<image>"), image_grid_pinpoints=PINPOINTS,
                   vision_feature_layer=-1, tie_word_embeddings=True)
