@@ -44,7 +44,7 @@ def _lm_input_embeds(lm, prompt) -> torch.Tensor:
     def grab(module, args, kwargs):
         seen["e"] = kwargs["inputs_embeds"][0].detach().clone()
 
-    handle = lm.model.model.language_model.register_forward_pre_hook(grab, with_kwargs=True)
+    handle = lm.model.get_decoder().register_forward_pre_hook(grab, with_kwargs=True)
     try:
         with torch.no_grad(), _patch_local_vision(lm.adapter.vision_module(lm.model)):
             lm.model(**prompt.inputs)

@@ -36,9 +36,10 @@ class Engine:
         """Model inputs for ``batch`` copies of ``prompt``; pixel inputs are laid out for a
         single vision pass (see :meth:`_shared_vision`)."""
         dev = self.lm.device
+        pixel_keys = self.lm.adapter.pixel_keys
         inputs = {k: v.expand(batch, *v.shape[1:]) if batch > 1 else v
-                  for k, v in prompt.inputs.items() if k not in ("pixel_values", "image_grid_thw")}
-        pixel = {k: v for k, v in prompt.inputs.items() if k in ("pixel_values", "image_grid_thw")}
+                  for k, v in prompt.inputs.items() if k not in pixel_keys}
+        pixel = {k: v for k, v in prompt.inputs.items() if k in pixel_keys}
         if pixel and batch > 1:
             pixel = self.lm.adapter.batch_pixel_inputs(pixel, batch)
         inputs.update(pixel)

@@ -53,6 +53,8 @@ class Adapter:
     assistant_prefix: ClassVar[str]
     notes: ClassVar[str] = ""
 
+    #: the prompt inputs :meth:`batch_pixel_inputs` lays out for a batch (the others are expanded)
+    pixel_keys: ClassVar[tuple[str, ...]] = ("pixel_values", "image_grid_thw")
     #: for `vheads models`: the image block's token structure, and how a box maps to tokens
     image_structure: ClassVar[str] = "one rows x cols grid of image tokens, row-major"
     box_mapping: ClassVar[str] = "tokens whose patch box lies >= min_cover inside the box"

@@ -153,3 +153,28 @@ def grid_token_boxes(rows: int, cols: int, scale_x: float, scale_y: float, off_x
     r = torch.arange(rows).repeat_interleave(cols).float()
     c = torch.arange(cols).repeat(rows).float()
     return torch.stack([off_x + c * scale_x, off_y + r * scale_y, off_x + (c + 1) * scale_x, off_y + (r + 1) * scale_y], dim=1)
+
+
+def tiled_views(width: int, height: int, cols: int, rows: int, thumbnail: bool = True) -> tuple[list[tuple[float, float, float, float]], list[str]]:
+    """Boxes (original pixels) and names of a cols x rows tiling, tiles row-major, then the
+    thumbnail (the whole image) when ``thumbnail``; a single view when cols = rows = 1."""
+    if cols * rows == 1:
+        return [(0.0, 0.0, float(width), float(height))], ["image"]
+    tw, th = width / cols, height / rows
+    boxes = [(c * tw, r * th, (c + 1) * tw, (r + 1) * th) for r in range(rows) for c in range(cols)]
+    names = [f"tile r{r}c{c}" for r in range(rows) for c in range(cols)]
+    if thumbnail:
+        boxes.append((0.0, 0.0, float(width), float(height)))
+        names.append("thumbnail")
+    return boxes, names
+
+
+def views_token_grid(views: list[tuple[float, float, float, float]], rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token boxes [V·rows·cols, 4], (row, col) [.., 2] and view index [..] of ``views``, each
+    covered by a rows x cols token grid (row-major), views in order."""
+    boxes, rc, tile = [], [], []
+    for v, (x0, y0, x1, y1) in enumerate(views):
+        boxes.append(grid_token_boxes(rows, cols, (x1 - x0) / cols, (y1 - y0) / rows, x0, y0))
+        rc.append(grid_rc(rows, cols))
+        tile.append(torch.full((rows * cols,), v, dtype=torch.long))
+    return torch.cat(boxes), torch.cat(rc), torch.cat(tile)

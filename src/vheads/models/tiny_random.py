@@ -211,6 +211,34 @@ def build_llava_anyres(model_type: str = "llava_next", words: list[str] = (), hi
     return model.eval(), tok, ip
 
 
+def build_idefics3(model_type: str = "idefics3", words: list[str] = (), hidden: int = 64, layers: int = 2, heads: int = 4,
+                   kv_heads: int = 2, head_dim: int = 16, view: int = 64, patch: int = 8, seed: int = 0):
+    """A random Idefics3 or SmolVLM (SigLIP-style encoder + Llama) splitting images into
+    sub-images of ``view`` pixels plus a global image, (view / patch / 2)² tokens per view."""
+    from transformers import AutoModelForImageTextToText, Idefics3Config, SmolVLMConfig
+
+    markers = ["<fake_token_around_image>", "<global-img>", "<end_of_utterance>"]
+    markers += [f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)]
+    tok = build_word_tokenizer(list(words), special=markers)
+    text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
+    text["model_type"] = "llama"
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=view, patch_size=patch)
+    cls = {"idefics3": Idefics3Config, "smolvlm": SmolVLMConfig}.get(model_type)
+    if cls is None:
+        raise ValueError(f"not an Idefics3 / SmolVLM model type: {model_type!r}")
+    config = cls(text_config=text, vision_config=vision, image_token_id=tok.convert_tokens_to_ids("<image>"), scale_factor=2,
+                 tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    if model_type == "idefics3":
+        from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil as Processor
+    else:
+        from transformers.models.smolvlm.image_processing_pil_smolvlm import SmolVLMImageProcessorPil as Processor
+    ip = Processor(size={"longest_edge": 2 * view}, max_image_size={"longest_edge": view}, do_image_splitting=True,
+                   image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    return model.eval(), tok, ip
+
+
 def save_model_folder(out: str | Path, model, tokenizer, image_processor) -> Path:
     """Write a loadable model folder (``save_pretrained`` of each part)."""
     out = Path(out)
@@ -229,6 +257,8 @@ FAMILY_BUILDERS = {
     "internvl": build_internvl,
     "llava_next": lambda **kw: build_llava_anyres("llava_next", **kw),
     "llava_onevision": lambda **kw: build_llava_anyres("llava_onevision", **kw),
+    "idefics3": lambda **kw: build_idefics3("idefics3", **kw),
+    "smolvlm": lambda **kw: build_idefics3("smolvlm", **kw),
 }
 
 
