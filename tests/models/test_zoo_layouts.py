@@ -22,13 +22,15 @@ from vheads.data import Item
 
 
 @contextlib.contextmanager
-def _patch_local_vision(vision):
-    """Every attention module of ``vision`` outputs zeros: no token mixes with another."""
+def _patch_local_vision(model):
+    """Every attention module outside the language model outputs zeros: no image token mixes
+    with another before it reaches the language model."""
 
     def zero(module, args, out):
         return (torch.zeros_like(out[0]), *out[1:]) if isinstance(out, tuple) else torch.zeros_like(out)
 
-    handles = [m.register_forward_hook(zero) for m in vision.modules() if type(m).__name__.endswith("Attention")]
+    text = set(map(id, model.get_decoder().modules()))
+    handles = [m.register_forward_hook(zero) for m in model.modules() if type(m).__name__.endswith("Attention") and id(m) not in text]
     assert handles, "no attention module found in the vision tower"
     try:
         yield
@@ -46,7 +48,7 @@ def _lm_input_embeds(lm, prompt) -> torch.Tensor:
 
     handle = lm.model.get_decoder().register_forward_pre_hook(grab, with_kwargs=True)
     try:
-        with torch.no_grad(), _patch_local_vision(lm.adapter.vision_module(lm.model)):
+        with torch.no_grad(), _patch_local_vision(lm.model):
             lm.model(**prompt.inputs)
     finally:
         handle.remove()
@@ -100,7 +102,7 @@ def test_region_tokens_are_the_tokens_whose_pixels_change(loaded, family, size, 
     assert {view[p] for p in chosen} == {view[p] for p in core}
 
 
-@pytest.mark.parametrize("family", ZOO_FAMILIES)
+@pytest.mark.parametrize("family", [f for f in ZOO_FAMILIES if f != "mistral3"])  # mistral3: one grid
 def test_a_box_maps_to_tokens_in_every_tile_and_the_thumbnail(loaded, family):
     """A box over the whole image selects every token of every view."""
     lm = loaded[family]

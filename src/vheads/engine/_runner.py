@@ -52,10 +52,10 @@ class Engine:
     def _shared_vision(self, batch: int):
         """Run the vision tower once for ``batch`` copies of one image and repeat its output
         (every tensor of it along dim 0): the copies are identical, so is their encoding."""
-        if batch <= 1:
+        module = self.lm.adapter.vision_module(self.lm.model) if batch > 1 else None
+        if module is None:  # batch 1, or a family whose tower packs a batch differently (its adapter says)
             yield
             return
-        module = self.lm.adapter.vision_module(self.lm.model)
         original = module.forward
 
         def once(*args, **kwargs):

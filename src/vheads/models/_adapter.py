@@ -82,7 +82,8 @@ class Adapter:
 
     # ---- one vision pass for a batch of copies of one prompt ---------------------------------
     def vision_module(self, model):
-        """The vision tower module whose output is repeated for a batch of identical images."""
+        """The vision tower module whose output is repeated for a batch of identical images
+        (None: the tower runs on every copy; :meth:`batch_pixel_inputs` then gives all copies)."""
         raise NotImplementedError
 
     def batch_pixel_inputs(self, inputs: dict[str, torch.Tensor], batch: int) -> dict[str, torch.Tensor]:

@@ -239,6 +239,26 @@ def build_idefics3(model_type: str = "idefics3", words: list[str] = (), hidden: 
     return model.eval(), tok, ip
 
 
+def build_mistral3(words: list[str] = (), hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                   head_dim: int = 16, patch: int = 8, longest_edge: int = 96, seed: int = 0):
+    """A random Mistral 3 (Pixtral encoder + Mistral), image tokens of 2 x 2 patches."""
+    from transformers import AutoModelForImageTextToText, Mistral3Config
+    from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
+
+    tok = build_word_tokenizer(list(words), special=["[IMG]", "[IMG_BREAK]", "[IMG_END]", "[INST]", "[/INST]"])
+    text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
+    text.update(model_type="mistral", sliding_window=None)
+    vision = dict(model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                  head_dim=16, image_size=longest_edge, patch_size=patch)
+    config = Mistral3Config(text_config=text, vision_config=vision, image_token_index=tok.convert_tokens_to_ids("[IMG]"),
+                            spatial_merge_size=2, vision_feature_layer=-1, tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    ip = PixtralImageProcessorPil(size={"longest_edge": longest_edge}, patch_size={"height": patch, "width": patch},
+                                  image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    return model.eval(), tok, ip
+
+
 def save_model_folder(out: str | Path, model, tokenizer, image_processor) -> Path:
     """Write a loadable model folder (``save_pretrained`` of each part)."""
     out = Path(out)
@@ -259,6 +279,7 @@ FAMILY_BUILDERS = {
     "llava_onevision": lambda **kw: build_llava_anyres("llava_onevision", **kw),
     "idefics3": lambda **kw: build_idefics3("idefics3", **kw),
     "smolvlm": lambda **kw: build_idefics3("smolvlm", **kw),
+    "mistral3": build_mistral3,
 }
 
 
