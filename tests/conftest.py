@@ -7,7 +7,7 @@ torch.set_num_threads(2)
 
 FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava"]
 #: families whose image block is more than one grid (tiles, thumbnails, row breaks)
-ZOO_FAMILIES = ["internvl", "llava_next", "llava_onevision", "idefics3", "smolvlm", "mistral3"]
+ZOO_FAMILIES = ["internvl", "llava_next", "llava_onevision", "idefics3", "smolvlm", "mistral3", "ovis2"]
 ALL_FAMILIES = FAMILIES + ZOO_FAMILIES
 
 

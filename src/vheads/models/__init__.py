@@ -4,6 +4,7 @@ from vheads.models import internvl as _internvl  # noqa: F401  (registers the ad
 from vheads.models import llava as _llava  # noqa: F401
 from vheads.models import llava_next as _llava_next  # noqa: F401
 from vheads.models import mistral3 as _mistral3  # noqa: F401
+from vheads.models import ovis2 as _ovis2  # noqa: F401
 from vheads.models import smolvlm as _smolvlm  # noqa: F401
 from vheads.models import qwen_vl as _qwen_vl  # noqa: F401
 from vheads.models._adapter import ADAPTERS, Adapter, adapter_for, format_options, register_adapter

@@ -186,7 +186,8 @@ class Adapter:
         spans["prompt"] = list(range(n_prompt))
         size = item.image.size if item.image is not None else (0, 0)
         block = block or ImageBlock.single_grid({}, self.image_token, 0, 0, torch.zeros(0, 4))
-        vision_end = int(slots.max()) + 1 if len(slots) else 0
+        # one past the image block (markers that take vision-side embeddings included)
+        vision_end = max(char_span_to_positions(offsets, *starts["image"]), default=-1) + 1 if "image" in starts else 0
         layout = TokenLayout(len(ids), image_positions, block.rc, block.grid, block.boxes, size, spans,
                              image_tile=block.tile, tiles=block.tiles, vision_end=vision_end)
         for name, box in item.regions.items():

@@ -35,8 +35,8 @@ class TokenLayout:
     *original* image's coordinates (x0, y0, x1, y1, floats), whatever its view. ``spans``
     maps ``question``, ``options``, ``query``, ``answer`` (teacher-forced answer tokens,
     when given) and ``last`` (the last prompt token) to lists of positions.
-    ``vision_end`` is one past the last position the vision tower fills (a trailing
-    newline embedding may sit after the last image token).
+    ``vision_end`` is one past the image block: the positions whose embeddings come from
+    the vision side (a trailing newline slot, Ovis2's indicator tokens) all lie before it.
     """
 
     n_tokens: int

@@ -259,6 +259,30 @@ def build_mistral3(words: list[str] = (), hidden: int = 64, layers: int = 2, hea
     return model.eval(), tok, ip
 
 
+def build_ovis2(words: list[str] = (), hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                head_dim: int = 16, tile: int = 64, patch: int = 8, max_tiles: int = 4, seed: int = 0):
+    """A random Ovis2 (visual tokenizer over a 64-entry visual vocabulary + Qwen2) tiling into
+    up to ``max_tiles`` tiles of ``tile`` pixels after a thumbnail, (tile / patch / 2)² tokens per view."""
+    from transformers import AutoModelForImageTextToText, Ovis2Config
+    from transformers.models.ovis2.image_processing_pil_ovis2 import Ovis2ImageProcessorPil
+
+    from vheads.models.ovis2 import INDICATORS
+
+    tok = build_word_tokenizer(list(words), special=["<IMG_ATOM>", *INDICATORS])
+    text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
+    text["model_type"] = "qwen2"
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=tile,
+                  patch_size=patch, vocab_size=64, hidden_stride=2, num_visual_indicator_tokens=len(INDICATORS))
+    config = Ovis2Config(text_config=text, vision_config=vision, image_token_id=tok.convert_tokens_to_ids("<IMG_ATOM>"),
+                         visual_indicator_token_ids=[tok.convert_tokens_to_ids(t) for t in INDICATORS],
+                         vocab_size=len(tok), hidden_size=hidden, tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    ip = Ovis2ImageProcessorPil(size={"height": tile, "width": tile}, crop_to_patches=True, min_patches=1, max_patches=max_tiles,
+                                image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    return model.eval(), tok, ip
+
+
 def save_model_folder(out: str | Path, model, tokenizer, image_processor) -> Path:
     """Write a loadable model folder (``save_pretrained`` of each part)."""
     out = Path(out)
@@ -280,6 +304,7 @@ FAMILY_BUILDERS = {
     "idefics3": lambda **kw: build_idefics3("idefics3", **kw),
     "smolvlm": lambda **kw: build_idefics3("smolvlm", **kw),
     "mistral3": build_mistral3,
+    "ovis2": build_ovis2,
 }
 
 
