@@ -19,6 +19,8 @@ from PIL import Image
 
 from tests.conftest import ZOO_FAMILIES
 from vheads.data import Item
+from vheads.models import load_model
+from vheads.models.tiny_random import build_tiny_random
 
 
 @contextlib.contextmanager
@@ -71,7 +73,24 @@ CASES = [((96, 64), (0, 0, 40, 40)), ((64, 64), (16, 16, 48, 48)), ((150, 50), (
 @pytest.mark.parametrize("family", ZOO_FAMILIES)
 @pytest.mark.parametrize("size,box", CASES)
 def test_region_tokens_are_the_tokens_whose_pixels_change(loaded, family, size, box):
-    lm = loaded[family]
+    _check_region_tokens_against_pixel_changes(loaded[family], size, box)
+
+
+@pytest.fixture(scope="module")
+def onevision_pooled(tmp_path_factory):
+    """OneVision with a budget of one tile's worth of tokens: every tiled grid is shrunk."""
+    path = build_tiny_random("llava_onevision", tmp_path_factory.mktemp("ov") / "m", vision_aspect_ratio="anyres_max_1")
+    return load_model(str(path))
+
+
+@pytest.mark.parametrize("size,box", CASES)
+def test_pooled_onevision_region_tokens_are_the_tokens_whose_pixels_change(onevision_pooled, size, box):
+    lay = _check_region_tokens_against_pixel_changes(onevision_pooled, size, box)
+    g = lay.grid[0]
+    assert (lay.image_tile > 0).sum() < 2 * g * g  # the tiles' grid was shrunk (unpooled: >= 2 tiles of g x g)
+
+
+def _check_region_tokens_against_pixel_changes(lm, size, box):
     base, changed = _pair(size, box)
     p0 = lm.adapter.build(Item("a", "test", base, "what is in panel 1 ?", "red", regions={"r": box}), lm.processor)
     p1 = lm.adapter.build(Item("b", "test", changed, "what is in panel 1 ?", "red", regions={"r": box}), lm.processor)
@@ -100,6 +119,7 @@ def test_region_tokens_are_the_tokens_whose_pixels_change(loaded, family, size, 
     inside = (centre[:, 0] > x0) & (centre[:, 0] < x1) & (centre[:, 1] > y0) & (centre[:, 1] < y1)
     core = {p for i, p in enumerate(pos) if p in moved and inside[i]}
     assert {view[p] for p in chosen} == {view[p] for p in core}
+    return lay
 
 
 @pytest.mark.parametrize("family", [f for f in ZOO_FAMILIES if f != "mistral3"])  # mistral3: one grid

@@ -177,9 +177,11 @@ PINPOINTS = [[56, 112], [112, 56], [112, 112], [56, 168], [168, 56]]
 
 
 def build_llava_anyres(model_type: str = "llava_next", words: list[str] = (), hidden: int = 64, layers: int = 2, heads: int = 4,
-                       kv_heads: int = 2, head_dim: int = 16, image_size: int = 56, patch: int = 14, seed: int = 0):
+                       kv_heads: int = 2, head_dim: int = 16, image_size: int = 56, patch: int = 14,
+                       vision_aspect_ratio: str = "anyres_max_9", seed: int = 0):
     """A random LLaVA-NeXT (CLIP + Llama) or LLaVA-OneVision (SigLIP + Qwen2) tiling over
-    ``PINPOINTS`` (up to 3 tiles of ``image_size`` pixels) plus the base image."""
+    ``PINPOINTS`` (up to 3 tiles of ``image_size`` pixels) plus the base image. OneVision
+    shrinks a joined tile grid above ``anyres_max_N`` tiles' worth of tokens."""
     from transformers import AutoModelForImageTextToText, LlavaNextConfig, LlavaOnevisionConfig
 
     tok = build_word_tokenizer(list(words))
@@ -201,7 +203,7 @@ def build_llava_anyres(model_type: str = "llava_next", words: list[str] = (), hi
 
         text["model_type"] = "qwen2"
         config = LlavaOnevisionConfig(vision_config={**vision, "model_type": "siglip_vision_model", "vision_use_head": False},
-                                      vision_feature_select_strategy="full", vision_aspect_ratio="anyres_max_9", **common)
+                                      vision_feature_select_strategy="full", vision_aspect_ratio=vision_aspect_ratio, **common)
         ip = LlavaOnevisionImageProcessorPil(size={"height": image_size, "width": image_size}, image_grid_pinpoints=PINPOINTS,
                                              image_mean=[0.5] * 3, image_std=[0.5] * 3)
     else:
