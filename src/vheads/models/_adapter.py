@@ -55,6 +55,7 @@ class Adapter:
 
     #: the prompt inputs :meth:`batch_pixel_inputs` lays out for a batch (the others are expanded)
     pixel_keys: ClassVar[tuple[str, ...]] = ("pixel_values", "image_grid_thw")
+    expand_pixels: ClassVar[bool] = True
     #: for `vheads models`: the image block's token structure, and how a box maps to tokens
     image_structure: ClassVar[str] = "one rows x cols grid of image tokens, row-major"
     box_mapping: ClassVar[str] = "tokens whose patch box lies >= min_cover inside the box"
@@ -90,13 +91,12 @@ class Adapter:
         """Pixel inputs for ``batch`` copies of one prompt, as the model's forward expects
         them when the vision tower is run once (see :func:`vheads.engine` runner).
 
-        Default: ``pixel_values`` of one copy ([n_views, ...], n_views images or tiles)
-        repeated along dim 0 ([batch * n_views, ...]; a view, no copy, when n_views is 1).
+        Default: each of :attr:`pixel_keys` of one copy ([n, ...], n images or tiles)
+        repeated along dim 0 ([batch * n, ...]); a view, no copy, when n is 1 and
+        :attr:`expand_pixels` (a model that flattens the batch with ``.view`` needs copies).
         """
-        pv = inputs["pixel_values"]
-        if pv.shape[0] == 1:
-            return {"pixel_values": pv.expand(batch, *pv.shape[1:])}
-        return {"pixel_values": pv.repeat(batch, *([1] * (pv.dim() - 1)))}
+        return {k: v.expand(batch, *v.shape[1:]) if v.shape[0] == 1 and self.expand_pixels else v.repeat(batch, *([1] * (v.dim() - 1)))
+                for k, v in inputs.items() if k in self.pixel_keys}
 
     def single_vision_call(self, args: tuple, kwargs: dict, batch: int) -> tuple[tuple, dict]:
         """The vision tower call for one copy, from the call the model makes for ``batch``.

@@ -49,6 +49,3 @@ class Mistral3Adapter(Adapter):
 
     def vision_module(self, model):
         return None  # Pixtral packs a batch of images into one sequence: no shared vision pass
-
-    def batch_pixel_inputs(self, inputs, batch):
-        return {k: inputs[k].repeat(batch, *([1] * (inputs[k].dim() - 1))) for k in self.pixel_keys}

@@ -43,6 +43,7 @@ class SmolVLMAdapter(Adapter):
     user_prefix = "<|im_start|>User:"
     assistant_prefix = "<end_of_utterance>\nAssistant:"
     pixel_keys = ("pixel_values", "pixel_attention_mask")
+    expand_pixels = False  # the model flattens [batch, views] with .view()
     image_structure = (
         "per sub-image (row-major) <fake_token_around_image><row_r_col_c> then (M/patch/scale_factor)^2 "
         "<image> tokens, a newline after each row, then <fake_token_around_image><global-img> and the "
@@ -69,10 +70,6 @@ class SmolVLMAdapter(Adapter):
 
     def vision_module(self, model):
         return model.model.vision_model
-
-    def batch_pixel_inputs(self, inputs, batch):
-        # the model flattens [batch, views] with .view(): copies, not stride-0 expansions
-        return {k: inputs[k].repeat(batch, *([1] * (inputs[k].dim() - 1))) for k in self.pixel_keys}
 
     def single_vision_call(self, args, kwargs, batch):
         kwargs = dict(kwargs)
