@@ -1,7 +1,8 @@
 """The small interface between a model family and the rest of vheads.
 
 An adapter knows a family's chat template, how its image processor turns an image into a
-grid of image tokens, and which sub-config is the language model. Everything else in
+block of image tokens (one grid, or tiles and a thumbnail with markers between them: see
+:class:`~vheads.models._layout.ImageBlock`), and which sub-config is the language model. Everything else in
 vheads (engine, discovery, evaluation) is family-agnostic.
 """
 
