@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
-from tests.conftest import FAMILIES
+from tests.conftest import BASE_FAMILIES as FAMILIES
 from tests.data.photos import PHOTOS, make_hf_parquet, make_ilsvrc
 from vheads.data import OPTION_LETTERS
 from vheads.data.builders import KINDS, RealItems

@@ -54,16 +54,16 @@ def reference_attention(module, query, key, value, attention_mask, dropout=0.0, 
     logits = logits.masked_fill(~allowed, -math.inf)
     for b, actions in enumerate(SPEC.get("per_row", [])):
         for act in actions:
+            rows = torch.tensor(act["rows"], dtype=torch.long)[:, None]  # [Q, 1]
             for (l, h) in act["heads"]:
                 if l != layer:
                     continue
-                for q in act["rows"]:
-                    if act["kind"] == "mask":
-                        for t in act["keys"]:
-                            logits[b, h, q, t] = -math.inf
-                    else:  # steer
-                        for t in act["image"]:
-                            logits[b, h, q, t] += act["beta"] if t in act["target"] else -act["beta"]
+                if act["kind"] == "mask":  # every (row, key) pair of the action
+                    logits[b, h, rows, torch.tensor(act["keys"], dtype=torch.long)[None, :]] = -math.inf
+                else:  # steer: +beta on target keys, -beta on the other image keys
+                    sign = torch.tensor([act["beta"] if t in act["target"] else -act["beta"] for t in act["image"]], dtype=logits.dtype)
+                    keys = torch.tensor(act["image"], dtype=torch.long)[None, :]
+                    logits[b, h, rows, keys] = logits[b, h, rows, keys] + sign
     m = logits.max(-1, keepdim=True).values
     e = torch.exp(logits - m)
     p = e / e.sum(-1, keepdim=True)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.conftest import family_params
+from tests.conftest import ZOO_FAMILIES, family_params
 from tests.engine.reference import model_mask, reference_mode
 from vheads.data import Item
 from vheads.engine import Capture, Engine, mask_keys, positions_mask, row_mask, steer_keys
@@ -137,8 +137,8 @@ def test_mask_and_steer_equal_hand_written_softmax(loaded, family, group, kind):
     assert (want[1] - plain[0]).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("family,group", family_params(["qwen3_vl", "llava", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3", "glm4v"],
-                                                    ["question", "all"], fast_groups=("question",)))
+@pytest.mark.parametrize("family,group", family_params(["qwen3_vl", "llava", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3", "glm4v",
+                                                     *ZOO_FAMILIES], ["question", "all"], fast_groups=("question",)))
 def test_batched_head_sets_equal_separate_runs_and_prefix_reuse_equals_recompute(loaded, family, group):
     lm = loaded[family]
     eng = Engine(lm)

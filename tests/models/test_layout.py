@@ -80,9 +80,9 @@ def test_unsupported_family_is_named(tiny_random_dirs, tmp_path):
     dst = tmp_path / "m"
     shutil.copytree(src, dst)
     cfg = json.loads((dst / "config.json").read_text())
-    cfg["model_type"] = "llava_next"
+    cfg["model_type"] = "fuyu"
     (dst / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match="'llava_next' is not a supported VLM family"):
+    with pytest.raises(ValueError, match="'fuyu' is not a supported VLM family"):
         load_model(str(dst))
 
 

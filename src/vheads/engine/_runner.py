@@ -34,7 +34,6 @@ from vheads.engine._attention import active_plan, install
 from vheads.engine._plan import Capture, Intervention, ProbePlan
 from vheads.models import LoadedModel, Prompt
 
-PIXEL_KEYS = ("pixel_values", "image_grid_thw")
 
 
 #: model inputs with one entry per token (sliced with the sequence for prefix reuse)
@@ -114,8 +113,7 @@ class RowBatch:
 def can_split(prompt: Prompt, first_row: int) -> bool:
     """Whether ``prompt`` can be split into a shared prefix at ``first_row``: after its last
     image token (the suffix runs without pixel values), after position 0, before its end."""
-    pos = prompt.layout.image_positions
-    img_end = int(pos.max()) + 1 if len(pos) else 0
+    img_end = prompt.layout.vision_end  # the end of the image block: every slot the vision tower fills
     return max(img_end, 1) <= first_row < prompt.layout.n_tokens
 
 
@@ -152,13 +150,14 @@ class Engine:
         P, T = batch.prefix, batch.length
         counts = [1] * len(batch.prompts) if part == "prefix" else batch.counts
         pad = self.lm.adapter.tokenizer(self.lm.processor).pad_token_id or 0
+        pixel_keys = self.lm.adapter.pixel_keys  # the family's image inputs (pixels, grids, tile maps)
         text: dict[str, list[torch.Tensor]] = {}
         for u, pr in enumerate(batch.prompts):
             per = {"input_ids": batch.place(u, pr.inputs["input_ids"][0], pad),
                    "attention_mask": batch.place(u, torch.ones(pr.layout.n_tokens, dtype=torch.long)),
                    "position_ids": batch.place(u, self._positions(pr)[..., 0, :])}
             for k, v in pr.inputs.items():  # token-aligned extras (Qwen's mm_token_type_ids)
-                if k not in per and k not in PIXEL_KEYS and v.dim() == 2 and v.shape[1] == pr.layout.n_tokens:
+                if k not in per and k not in pixel_keys and v.dim() == 2 and v.shape[1] == pr.layout.n_tokens:
                     per[k] = batch.place(u, v[0])
             for k, v in per.items():
                 text.setdefault(k, []).append(v)
@@ -170,8 +169,8 @@ class Engine:
             inputs = {k: v[..., :P] for k, v in inputs.items()}
         elif part == "suffix":
             inputs = {k: (v if k == "attention_mask" else v[..., P:]) for k, v in inputs.items()}
-        if part != "suffix" and "pixel_values" in batch.prompts[0].inputs:
-            inputs.update(self.lm.adapter.items_pixel_inputs([{k: p.inputs[k] for k in PIXEL_KEYS if k in p.inputs} for p in batch.prompts], counts))
+        if part != "suffix" and any(k in batch.prompts[0].inputs for k in pixel_keys):
+            inputs.update(self.lm.adapter.items_pixel_inputs([{k: p.inputs[k] for k in pixel_keys if k in p.inputs} for p in batch.prompts], counts))
         inputs = {k: v.to(self.lm.device) for k, v in inputs.items()}
         if "pixel_values" in inputs:
             inputs["pixel_values"] = inputs["pixel_values"].to(self.lm.model.dtype)
@@ -181,11 +180,12 @@ class Engine:
     def _shared_vision(self, batch: RowBatch):
         """Run the vision tower once over the batch's distinct images and repeat its output
         (every tensor of it, along dim 0) for each item's rows: copies of one image encode
-        alike."""
-        if all(n == 1 for n in batch.counts):
+        alike. A family whose tower packs a batch differently has no ``vision_module``
+        (None): the tower then runs on every row's copy."""
+        module = None if all(n == 1 for n in batch.counts) else self.lm.adapter.vision_module(self.lm.model)
+        if module is None:
             yield
             return
-        module = self.lm.adapter.vision_module(self.lm.model)
         original = module.forward
         weights = [len(p.layout.image_positions) for p in batch.prompts]
 

@@ -1,12 +1,17 @@
 """Model loading, family adapters and token layouts."""
 
-from vheads.models import llava as _llava  # noqa: F401  (registers the adapter)
+from vheads.models import internvl as _internvl  # noqa: F401  (registers the adapter)
+from vheads.models import llava as _llava  # noqa: F401
+from vheads.models import llava_next as _llava_next  # noqa: F401
+from vheads.models import mistral3 as _mistral3  # noqa: F401
+from vheads.models import ovis2 as _ovis2  # noqa: F401
+from vheads.models import smolvlm as _smolvlm  # noqa: F401
 from vheads.models import qwen_vl as _qwen_vl  # noqa: F401
 from vheads.models import qwen3_5 as _qwen3_5  # noqa: F401
 from vheads.models import gemma3 as _gemma3  # noqa: F401
 from vheads.models import glm4v as _glm4v  # noqa: F401
 from vheads.models._adapter import check_attention_layers, ADAPTERS, Adapter, adapter_for, format_options, register_adapter
-from vheads.models._layout import Prompt, RegionTokens, TokenLayout
+from vheads.models._layout import ImageBlock, Prompt, RegionTokens, TokenLayout
 from vheads.models._loading import check_device, TINY_WEIGHTS, LoadedModel, ProcessorBundle, load_model, resolve_model_path, tiny_model_path
 
 __all__ = [
@@ -14,6 +19,7 @@ __all__ = [
     "check_device",
     "ADAPTERS",
     "Adapter",
+    "ImageBlock",
     "LoadedModel",
     "ProcessorBundle",
     "Prompt",

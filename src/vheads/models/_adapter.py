@@ -1,7 +1,8 @@
 """The small interface between a model family and the rest of vheads.
 
 An adapter knows a family's chat template, how its image processor turns an image into a
-grid of image tokens, and which sub-config is the language model. Everything else in
+block of image tokens (one grid, or tiles and a thumbnail with markers between them: see
+:class:`~vheads.models._layout.ImageBlock`), and which sub-config is the language model. Everything else in
 vheads (engine, discovery, evaluation) is family-agnostic.
 """
 
@@ -14,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 
 from vheads.data import OPTION_LETTERS, Item
-from vheads.models._layout import Prompt, TokenLayout, char_span_to_positions
+from vheads.models._layout import ImageBlock, Prompt, TokenLayout, char_span_to_positions
 
 ADAPTERS: dict[str, type["Adapter"]] = {}
 
@@ -60,7 +61,8 @@ def format_options(options: tuple[str, ...]) -> str:
 
 
 class Adapter:
-    """Base class: subclasses set the class attributes and implement ``image_grid``."""
+    """Base class: subclasses set the class attributes and implement ``image_grid`` (one
+    grid of image tokens) or ``image_block`` (tiles, thumbnails, tokens between rows)."""
 
     family: ClassVar[str]
     model_types: ClassVar[tuple[str, ...]]
@@ -74,16 +76,26 @@ class Adapter:
     #: whether :meth:`items_pixel_inputs` and :meth:`items_vision_call` handle several
     #: images, so that rows of different items can share a forward
     cross_item: ClassVar[bool] = False
-    #: what `vheads models` says: the image-token structure, how a pixel box maps to tokens,
-    #: which layers have softmax heads
-    image_structure: ClassVar[str] = ""
-    box_mapping: ClassVar[str] = ""
+    #: what `vheads models` says of which layers have softmax heads
     softmax_layers_rule: ClassVar[str] = "every layer"
+
+    #: the prompt inputs :meth:`batch_pixel_inputs` lays out for a batch (the others are expanded)
+    pixel_keys: ClassVar[tuple[str, ...]] = ("pixel_values", "image_grid_thw")
+    expand_pixels: ClassVar[bool] = True
+    #: for `vheads models`: the image block's token structure, and how a box maps to tokens
+    image_structure: ClassVar[str] = "one rows x cols grid of image tokens, row-major"
+    box_mapping: ClassVar[str] = "tokens whose patch box lies >= min_cover inside the box"
 
     # ---- family specifics -------------------------------------------------------------
     def image_grid(self, processor: Any, image) -> tuple[dict[str, torch.Tensor], int, int, torch.Tensor]:
         """Process one image: (pixel inputs, grid rows, grid cols, token boxes [N, 4])."""
         raise NotImplementedError
+
+    def image_block(self, processor: Any, image) -> ImageBlock:
+        """Process one image into its block of tokens; families with one grid implement
+        :meth:`image_grid` instead, tiled families override this."""
+        pixel_inputs, rows, cols, boxes = self.image_grid(processor, image)
+        return ImageBlock.single_grid(pixel_inputs, self.image_token, rows, cols, boxes)
 
     def extra_inputs(self, input_ids: torch.Tensor, image_mask: torch.Tensor) -> dict[str, torch.Tensor]:
         return {}
@@ -111,17 +123,31 @@ class Adapter:
 
     # ---- one vision pass for a batch of copies of one prompt ---------------------------------
     def vision_module(self, model):
-        """The vision tower module whose output is repeated for a batch of identical images."""
+        """The vision tower module whose output is repeated for a batch of identical images
+        (None: the tower runs on every copy; :meth:`batch_pixel_inputs` then gives all copies)."""
         raise NotImplementedError
 
     def batch_pixel_inputs(self, inputs: dict[str, torch.Tensor], batch: int) -> dict[str, torch.Tensor]:
         """Pixel inputs for ``batch`` copies of one prompt, as the model's forward expects
-        them when the vision tower is run once (see :func:`vheads.engine` runner)."""
-        raise NotImplementedError
+        them when the vision tower is run once (see :func:`vheads.engine` runner).
+
+        Default: each of :attr:`pixel_keys` of one copy ([n, ...], n images or tiles)
+        repeated along dim 0 ([batch * n, ...]); a view, no copy, when n is 1 and
+        :attr:`expand_pixels` (a model that flattens the batch with ``.view`` needs copies).
+        """
+        return {k: v.expand(batch, *v.shape[1:]) if v.shape[0] == 1 and self.expand_pixels else v.repeat(batch, *([1] * (v.dim() - 1)))
+                for k, v in inputs.items() if k in self.pixel_keys}
 
     def single_vision_call(self, args: tuple, kwargs: dict, batch: int) -> tuple[tuple, dict]:
-        """The vision tower call for one copy, from the call the model makes for ``batch``."""
-        raise NotImplementedError
+        """The vision tower call for one copy, from the call the model makes for ``batch``.
+
+        Default: the first 1/batch of ``pixel_values`` (first positional argument or keyword).
+        """
+        if args:
+            return (args[0][: len(args[0]) // batch], *args[1:]), kwargs
+        kwargs = dict(kwargs)
+        kwargs["pixel_values"] = kwargs["pixel_values"][: len(kwargs["pixel_values"]) // batch]
+        return args, kwargs
 
     # ---- one vision pass for a batch of rows from several items ------------------------------
     def items_pixel_inputs(self, per_item: list[dict[str, torch.Tensor]], counts: list[int]) -> dict[str, torch.Tensor]:
@@ -181,15 +207,11 @@ class Adapter:
                 "blank image, or pass require_image=False)"
             )
         tok = self.tokenizer(processor)
-        pixel_inputs: dict[str, torch.Tensor] = {}
-        n_img, rows, cols, boxes = 0, 0, 0, torch.zeros(0, 4)
-        if item.image is not None:
-            pixel_inputs, rows, cols, boxes = self.image_grid(processor, item.image.convert("RGB"))
-            n_img = rows * cols
+        block = self.image_block(processor, item.image.convert("RGB")) if item.image is not None else None
         options = format_options(item.options) if item.options else ""
         parts: list[tuple[str, str]] = [("prefix", self.user_prefix)]
-        if n_img:
-            parts.append(("image", self.image_prefix + self.image_token * n_img + self.image_suffix))
+        if block is not None:
+            parts.append(("image", self.image_prefix + block.text + self.image_suffix))
         parts += [("question", item.question), ("options", options), ("assistant", self.assistant_prefix)]
         if answer_text is not None:
             parts.append(("answer", answer_text))
@@ -201,13 +223,15 @@ class Adapter:
         ids = torch.tensor(enc["input_ids"])
         offsets = [tuple(o) for o in enc["offset_mapping"]]
         image_token_id = tok.convert_tokens_to_ids(self.image_token)
-        image_mask = ids == image_token_id
-        image_positions = image_mask.nonzero().flatten()
-        if len(image_positions) != n_img:
+        image_mask = ids == image_token_id  # every image-token slot the vision tower fills
+        slots = image_mask.nonzero().flatten()
+        n_slots = 0 if block is None else (len(block.boxes) if block.is_pixel is None else len(block.is_pixel))
+        if len(slots) != n_slots:
             raise ValueError(
-                f"item {item.id!r}: the tokenizer produced {len(image_positions)} image tokens where the image "
-                f"processor's grid needs {n_img}; is {self.image_token!r} a special token of this tokenizer?"
+                f"item {item.id!r}: the tokenizer produced {len(slots)} image tokens where the image "
+                f"processor's output needs {n_slots}; is {self.image_token!r} a special token of this tokenizer?"
             )
+        image_positions = slots if block is None or block.is_pixel is None else slots[block.is_pixel]
         spans = {
             name: char_span_to_positions(offsets, *starts[name])
             for name in ("question", "options", "answer")
@@ -219,12 +243,15 @@ class Adapter:
         n_prompt = len(ids) if answer_text is None else min(spans.get("answer", [len(ids)]))
         spans["last"] = [n_prompt - 1]
         spans["prompt"] = list(range(n_prompt))
-        rc = torch.stack([torch.arange(rows).repeat_interleave(cols), torch.arange(cols).repeat(rows)], 1) if n_img else torch.zeros(0, 2, dtype=torch.long)
         size = item.image.size if item.image is not None else (0, 0)
-        layout = TokenLayout(len(ids), image_positions, rc, (rows, cols), boxes, size, spans)
+        block = block or ImageBlock.single_grid({}, self.image_token, 0, 0, torch.zeros(0, 4))
+        # one past the image block (markers that take vision-side embeddings included)
+        vision_end = max(char_span_to_positions(offsets, *starts["image"]), default=-1) + 1 if "image" in starts else 0
+        layout = TokenLayout(len(ids), image_positions, block.rc, block.grid, block.boxes, size, spans,
+                             image_tile=block.tile, tiles=block.tiles, vision_end=vision_end)
         for name, box in item.regions.items():
             layout.regions[name] = layout.region_tokens(box, min_cover=min_cover)
-        inputs = {"input_ids": ids[None], "attention_mask": torch.ones(1, len(ids), dtype=torch.long), **pixel_inputs}
+        inputs = {"input_ids": ids[None], "attention_mask": torch.ones(1, len(ids), dtype=torch.long), **block.pixel_inputs}
         inputs.update(self.extra_inputs(ids[None], image_mask[None]))
         return Prompt(item=item, inputs=inputs, layout=layout, text=text)
 

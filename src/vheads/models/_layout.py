@@ -27,11 +27,16 @@ class RegionTokens:
 class TokenLayout:
     """Where things are in one tokenized prompt.
 
-    ``image_positions[i]`` is the sequence position of image token i; ``image_rc[i]`` its
-    (row, col) on the merged patch grid of shape ``grid``; ``token_boxes[i]`` the pixel box it
-    covers in the *original* image's coordinates (x0, y0, x1, y1, floats). ``spans`` maps
-    ``question``, ``options``, ``query``, ``answer`` (teacher-forced answer tokens, when
-    given) and ``last`` (the last prompt token) to lists of positions.
+    ``image_positions[i]`` is the sequence position of image token i (the image-pad tokens
+    only: row breaks, tile markers and newline embeddings count as text); ``image_tile[i]``
+    the view it belongs to (a tile or the thumbnail, named in ``tiles``; one view for
+    untiled families); ``image_rc[i]`` its (row, col) on that view's token grid (``grid``
+    is the first view's grid); ``token_boxes[i]`` the pixel box it covers in the
+    *original* image's coordinates (x0, y0, x1, y1, floats), whatever its view. ``spans``
+    maps ``question``, ``options``, ``query``, ``answer`` (teacher-forced answer tokens,
+    when given) and ``last`` (the last prompt token) to lists of positions.
+    ``vision_end`` is one past the image block: the positions whose embeddings come from
+    the vision side (a trailing newline slot, Ovis2's indicator tokens) all lie before it.
     """
 
     n_tokens: int
@@ -42,13 +47,27 @@ class TokenLayout:
     image_size: tuple[int, int]  # (width, height) of the original image
     spans: dict[str, list[int]] = field(default_factory=dict)
     regions: dict[str, RegionTokens] = field(default_factory=dict)
+    image_tile: torch.Tensor | None = None  # [N_img] long; None: every token in view 0
+    tiles: list[str] = field(default_factory=lambda: ["image"])
+    vision_end: int | None = None
+
+    def __post_init__(self):
+        if self.image_tile is None:
+            self.image_tile = torch.zeros(len(self.image_positions), dtype=torch.long)
+        if self.vision_end is None:
+            self.vision_end = int(self.image_positions.max()) + 1 if len(self.image_positions) else 0
 
     @property
     def last(self) -> int:
         return self.spans["last"][0]
 
     def region_tokens(self, box: Box, min_cover: float = 0.5) -> RegionTokens:
-        """Image-token positions under ``box`` (pixels of the original image)."""
+        """Image-token positions under ``box`` (pixels of the original image), in every view.
+
+        A token is selected when ``cover = area(token box ∩ box) / area(token box) ≥
+        min_cover``; with tiling the box selects tokens in each tile it overlaps and in the
+        thumbnail, since every token box is in original-image coordinates.
+        """
         w, h = self.image_size
         x0, y0, x1, y1 = box
         if not (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h):
@@ -72,6 +91,35 @@ class TokenLayout:
 
 
 @dataclass
+class ImageBlock:
+    """What one image becomes in a prompt: its pixel inputs and its run of tokens.
+
+    ``text`` is the block between the adapter's ``image_prefix`` and ``image_suffix``:
+    image tokens interleaved with whatever the family puts between them (row breaks, tile
+    markers). The k-th occurrence of the image token in ``text`` is a pixel token when
+    ``is_pixel[k]`` (None: all are); a family whose newline embeddings take an image-token
+    slot (LLaVA-NeXT) marks those slots False, so they count as text. ``boxes``, ``rc`` and
+    ``tile`` describe the pixel tokens in order: box in original-image pixels [N, 4], (row,
+    col) on its view's grid [N, 2], view index [N] into ``tiles`` (view names).
+    """
+
+    pixel_inputs: dict[str, torch.Tensor]
+    text: str
+    boxes: torch.Tensor  # [N, 4] float
+    rc: torch.Tensor  # [N, 2] long
+    tile: torch.Tensor  # [N] long
+    tiles: list[str]
+    grid: tuple[int, int]
+    is_pixel: torch.Tensor | None = None  # [M] bool over image-token occurrences in text
+
+    @classmethod
+    def single_grid(cls, pixel_inputs: dict[str, torch.Tensor], image_token: str, rows: int, cols: int, boxes: torch.Tensor) -> "ImageBlock":
+        """One rows x cols grid of image tokens, row-major, nothing between them."""
+        return cls(pixel_inputs, image_token * (rows * cols), boxes, grid_rc(rows, cols),
+                   torch.zeros(rows * cols, dtype=torch.long), ["image"], (rows, cols))
+
+
+@dataclass
 class Prompt:
     """A tokenized prompt ready for the model (batch of one) with its layout and item."""
 
@@ -90,6 +138,11 @@ def char_span_to_positions(offsets: list[tuple[int, int]], start: int, end: int)
     return [i for i, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
 
 
+def grid_rc(rows: int, cols: int) -> torch.Tensor:
+    """(row, col) of each token of a rows x cols grid, row-major: [rows*cols, 2] long."""
+    return torch.stack([torch.arange(rows).repeat_interleave(cols), torch.arange(cols).repeat(rows)], 1)
+
+
 def grid_token_boxes(rows: int, cols: int, scale_x: float, scale_y: float, off_x: float = 0.0, off_y: float = 0.0) -> torch.Tensor:
     """Pixel boxes (original image coordinates) of a rows x cols token grid, row-major.
 
@@ -100,3 +153,28 @@ def grid_token_boxes(rows: int, cols: int, scale_x: float, scale_y: float, off_x
     r = torch.arange(rows).repeat_interleave(cols).float()
     c = torch.arange(cols).repeat(rows).float()
     return torch.stack([off_x + c * scale_x, off_y + r * scale_y, off_x + (c + 1) * scale_x, off_y + (r + 1) * scale_y], dim=1)
+
+
+def tiled_views(width: int, height: int, cols: int, rows: int, thumbnail: bool = True) -> tuple[list[tuple[float, float, float, float]], list[str]]:
+    """Boxes (original pixels) and names of a cols x rows tiling, tiles row-major, then the
+    thumbnail (the whole image) when ``thumbnail``; a single view when cols = rows = 1."""
+    if cols * rows == 1:
+        return [(0.0, 0.0, float(width), float(height))], ["image"]
+    tw, th = width / cols, height / rows
+    boxes = [(c * tw, r * th, (c + 1) * tw, (r + 1) * th) for r in range(rows) for c in range(cols)]
+    names = [f"tile r{r}c{c}" for r in range(rows) for c in range(cols)]
+    if thumbnail:
+        boxes.append((0.0, 0.0, float(width), float(height)))
+        names.append("thumbnail")
+    return boxes, names
+
+
+def views_token_grid(views: list[tuple[float, float, float, float]], rows: int, cols: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token boxes [V·rows·cols, 4], (row, col) [.., 2] and view index [..] of ``views``, each
+    covered by a rows x cols token grid (row-major), views in order."""
+    boxes, rc, tile = [], [], []
+    for v, (x0, y0, x1, y1) in enumerate(views):
+        boxes.append(grid_token_boxes(rows, cols, (x1 - x0) / cols, (y1 - y0) / rows, x0, y0))
+        rc.append(grid_rc(rows, cols))
+        tile.append(torch.full((rows * cols,), v, dtype=torch.long))
+    return torch.cat(boxes), torch.cat(rc), torch.cat(tile)

@@ -18,7 +18,8 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
 
 @dataclass
 class ProcessorBundle:
-    """What the adapters need of a processor: the image processor, the tokenizer, the patch size."""
+    """What the adapters need of a processor: the image processor, the tokenizer, the patch
+    size, and the model config (tiled families read their token geometry from it)."""
 
     image_processor: Any
     tokenizer: Any
@@ -109,6 +110,7 @@ def load_processor(path: str, revision: str | None, config) -> ProcessorBundle:
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
     patch = getattr(config.vision_config, "patch_size", 14)
+    patch = patch[0] if isinstance(patch, (list, tuple)) else patch  # InternVL: (p, p)
     return ProcessorBundle(image_processor, tokenizer, int(patch), config)
 
 
