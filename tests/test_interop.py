@@ -37,8 +37,8 @@ def setup(tmp_path_factory):
     engine = Engine(lm)
     S = load_headset(path).headset
     prompts = [lm.adapter.build(it, lm.processor) for it in kind_items("class-matched", 3, seed=11)]
-    want = [torch.from_numpy(option_probs(engine, p, [S], Action("mask", rows="all", keys="image"))[0]) for p in prompts]
-    base = [torch.from_numpy(option_probs(engine, p, [], None)[0]) for p in prompts]
+    want = [torch.from_numpy(option_probs(engine, p, [S], Action("mask", rows="all", keys="image"))[0]).float() for p in prompts]
+    base = [torch.from_numpy(option_probs(engine, p, [], None)[0]).float() for p in prompts]
     # the outside user's side: a plain transformers model of its own, its own tokenizer
     plain = AutoModelForImageTextToText.from_pretrained(str(tiny_model_path())).eval()
     tok = AutoTokenizer.from_pretrained(str(tiny_model_path()))

@@ -77,9 +77,10 @@ def headset_file(tmp_path):
 
 @pytest.mark.parametrize("content,fragment", [
     (lambda t: t[: len(t) // 2], "not valid JSON"),
-    (lambda t: json.dumps({k: v for k, v in json.loads(t).items() if k != "model"}), "missing keys ['model']"),
-    (lambda t: json.dumps({**json.loads(t), "model": {"fingerprint": "x", "n_layers": 3, "n_heads": 4}}), "lacks 'id'"),
-    (lambda t: json.dumps({**json.loads(t), "selection": [1]}), "malformed"),
+    # checked against the head-set JSON Schema first: the message names the key
+    (lambda t: json.dumps({k: v for k, v in json.loads(t).items() if k != "model"}), "'model' is a required property"),
+    (lambda t: json.dumps({**json.loads(t), "model": {"fingerprint": "x", "n_layers": 3, "n_heads": 4}}), "'id' is a required property"),
+    (lambda t: json.dumps({**json.loads(t), "selection": [1]}), "at selection: [1] is not of type 'object'"),
     (lambda t: "[]", "JSON object"),
 ])
 def test_evaluate_reads_head_set_files_inside_the_handler(headset_file, content, fragment):

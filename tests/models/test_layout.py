@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.conftest import family_params
+from tests.conftest import FAMILIES, family_params
 from vheads.data import Item
 from vheads.models import load_model
 
@@ -28,7 +28,7 @@ def _processed_token_redness(lm, prompt):
     return red.float().mean(dim=(1, 2, 3)).reshape(rows * cols, m * m).mean(1)
 
 
-@pytest.mark.parametrize("family", family_params())
+@pytest.mark.parametrize("family", family_params(FAMILIES))  # one grid per image; tiled families: test_zoo_layouts
 @pytest.mark.parametrize("size,box", [((96, 64), (32, 0, 64, 32)), ((97, 45), (0, 0, 70, 45)), ((131, 77), (60, 20, 131, 77)), ((200, 90), (20, 10, 120, 80))])
 def test_region_tokens_lie_under_their_box(loaded, family, size, box):
     lm = loaded[family]

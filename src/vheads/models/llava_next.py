@@ -52,6 +52,7 @@ def unpadded_rows_cols(width: int, height: int, rows: int, cols: int) -> tuple[i
 class LlavaNextAdapter(Adapter):
     family = "llava-next"
     model_types = ("llava_next",)
+    pixel_keys = ("pixel_values", "image_sizes")  # image_sizes: the tile grid of each image
     image_token = "<image>"
     user_prefix = "USER: "
     image_suffix = "\n"

@@ -121,7 +121,7 @@ def ood_task_table(store: Store) -> Table | None:
 
 def ood_blocks(run_dir) -> list[Table]:
     """The pointing-suite tables of a run (empty when it has none)."""
-    store = Store(run_dir)
+    store = Store(run_dir, readonly=True)
     try:
         return [t for t in (ood_audit_table(store), ood_pooled_table(store), ood_task_table(store)) if t]
     finally:
