@@ -92,8 +92,7 @@ def evaluate(
     from vheads.discovery import load_headset
 
     # every argument, and every head-set file, is checked before the model is loaded
-    _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size)
-    _fail_clearly(check_request, test, controls, beta, steer_rows)
+    _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size, steer_rows=steer_rows)
     records = [_fail_clearly(load_headset, p) for p in headset]
     real = _real_items(source, cell)
     if real is not None:  # every photo read (and checked) before the model loads

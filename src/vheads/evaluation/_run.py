@@ -109,7 +109,8 @@ def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float
     raise ValueError(f"unknown test {test!r}; choose from {', '.join(TESTS)}")
 
 
-def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n: int = 2, batch_size: int = 1) -> list:
+def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n: int = 2, batch_size: int = 1,
+                  steer_rows: str = "all") -> list:
     """Validate an evaluation request before any work; returns the parsed control requests.
 
     ``n`` (items per set) must be at least 2 (a t-interval needs two items) and
@@ -124,8 +125,9 @@ def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n
     for t in tests:
         if t not in TESTS:
             raise ValueError(f"unknown test {t!r}; choose from {', '.join(TESTS)}")
-    if rows not in ROW_GROUPS:
-        raise ValueError(f"unknown row group {rows!r}; choose from {', '.join(ROW_GROUPS)}")
+    for name, group in (("rows", rows), ("steer_rows", steer_rows)):
+        if group not in ROW_GROUPS:
+            raise ValueError(f"unknown row group {group!r} ({name}); choose from {', '.join(ROW_GROUPS)}")
     if not np.isfinite(beta):
         raise ValueError(f"beta must be finite, got {beta}")
     return parse_control_spec(controls)
@@ -144,8 +146,7 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
     All arguments are checked before any forward pass: unknown tests, a bad control spec
     (unknown name, R = 0), a non-finite β, a head-set of another model shape.
     """
-    requests = check_request(tests, controls, beta, rows)
-    check_request(tests, controls, beta, steer_rows)
+    requests = check_request(tests, controls, beta, rows, steer_rows=steer_rows)
     L, H = engine.shape
     for name, S in headsets.items():
         if (S.n_layers, S.n_heads) != (L, H):

@@ -217,9 +217,10 @@ def matched_controls_table(run: RunData) -> Table | None:
     per = {t: {st.setting: st for st in significance(run, t, adjust=False)} for t in tests}
     cols, groups, rows = ["Setting"], [("", 1)], []
     for t in tests:
-        RA = max((st.controls["layer-matched"].R for st in per[t].values() if "layer-matched" in st.controls), default=0)
-        RB = max((st.controls["attention-matched"].R for st in per[t].values() if "attention-matched" in st.controls), default=0)
-        cols += ["S", f"A: layer-matched (R={RA}) mean, p", f"B: + attention-matched (R={RB}) mean, p"]
+        R = {c: max((st.controls[c].R for st in per[t].values() if c in st.controls), default=0)
+             for c in ("layer-matched", "attention-matched")}
+        cols += ["S", f"A: layer-matched (R={R['layer-matched']}) mean, p",
+                 f"B: + attention-matched (R={R['attention-matched']}) mean, p"]
         groups.append((TEST_NAMES.get(t, t), 3))
     for s in run.settings:
         if not any(s in per[t] for t in tests):
