@@ -40,6 +40,9 @@ splits = 2
     ("controls = {layer-matched = 100000000}", "controls.layer-matched"),
     ("n_eval = 100000000", "n_eval"),
     ("[run]\ntorch_threads = -1", "run.torch_threads"),
+    ("[templates]\nordinal = \"what is in this panel ?\"", "templates"),
+    ("[templates]\ncell = \"[cell] {k} ?\"", "templates"),
+    ("templates = \"what ?\"", "templates"),
 ])
 def test_bad_study_config_is_refused_before_the_run_folder_exists(tmp_path, toml, key):
     cfg = tmp_path / "c.toml"
@@ -47,6 +50,14 @@ def test_bad_study_config_is_refused_before_the_run_folder_exists(tmp_path, toml
     cfg.write_text((base + "\n" + toml).replace("corpora = [\"comics\"]\n", "") if toml.startswith("corpora") else base + "\n" + toml)
     r = vheads("study", cfg, "--out", tmp_path / "run", "--model", NO_MODEL)
     refused(r, f"config key '{key}'")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_template_the_tiny_model_cannot_read_is_refused_naming_the_word(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(SMALL + "\n[templates]\nreferring = \"where is [the {object}] ?\"\n")
+    r = vheads("study", cfg, "--out", tmp_path / "run")
+    refused(r, "config key 'templates'", "'templates.referring'", "word 'where'")
     assert not (tmp_path / "run").exists()
 
 

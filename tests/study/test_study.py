@@ -230,3 +230,33 @@ def test_cross_item_batching_on_or_off_stores_the_same_outcomes(tiny_random_dirs
     finally:
         s_on.close()
         s_off.close()
+
+
+def test_reworded_questions_reach_the_study_and_its_report(tiny_random_dirs, reference_run, tmp_path):
+    """A study config's [templates] are the questions its items ask: the strips it stores
+    carry them, the discovery scores move with them, and the report lists them."""
+    ordinal = "tell me what is in [panel {k}] please ?"
+    cfg = small_config(tiny_random_dirs["qwen3_vl"], templates={"ordinal": ordinal}, tests=["ncs"], row_groups=["all"],
+                       controls={"layer-matched": 2}, beta_sweep=[], k_sweep=[], algebra_controls=0)
+    assert cfg.science_hash() != small_config(tiny_random_dirs["qwen3_vl"]).science_hash()
+    assert small_config(tiny_random_dirs["qwen3_vl"], templates={"ordinal": "what is in [panel {k}] ?"}).science_hash() \
+        == small_config(tiny_random_dirs["qwen3_vl"]).science_hash()  # the default written out is the default
+    run_study(cfg, tmp_path, progress=False, report=True)
+    metas = [json.loads(p.read_text()) for p in (tmp_path / "strips").glob("*.json")]
+    assert metas
+    for m in metas:
+        k = m["target"].removeprefix("panel")
+        assert m["question"] == f"tell me what is in panel {k} please ?"
+
+    def scores(run_dir):
+        s = Store(run_dir)
+        try:
+            return dict(s.query("SELECT setting, scores FROM discovery"))
+        finally:
+            s.close()
+
+    ref, new = scores(reference_run[0]), scores(tmp_path)
+    assert set(new) <= set(ref) and all(new[sid] != ref[sid] for sid in new)
+    report = (tmp_path / "report.md").read_text()
+    assert 'ordinal (changed): "tell me what is in [panel {k}] please ?"' in report
+    assert 'cell: "what is in [cell {k}] ?"' in report

@@ -38,7 +38,8 @@ from PIL import Image, ImageOps
 
 from vheads.data._items import OPTION_LETTERS, Item
 from vheads.data.sources import ClassSource, ImageRef, open_source
-from vheads.data.synthetic import QUESTION_CELL, QUESTION_OBJECT, QUESTION_TEXT, phrase_span, seeded_rng
+from vheads.data._templates import DEFAULT_TEMPLATES, Templates
+from vheads.data.synthetic import seeded_rng
 
 KINDS = ("grid-neutral", "grid-oracle", "grid-blank", "class-matched", "class-mismatched", "text")
 RESIZE_POLICIES = ("crop", "pad")
@@ -67,7 +68,8 @@ class RealItems:
     ``source``: ``imagenet:DIR``, ``imagefolder:DIR`` or ``hf:DIR[,SPLIT]``; ``classes`` /
     ``exclude``: the path of a class list / exclusion list file ("" = none); ``groups``: a
     file of confusable groups, one a line, members (ids or names) separated by commas —
-    classes of one group never share an item (e.g. the 120 dog breeds).
+    classes of one group never share an item (e.g. the 120 dog breeds). ``templates``
+    words the questions.
     """
 
     source: str
@@ -76,6 +78,7 @@ class RealItems:
     groups: str = ""
     cell: int = 224
     resize: str = "crop"
+    templates: Templates = DEFAULT_TEMPLATES
 
     def __post_init__(self) -> None:
         if self.resize not in RESIZE_POLICIES:
@@ -112,9 +115,7 @@ class RealItems:
             names = [src.names[c] for c in cells]
             options = tuple(str(x) for x in rng.permutation(names))
             t = int(rng.integers(4))
-            question, span = (QUESTION_OBJECT, None) if kind == "grid-neutral" else (QUESTION_CELL.format(k=t), None)
-            if kind != "grid-neutral":
-                span = phrase_span(question, f"cell {t}")
+            question, span = self.templates.fill("object") if kind == "grid-neutral" else self.templates.fill("cell", t)
             if kind == "grid-blank":
                 image, shown, refs = Image.new("RGB", (side, side), BLANK), [None] * 4, []
                 answer = OPTION_LETTERS[int(rng.integers(4))]
@@ -139,7 +140,7 @@ class RealItems:
                 answer = OPTION_LETTERS[int(rng.integers(4))]
             ref = _draw_image(src, shown_id, rng)
             image = fit_square(src.open(ref), side, self.resize)
-            return Item(iid, kind, image, QUESTION_OBJECT, answer, {"object": (0, 0, side, side)}, "object", options, meta={
+            return Item(iid, kind, image, self.templates.fill("object")[0], answer, {"object": (0, 0, side, side)}, "object", options, meta={
                 "class": shown, "class_ids": [shown_id], "images": [ref.where()], "provenance": prov})
         # text-solvable arm
         named_id = _draw_classes(src, rng, 1)[0]
@@ -151,7 +152,7 @@ class RealItems:
         shown_id = unused[int(rng.integers(len(unused)))] if unused and rng.random() < 0.5 else None
         refs = [_draw_image(src, shown_id, rng)] if shown_id is not None else []
         image = fit_square(src.open(refs[0]), side, self.resize) if refs else Image.new("RGB", (side, side), BLANK)
-        question = QUESTION_TEXT.format(cls=named)
+        question, _ = self.templates.fill("text", named)
         return Item(iid, "text", image, question, OPTION_LETTERS[options.index(named)], {"object": (0, 0, side, side)}, None,
                     options, meta={"class": named, "shown": src.names[shown_id] if shown_id else None,
                                    "images": [r.where() for r in refs], "provenance": prov})

@@ -25,6 +25,7 @@ from PIL import Image
 from vheads.data._items import Item
 from vheads.data._open import open_rgb
 from vheads.data.builders import fit_square
+from vheads.data._templates import DEFAULT_TEMPLATES, Templates
 from vheads.data.loaders import strip_item
 from vheads.data.sources import IMAGE_SUFFIXES
 from vheads.data.synthetic import seeded_rng
@@ -50,7 +51,7 @@ def _comic_panels(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
 
 
 def load_comic_folders(root: str | Path, query: str, n: int | None = None, seed: int = 0, panel_size: int = 224,
-                       n_panels: int = 6) -> list[Item]:
+                       n_panels: int = 6, templates: Templates = DEFAULT_TEMPLATES) -> list[Item]:
     """Strip items from a folder of comics (layout in the module docstring), at most ``n``."""
     if query not in ("ordinal", "referring"):
         raise ValueError(f"unknown strip query {query!r}; choose one of: ordinal, referring")
@@ -88,7 +89,7 @@ def load_comic_folders(root: str | Path, query: str, n: int | None = None, seed:
         for p, path in enumerate(group):
             canvas.paste(fit_square(open_rgb(path, f"comic panel {path}"), P, "pad"), (p * P, 0))
         items.append(strip_item("comics", query, f"comics-{query}-s{seed}-{len(items)}", canvas, boxes, labels, asked,
-                                {"comic": comic.name, "panel_files": [p.name for p in group]}))
+                                {"comic": comic.name, "panel_files": [p.name for p in group]}, templates))
     if not items:
         raise ValueError(f"comics folder {root}: no strip has a panel whose label is unique in its strip, so no referring question can be asked")
     return items

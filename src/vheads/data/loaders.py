@@ -5,9 +5,10 @@ Both give the items :func:`vheads.data.synthetic.strip_items` gives: regions ``p
 "panel k" / "the <label>", a one-word (or one-label) answer, and ``meta`` with the corpus
 name and the label of every panel. The asked panel of each strip is drawn with ``seed``.
 
-Questions use the synthetic templates: ordinal "what is in panel {k} ?" (answer: the
-panel's label), referring "which panel shows the {label} ?" (answer: the digit k; only
-panels whose label is unique in their strip can be asked, strips without one are skipped).
+Questions use the templates of :class:`vheads.data.Templates` (defaults: ordinal "what is in
+panel {k} ?", answer: the panel's label; referring "which panel shows the {object} ?",
+answer: the digit k; only panels whose label is unique in their strip can be asked, strips
+without one are skipped).
 
 **Strip folder** — a folder of strip images plus ``strips.json``::
 
@@ -40,10 +41,9 @@ from PIL import Image
 from vheads._errors import MissingFileError, VheadsError, safe_name
 from vheads._io import read_json
 from vheads.data._items import Item
+from vheads.data._templates import DEFAULT_TEMPLATES, Templates
 
 QUERIES = ("ordinal", "referring")
-QUESTION_ORDINAL = "what is in panel {k} ?"
-QUESTION_REFERRING = "which panel shows the {label} ?"
 STRIP_INDEX = "strips.json"
 
 
@@ -118,19 +118,16 @@ def _open_image(path: Path, where: str) -> Image.Image:
 
 
 def strip_item(corpus: str, query: str, item_id: str, image: Image.Image, boxes: Sequence[tuple[int, int, int, int]],
-               labels: Sequence[str], asked: int, meta: dict | None = None) -> Item:
+               labels: Sequence[str], asked: int, meta: dict | None = None, templates: Templates = DEFAULT_TEMPLATES) -> Item:
     """One strip question about panel ``asked`` (0-based) of a strip with these panel boxes/labels."""
     k = asked + 1
     label = labels[asked]
-    if query == "ordinal":
-        question, answer, phrase = QUESTION_ORDINAL.format(k=k), label, f"panel {k}"
-    else:
-        question, answer, phrase = QUESTION_REFERRING.format(label=label), str(k), f"the {label}"
-    start = question.index(phrase)
+    question, span = templates.fill(query, k if query == "ordinal" else label)
+    answer = label if query == "ordinal" else str(k)
     return Item(
         id=item_id, kind=f"strip-{query}", image=image, question=question, answer=answer,
         regions={f"panel{p + 1}": tuple(int(v) for v in b) for p, b in enumerate(boxes)},
-        target=f"panel{k}", query_span=(start, start + len(phrase)),
+        target=f"panel{k}", query_span=span,
         meta={"corpus": corpus, "panels": list(labels), "class": label, **(meta or {})},
     )
 
@@ -219,7 +216,8 @@ def strip_corpus_name(folder: str | Path, data: dict) -> str:
     return name or "strips"
 
 
-def load_strip_folder(folder: str | Path, query: str, n: int | None = None, seed: int = 0, index: str = STRIP_INDEX) -> list[Item]:
+def load_strip_folder(folder: str | Path, query: str, n: int | None = None, seed: int = 0, index: str = STRIP_INDEX,
+                      templates: Templates = DEFAULT_TEMPLATES) -> list[Item]:
     """Items from a strip folder (format in the module docstring), at most ``n`` of them.
 
     Errors: no folder / index, an empty strip list, a missing image file, a panel box
@@ -246,7 +244,7 @@ def load_strip_folder(folder: str | Path, query: str, n: int | None = None, seed
         if asked is None:
             continue
         items.append(strip_item(corpus, query, f"{corpus}-{query}-s{seed}-{Path(s['image']).stem}", img, boxes, labels, asked,
-                                {"image_file": s["image"]}))
+                                {"image_file": s["image"]}, templates))
     if not items:
         raise VheadsError(f"strip folder {folder}: no strip has a panel whose label is unique in its strip, so no referring question can be asked")
     return items
@@ -302,7 +300,8 @@ def check_coco(coco: object, ann_path: Path) -> None:
 
 
 def load_coco_strips(images: str | Path, query: str, n: int | None = None, seed: int = 0, annotations: str | Path | None = None,
-                     panel_size: int = 224, n_panels: int = 6, missing: str = "error") -> list[Item]:
+                     panel_size: int = 224, n_panels: int = 6, missing: str = "error",
+                     templates: Templates = DEFAULT_TEMPLATES) -> list[Item]:
     """Six-panel strips from a local COCO image folder and its ``instances_*.json``.
 
     ``n``: number of strips (default: as many as the images allow; more than that is an
@@ -370,5 +369,5 @@ def load_coco_strips(images: str | Path, query: str, n: int | None = None, seed:
         labels = [cats[best[i][2]] for i in ids]
         asked = _ask(query, labels, rng)
         items.append(strip_item("coco", query, f"coco-{query}-s{seed}-{s}", canvas, boxes, labels, asked,
-                                {"image_files": [files[i] for i in ids], "annotations": ann_path.name}))
+                                {"image_files": [files[i] for i in ids], "annotations": ann_path.name}, templates))
     return items

@@ -23,8 +23,8 @@ Two strip corpora with different image statistics:
 - ``photo``: no borders; textured, noisy, muted backgrounds with gray-brown clutter
   blobs; objects of varied size (12-30 px), with colour jitter and pixel noise.
 
-Question templates (fixed length, one-word answers for strips, option letters for the
-lettered kinds):
+Questions (the default :class:`~vheads.data.Templates`; a study config may reword them),
+with one-word answers for strips and option letters for the lettered kinds:
 
 - ``strip-ordinal``:   "what is in panel 3 ?"           -> class word
 - ``strip-referring``: "which panel shows the disk ?"  -> panel digit
@@ -47,6 +47,7 @@ import numpy as np
 from PIL import Image
 
 from vheads.data._items import OPTION_LETTERS, Item
+from vheads.data._templates import DEFAULT_TEMPLATES, Templates
 
 CLASSES: tuple[str, ...] = ("disk", "stripes", "bars", "checker", "ring", "cross")
 COLOURS: dict[str, tuple[int, int, int]] = {
@@ -73,11 +74,6 @@ WORDS: tuple[str, ...] = (
     "?", ".", "A", "B", "C", "D", "0", "1", "2", "3", "4", "5", "6",
 )
 
-QUESTION_ORDINAL = "what is in panel {k} ?"
-QUESTION_REFERRING = "which panel shows the {cls} ?"
-QUESTION_CELL = "what is in cell {k} ?"
-QUESTION_OBJECT = "which object is shown ?"
-QUESTION_TEXT = "the named object is the {cls} . which object is named ?"
 
 
 # ---- randomness ------------------------------------------------------------------------
@@ -186,16 +182,9 @@ def _to_image(canvas: np.ndarray) -> Image.Image:
     return Image.fromarray(np.clip(np.rint(canvas), 0, 255).astype(np.uint8), "RGB")
 
 
-def _span(question: str, phrase: str) -> tuple[int, int]:
-    a = question.index(phrase)
-    return (a, a + len(phrase))
-
-
-phrase_span = _span
-
-
 # ---- strips ----------------------------------------------------------------------------
-def strip_items(corpus: str, query: str, n: int, seed: int = 0, filled: int = N_PANELS) -> list[Item]:
+def strip_items(corpus: str, query: str, n: int, seed: int = 0, filled: int = N_PANELS,
+                templates: Templates = DEFAULT_TEMPLATES) -> list[Item]:
     """Six-panel strips (1 x 6 panels of 32 px, a 192 x 32 image) with one question each.
 
     ``query="ordinal"`` asks "what is in panel k ?" (answer: the class word);
@@ -203,7 +192,7 @@ def strip_items(corpus: str, query: str, n: int, seed: int = 0, filled: int = N_
     Each class appears at most once per strip. ``filled`` < 6 leaves the other panels
     blank (the training curriculum); the asked panel is always filled. Regions
     ``panel1`` .. ``panel6``; ``target`` is the asked panel; ``query_span`` covers
-    "panel k" / "the <class>"; ``meta`` holds the corpus and the class of each panel
+    "panel k" / "the <class>" (``templates`` may word the questions otherwise); ``meta`` holds the corpus and the class of each panel
     (``None`` for a blank panel).
     """
     _check_choice("corpus", corpus, CORPORA)
@@ -221,21 +210,19 @@ def strip_items(corpus: str, query: str, n: int, seed: int = 0, filled: int = N_
         k = int(rng.choice(full)) + 1  # asked panel, 1-based
         canvas = np.concatenate([draw_panel(corpus, c, rng) for c in panels], axis=1)
         cls = panels[k - 1]
-        if query == "ordinal":
-            question, answer, phrase = QUESTION_ORDINAL.format(k=k), cls, f"panel {k}"
-        else:
-            question, answer, phrase = QUESTION_REFERRING.format(cls=cls), str(k), f"the {cls}"
+        question, span = templates.fill(query, k if query == "ordinal" else cls)
+        answer = cls if query == "ordinal" else str(k)
         regions = {f"panel{p + 1}": (p * PANEL, 0, (p + 1) * PANEL, PANEL) for p in range(N_PANELS)}
         items.append(Item(
             id=f"{kind}-{corpus}-s{seed}-f{filled}-{i}", kind=kind, image=_to_image(canvas), question=question,
-            answer=answer, regions=regions, target=f"panel{k}", query_span=_span(question, phrase),
+            answer=answer, regions=regions, target=f"panel{k}", query_span=span,
             meta={"corpus": corpus, "panels": panels, "class": cls, "filled": filled},
         ))
     return items
 
 
 # ---- grids -----------------------------------------------------------------------------
-def grid_items(kind: str, n: int, seed: int = 0) -> list[Item]:
+def grid_items(kind: str, n: int, seed: int = 0, templates: Templates = DEFAULT_TEMPLATES) -> list[Item]:
     """2 x 2 grids of 32 px cells (64 x 64) showing four distinct classes (comics style).
 
     Regions ``cell0`` .. ``cell3`` (row-major); options are the four shown class words in
@@ -264,10 +251,9 @@ def grid_items(kind: str, n: int, seed: int = 0) -> list[Item]:
             answer = OPTION_LETTERS[options.index(cells[t])]
             shown = list(cells)
         if kind == "grid-neutral":
-            question, span = QUESTION_OBJECT, None
+            question, span = templates.fill("object")
         else:
-            question = QUESTION_CELL.format(k=t)
-            span = _span(question, f"cell {t}")
+            question, span = templates.fill("cell", t)
         items.append(Item(
             id=f"{kind}-s{seed}-{i}", kind=kind, image=_to_image(canvas), question=question, answer=answer,
             regions=dict(regions), target=f"cell{t}", options=options, query_span=span,
@@ -281,7 +267,7 @@ def _single_object_canvas(cls: str | None, corpus: str, rng) -> np.ndarray:
     return draw_panel(corpus, cls, rng, size=CLASS_IMAGE)
 
 
-def class_items(arm: str, n: int, seed: int = 0) -> list[Item]:
+def class_items(arm: str, n: int, seed: int = 0, templates: Templates = DEFAULT_TEMPLATES) -> list[Item]:
     """One object per 64 x 64 image (comics or photo style), "which object is shown ?".
 
     ``matched``: the shown class is one of the four options; the key is its letter.
@@ -305,14 +291,14 @@ def class_items(arm: str, n: int, seed: int = 0) -> list[Item]:
             answer = OPTION_LETTERS[int(rng.integers(4))]
         canvas = _single_object_canvas(shown, corpus, rng)
         items.append(Item(
-            id=f"{kind}-s{seed}-{i}", kind=kind, image=_to_image(canvas), question=QUESTION_OBJECT, answer=answer,
+            id=f"{kind}-s{seed}-{i}", kind=kind, image=_to_image(canvas), question=templates.fill("object")[0], answer=answer,
             regions={"object": (0, 0, CLASS_IMAGE, CLASS_IMAGE)}, target="object", options=options,
             meta={"class": shown, "corpus": corpus},
         ))
     return items
 
 
-def text_items(n: int, seed: int = 0) -> list[Item]:
+def text_items(n: int, seed: int = 0, templates: Templates = DEFAULT_TEMPLATES) -> list[Item]:
     """Text-solvable four-option items: "the named object is the <cls> . which object is named ?".
 
     The image (64 x 64, as for class items, so the layout matches) is blank or shows a
@@ -329,7 +315,7 @@ def text_items(n: int, seed: int = 0) -> list[Item]:
         unused = [c for c in CLASSES if c not in options]
         shown = str(rng.choice(unused)) if rng.random() < 0.5 else None
         canvas = _single_object_canvas(shown, str(rng.choice(CORPORA)), rng)
-        question = QUESTION_TEXT.format(cls=named)
+        question, _ = templates.fill("text", named)
         items.append(Item(
             id=f"text-s{seed}-{i}", kind="text", image=_to_image(canvas), question=question,
             answer=OPTION_LETTERS[options.index(named)], regions={"object": (0, 0, CLASS_IMAGE, CLASS_IMAGE)},
@@ -339,16 +325,16 @@ def text_items(n: int, seed: int = 0) -> list[Item]:
 
 
 #: every question kind the generators make, with a function (n, seed) -> items
-def kind_items(kind: str, n: int, seed: int = 0, corpus: str = "comics") -> list[Item]:
+def kind_items(kind: str, n: int, seed: int = 0, corpus: str = "comics", templates: Templates = DEFAULT_TEMPLATES) -> list[Item]:
     """Items of any kind by name (strip kinds take ``corpus``)."""
     if kind in ("strip-ordinal", "strip-referring"):
-        return strip_items(corpus, kind.split("-")[1], n, seed)
+        return strip_items(corpus, kind.split("-")[1], n, seed, templates=templates)
     if kind in GRID_KINDS:
-        return grid_items(kind, n, seed)
+        return grid_items(kind, n, seed, templates)
     if kind in ("class-matched", "class-mismatched"):
-        return class_items(kind.split("-")[1], n, seed)
+        return class_items(kind.split("-")[1], n, seed, templates)
     if kind == "text":
-        return text_items(n, seed)
+        return text_items(n, seed, templates)
     raise ValueError(f"unknown item kind {kind!r}; choose one of: {', '.join(ALL_KINDS)}")
 
 

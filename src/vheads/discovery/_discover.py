@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vheads._errors import VheadsError, path_inside, safe_name
-from vheads.data import Item
+from vheads.data import DEFAULT_TEMPLATES, Item, Templates
 from vheads.discovery._files import HeadSetRecord, save_headset, save_per_item
 from vheads.discovery._scores import CORPUS_ABBREV, QUERIES, SOURCES, SettingScores, score_settings
 from vheads.discovery._selection import resolve_k, select_heads
@@ -36,32 +36,33 @@ class Corpus:
     items: list[Item]
 
 
-def load_corpus(spec: str, query: str, n: int, seed: int = 0, panel_size: int = 224) -> Corpus:
-    """The ``n`` discovery items of corpus ``spec`` (see module docstring) for ``query``."""
+def load_corpus(spec: str, query: str, n: int, seed: int = 0, panel_size: int = 224, templates: Templates = DEFAULT_TEMPLATES) -> Corpus:
+    """The ``n`` discovery items of corpus ``spec`` (see module docstring) for ``query``,
+    asked with ``templates`` (:class:`vheads.data.Templates`; the default wording if omitted)."""
     if query not in QUERIES:
         raise VheadsError(f"unknown query type {query!r}; choose one of: {', '.join(QUERIES)}")
     if spec in SYNTHETIC:
         from vheads.data.synthetic import strip_items
 
-        return Corpus(spec, CORPUS_ABBREV[spec], f"synthetic:{spec}", query, strip_items(spec, query, n, seed))
+        return Corpus(spec, CORPUS_ABBREV[spec], f"synthetic:{spec}", query, strip_items(spec, query, n, seed, templates=templates))
     kind, _, rest = spec.partition(":")
     if kind == "strips" and rest:
         from vheads.data.loaders import load_strip_folder
 
         folder = Path(rest)
         name, abbrev = strip_folder_names(folder)
-        items = load_strip_folder(folder, query, n, seed)
+        items = load_strip_folder(folder, query, n, seed, templates=templates)
         return Corpus(name, abbrev, f"strips:{folder.resolve()}", query, items)
     if kind == "comics" and rest:
         from vheads.data.comics import load_comic_folders
 
-        items = load_comic_folders(rest, query, n, seed, panel_size)
+        items = load_comic_folders(rest, query, n, seed, panel_size, templates=templates)
         return Corpus("comics", "cm", f"comics:{Path(rest).resolve()}", query, items)
     if kind == "coco" and rest:
         from vheads.data.loaders import load_coco_strips
 
         images, _, ann = rest.partition(",")
-        items = load_coco_strips(images, query, n, seed, annotations=ann or None, panel_size=panel_size)
+        items = load_coco_strips(images, query, n, seed, annotations=ann or None, panel_size=panel_size, templates=templates)
         return Corpus("coco", "co", f"coco:{Path(images).resolve()}", query, items)
     raise VheadsError(
         f"unknown corpus {spec!r}; use comics, photo (built-in), strips:FOLDER, comics:FOLDER or coco:IMAGES[,ANNOTATIONS.json]"

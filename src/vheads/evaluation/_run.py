@@ -77,19 +77,22 @@ TESTS = tuple(TEST_SETS)
 AUDIT_SETS: dict[str, str] = {"oracle": "grid-oracle", "floor": "grid-blank", "matched": "class-matched", "mismatched": "class-mismatched"}
 
 
-def item_sets(kinds: Iterable[str], n: int, seed_of: Callable[[str], int], source=None) -> dict[str, list]:
-    """``{kind: n items}``, each kind generated from ``seed_of(kind)``: synthetic, or built
-    from real photos when ``source`` is a :class:`vheads.data.builders.RealItems`."""
+def item_sets(kinds: Iterable[str], n: int, seed_of: Callable[[str], int], source=None, templates=None) -> dict[str, list]:
+    """``{kind: n items}``, each kind generated from ``seed_of(kind)``: synthetic (asked with
+    ``templates``, a :class:`vheads.data.Templates`; default wording if ``None``), or built
+    from real photos when ``source`` is a :class:`vheads.data.builders.RealItems` (which
+    carries its own templates)."""
+    from vheads.data import DEFAULT_TEMPLATES
     from vheads.data.synthetic import kind_items
 
     if source is not None:
         return {kind: source.items(kind, n, seed_of(kind)) for kind in kinds}
-    return {kind: kind_items(kind, n, seed_of(kind)) for kind in kinds}
+    return {kind: kind_items(kind, n, seed_of(kind), templates=templates or DEFAULT_TEMPLATES) for kind in kinds}
 
 
-def audit_sets(n: int, seed_of: Callable[[str], int], source=None) -> dict[str, list]:
+def audit_sets(n: int, seed_of: Callable[[str], int], source=None, templates=None) -> dict[str, list]:
     """The audit's evaluation sets by audit name (oracle, floor, matched, mismatched)."""
-    items = item_sets(AUDIT_SETS.values(), n, seed_of, source)
+    items = item_sets(AUDIT_SETS.values(), n, seed_of, source, templates)
     return {name: items[kind] for name, kind in AUDIT_SETS.items()}
 
 

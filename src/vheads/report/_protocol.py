@@ -89,6 +89,7 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
         k_text += f" ({100 * ks[0] / (L * H):.1f}% of heads" + (")" if len(ks) == 1 else ", smallest k)")
     checks.append(Check("Head-set size k (flat top-k)", k_text, none))
     checks.append(Check("Settings", f"{len(run.settings)}: {', '.join(run.settings)}" if run.settings else "none"))
+    checks.append(Check("Question templates ([..]: query span)", _templates_text(run.config)))
 
     # evaluation items
     tests_present = [t for t in MAIN_TESTS if any((s, t) in run.cells for s in run.settings)]
@@ -170,6 +171,15 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
     seeds = cfg_get(run.config, "seeds", "seed")
     checks.append(Check("Seeds", str(seeds) if seeds is not None else "not recorded in the config"))
     return checks
+
+
+def _templates_text(config: dict | None) -> str:
+    """Every question template of the run: the config's own, the defaults for the rest."""
+    from vheads.data import DEFAULT_TEMPLATES
+
+    own = (config or {}).get("templates") or {}
+    words = {**DEFAULT_TEMPLATES.to_dict(), **own}
+    return "; ".join(f"{k}{' (changed)' if k in own else ''}: \"{v}\"" for k, v in words.items())
 
 
 def _param(test: str, name: str) -> float | None:

@@ -75,13 +75,20 @@ batch_size = 256          # rows (head-sets x items) per batched forward
 token_budget = 524288     # and at most rows x padded prompt length positions per forward
 cross_item = true         # rows of different items share a forward (false: one item per forward)
 torch_threads = 0         # CPU threads per model replica; 0 = all cores (same on every backend)
+
+[templates]               # question wording; [..] marks the query span (default: the placeholder's value)
+# ordinal = "what is in [panel {k}] ?"          # discovery, ordinal query; {k} = panel 1..6
+# referring = "which panel shows [the {object}] ?"   # discovery, referring query; {object} = asked object
+# cell = "what is in [cell {k}] ?"              # NCS_grid and the audit's oracle / floor; {k} = cell 0..3
+# object = "which object is shown ?"            # CERS grids and the NCS arms; no placeholder
+# text = "the named object is the {object} . which object is named ?"   # text arm
 '''
 
 
-#: keys added for real images and the pointing suite, with their defaults (left out of the
-#: hash while at the default, so runs made before them keep their hash)
-EVAL_SOURCE_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_exclude": "", "eval_groups": "", "eval_cell": 224,
-                        "eval_resize": "crop", "ood_tasks": [], "n_ood": 80, "ood_controls": 1}
+#: keys added after the first release (real images, the pointing suite, templates), with their
+#: defaults (left out of the hash while at the default, so runs made before them keep their hash)
+LATER_KEY_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_exclude": "", "eval_groups": "", "eval_cell": 224,
+                      "eval_resize": "crop", "ood_tasks": [], "n_ood": 80, "ood_controls": 1, "templates": {}}
 
 
 @dataclass
@@ -132,6 +139,14 @@ class StudyConfig:
     algebra_controls: int = 100
     controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99, "attention-matched": 20})
     run: RunConfig = field(default_factory=RunConfig)
+    templates: dict[str, str] = field(default_factory=dict)  # only the templates that differ from the defaults
+
+    @property
+    def question_templates(self):
+        """The :class:`vheads.data.Templates` the study asks its questions with."""
+        from vheads.data import templates_from_dict
+
+        return templates_from_dict(self.templates)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -140,7 +155,7 @@ class StudyConfig:
         """Hash of everything that changes results (not the backend or batching)."""
         d = self.to_dict()
         d.pop("run")
-        for key, default in EVAL_SOURCE_DEFAULTS.items():  # runs made before these keys keep their hash
+        for key, default in LATER_KEY_DEFAULTS.items():  # runs made before these keys keep their hash
             if d[key] == default:
                 d.pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
@@ -178,6 +193,17 @@ def _check(key: str, value: Any, default: Any) -> Any:
     return value
 
 
+def _templates(value: Any) -> dict[str, str]:
+    """The ``[templates]`` table, each template checked (the error names ``templates.KEY``)."""
+    from vheads.data import DEFAULT_TEMPLATES, TemplateError, templates_from_dict
+
+    try:
+        given = templates_from_dict(value)
+    except TemplateError as e:
+        raise VheadsError(f"config key 'templates': {e}") from None
+    return {k: v for k, v in given.to_dict().items() if v != getattr(DEFAULT_TEMPLATES, k)}
+
+
 def config_from_dict(data: dict[str, Any]) -> StudyConfig:
     """Validate a parsed TOML table into a :class:`StudyConfig` (errors name the key)."""
     base, run = StudyConfig(), RunConfig()
@@ -196,6 +222,8 @@ def config_from_dict(data: dict[str, Any]) -> StudyConfig:
                     raise VheadsError(f"unknown config key 'run.{k2}'; known keys: {', '.join(sorted(run_known))}")
                 rk[k2] = _check(f"run.{k2}", v2, getattr(run, k2))
             kwargs["run"] = RunConfig(**rk)
+        elif key == "templates":
+            kwargs["templates"] = _templates(value)
         else:
             kwargs[key] = _check(key, value, getattr(base, key))
     cfg = StudyConfig(**kwargs)
@@ -212,6 +240,7 @@ def validate(cfg: StudyConfig) -> None:
     def bad(key, msg):
         raise VheadsError(f"config key {key!r}: {msg}")
 
+    _validate_templates(cfg)
     for q in cfg.queries:
         if q not in QUERIES:
             bad("queries", f"unknown query type {q!r}; choose from {', '.join(QUERIES)}")
@@ -379,6 +408,23 @@ def _validate_eval_source(cfg: StudyConfig, bad) -> None:
         path = getattr(cfg, key)
         if path and not Path(path).is_file():
             bad(key, f"file {path!r} does not exist")
+
+
+def _validate_templates(cfg: StudyConfig) -> None:
+    """Templates checked (again: a config built in code skips :func:`config_from_dict`), and
+    on the built-in tiny model, whose vocabulary is word-level, every word of every question
+    the synthetic items can ask must be one it knows."""
+    from vheads.data import TemplateError, check_vocabulary
+
+    _templates(cfg.templates)
+    if cfg.model != "tiny" or not cfg.templates:
+        return
+    from vheads.data import synthetic as syn
+
+    try:
+        check_vocabulary(cfg.question_templates, set(syn.WORDS), {"k": [str(k) for k in range(7)], "object": list(syn.CLASSES)})
+    except TemplateError as e:
+        raise VheadsError(f"config key 'templates': {e}") from None
 
 
 def _validate_ood(cfg: StudyConfig, bad) -> None:

@@ -20,7 +20,8 @@ def eval_source(cfg: StudyConfig):
         return None
     from vheads.data.builders import RealItems
 
-    return RealItems(cfg.eval_source, cfg.eval_classes, cfg.eval_exclude, cfg.eval_groups, cfg.eval_cell, cfg.eval_resize)
+    return RealItems(cfg.eval_source, cfg.eval_classes, cfg.eval_exclude, cfg.eval_groups, cfg.eval_cell, cfg.eval_resize,
+                     cfg.question_templates)
 
 
 #: the pointing-suite item kinds by role: the CERS grids, the NCS arms, the audit sets
@@ -32,7 +33,7 @@ def ood_sets(cfg: StudyConfig, spec: str) -> dict[str, list]:
     """``{role: items}`` of one pointing-suite task (roles of :data:`OOD_KINDS`), ``n_ood`` each."""
     from vheads.data.ood import BenchmarkItems
 
-    bench = BenchmarkItems(spec, cfg.eval_cell)
+    bench = BenchmarkItems(spec, cfg.eval_cell, cfg.question_templates)
     return {role: bench.items(kind, cfg.n_ood, derived_seed(cfg.seed, "ood", bench.task, kind)) for role, kind in OOD_KINDS.items()}
 
 
@@ -53,4 +54,4 @@ def preflight_data(cfg: StudyConfig) -> None:
     for c in cfg.corpora:
         if c not in SYNTHETIC:
             for q in cfg.queries:
-                load_corpus(c, q, cfg.n_discovery, derived_seed(cfg.seed, "discovery", c, q))
+                load_corpus(c, q, cfg.n_discovery, derived_seed(cfg.seed, "discovery", c, q), templates=cfg.question_templates)

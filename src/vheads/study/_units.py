@@ -39,6 +39,7 @@ class UnitComputer:
 
         self.cfg: StudyConfig = config_from_dict({k: v for k, v in cfg.items()})
         self.source = eval_source(self.cfg)  # None: synthetic items
+        self.templates = self.cfg.question_templates
         self._ood: dict[str, dict] = {}  # pointing-suite items by task spec, built once per replica
         self._engine = None
 
@@ -75,7 +76,8 @@ class UnitComputer:
 
         cfg, eng = self.cfg, self.engine
         lm = eng.lm
-        corpus = load_corpus(unit["corpus"], unit["query"], cfg.n_discovery, derived_seed(cfg.seed, "discovery", unit["corpus"], unit["query"]))
+        corpus = load_corpus(unit["corpus"], unit["query"], cfg.n_discovery, derived_seed(cfg.seed, "discovery", unit["corpus"], unit["query"]),
+                             templates=self.templates)
         scores = score_settings(lm, {(corpus.name, corpus.query): corpus.items}, cfg.sources,
                                 corpus_abbrev={corpus.name: corpus.abbrev}, progress=False, engine=eng)
         k = resolve_k(len(lm.attention_layers), lm.n_heads, cfg.k or None, cfg.selection)
@@ -117,7 +119,7 @@ class UnitComputer:
         test = unit["test"]
         if test not in TEST_SETS:
             raise ValueError(f"unknown test {test!r}")
-        sets = {k: v[lo:hi] for k, v in item_sets(TEST_SETS[test], cfg.n_eval, eval_seed(cfg.seed), self.source).items()}
+        sets = {k: v[lo:hi] for k, v in item_sets(TEST_SETS[test], cfg.n_eval, eval_seed(cfg.seed), self.source, self.templates).items()}
         bs = cfg.run.batch_size
         out: dict[str, list[tuple]] = {"outcomes": [], "arms": []}
         uid, setting = unit["unit_id"], unit["setting"]
@@ -169,7 +171,7 @@ class UnitComputer:
         :func:`vheads.evaluation.head_attention_mass`)."""
         from vheads.evaluation import head_attention_mass
 
-        items = item_sets(["grid-neutral"], self.cfg.n_eval, eval_seed(self.cfg.seed), self.source)["grid-neutral"]
+        items = item_sets(["grid-neutral"], self.cfg.n_eval, eval_seed(self.cfg.seed), self.source, self.templates)["grid-neutral"]
         mass = head_attention_mass(self.engine, items)
         return {"rows": {"meta": [(key, _json(v.tolist())) for key, v in mass.items()]}}
 
@@ -177,7 +179,7 @@ class UnitComputer:
     def _audit(self, unit):
         from vheads.evaluation import baseline_audit
 
-        sets = audit_sets(self.cfg.n_eval, eval_seed(self.cfg.seed), self.source)
+        sets = audit_sets(self.cfg.n_eval, eval_seed(self.cfg.seed), self.source, self.templates)
         rep = baseline_audit(self.engine, sets)
         return {"rows": {"audit": [(n, r["n"], r["mean_p_key"], r["expected"][0], r["expected"][1], int(r["ok"])) for n, r in rep.items()]}}
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from vheads.data._templates import DEFAULT_TEMPLATES, Templates
 from vheads.data.ood._readers import (
     read_countbenchqa, read_cvbench, read_mathvista, read_mcq_jsonl, read_mmstar, read_spatial457, read_spatialrgpt,
 )
@@ -62,6 +63,7 @@ class BenchmarkItems:
 
     source: str
     cell: int = 224
+    templates: Templates = DEFAULT_TEMPLATES  # words the grid-oracle question ("cell" template)
 
     def __post_init__(self) -> None:
         if not is_task_spec(self.source):
@@ -78,16 +80,17 @@ class BenchmarkItems:
         return _records(self.source)
 
     def items(self, kind: str, n: int, seed: int = 0):
-        return build_items(self.task, self.source, TASKS[self.task].recipe, list(self.open()), kind, n, seed, self.cell)
+        return build_items(self.task, self.source, TASKS[self.task].recipe, list(self.open()), kind, n, seed, self.cell, self.templates)
 
 
-def item_source(spec: str, cell: int = 224, classes: str = "", exclude: str = "", resize: str = "crop"):
+def item_source(spec: str, cell: int = 224, classes: str = "", exclude: str = "", resize: str = "crop",
+                templates: Templates = DEFAULT_TEMPLATES):
     """The item builder of a source spec: a benchmark task, or a class-labelled photo source."""
     if is_task_spec(spec):
-        return BenchmarkItems(spec, cell)
+        return BenchmarkItems(spec, cell, templates)
     from vheads.data.builders import RealItems
 
-    return RealItems(spec, classes, exclude, cell=cell, resize=resize)
+    return RealItems(spec, classes, exclude, cell=cell, resize=resize, templates=templates)
 
 
 __all__ = ["BenchmarkItems", "KINDS", "RECIPES", "TASKS", "Task", "is_task_spec", "item_source"]

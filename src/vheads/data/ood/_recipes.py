@@ -27,7 +27,8 @@ from PIL import Image, ImageDraw, ImageFont
 from vheads.data._items import OPTION_LETTERS, Item
 from vheads.data.builders import BLANK, fit_square, grid_regions
 from vheads.data.ood._records import MCQRecord
-from vheads.data.synthetic import QUESTION_CELL, phrase_span, seeded_rng
+from vheads.data._templates import DEFAULT_TEMPLATES, Templates
+from vheads.data.synthetic import seeded_rng
 
 RECIPES = ("overlay", "retrieval")
 KINDS = ("grid-neutral", "grid-oracle", "grid-blank", "class-matched", "class-mismatched")
@@ -107,7 +108,7 @@ def convert(recipe: str, records: list[MCQRecord], rng: np.random.Generator, spe
 
 
 def converted_item(conv: Converted, kind: str, iid: str, cell: int, rng: np.random.Generator, prov: dict,
-                   other: MCQRecord | None = None) -> Item:
+                   other: MCQRecord | None = None, templates: Templates = DEFAULT_TEMPLATES) -> Item:
     """The item of ``kind`` made from one converted question (``other``: the photo shown by
     the mismatched arm)."""
     options = tuple(str(x) for x in rng.permutation([t for _, t in conv.cells]))
@@ -135,14 +136,14 @@ def converted_item(conv: Converted, kind: str, iid: str, cell: int, rng: np.rand
         shown, answer = [text for _, text in conv.cells], OPTION_LETTERS[options.index(key_text)]
     question, span = conv.question, None
     if kind == "grid-oracle":
-        question = QUESTION_CELL.format(k=t)
-        span = phrase_span(question, f"cell {t}")
+        question, span = templates.fill("cell", t)
     return Item(iid, kind, image, question, answer, regions, f"cell{t}", options, span,
                 meta={**base, "cells": shown, "class": None if kind == "grid-blank" else key_text,
                       "images": [rec.where for rec, _ in conv.cells] if kind != "grid-blank" else []})
 
 
-def build_items(task: str, spec: str, recipe: str, records: list[MCQRecord], kind: str, n: int, seed: int, cell: int) -> list[Item]:
+def build_items(task: str, spec: str, recipe: str, records: list[MCQRecord], kind: str, n: int, seed: int, cell: int,
+                templates: Templates = DEFAULT_TEMPLATES) -> list[Item]:
     """``n`` items of ``kind`` converted from ``records`` with ``recipe`` (seeded)."""
     if kind not in KINDS:
         raise ValueError(f"{spec}: kind {kind!r} is not built for benchmark tasks; choose one of: {', '.join(KINDS)}")
@@ -160,5 +161,5 @@ def build_items(task: str, spec: str, recipe: str, records: list[MCQRecord], kin
             if not rest:
                 raise ValueError(f"{spec}: the mismatched arm needs a second question's photo")
             other = rest[int(rng.integers(len(rest)))]
-        items.append(converted_item(conv, kind, f"{kind}-{task}-s{seed}-{i}", cell, rng, prov, other))
+        items.append(converted_item(conv, kind, f"{kind}-{task}-s{seed}-{i}", cell, rng, prov, other, templates))
     return items

@@ -1,0 +1,134 @@
+"""Question templates: the wording of every question the item builders ask.
+
+A study config may replace any of them (``[templates]`` table); the defaults are the
+questions the built-in tiny model was trained on.
+
+=============  ==================================  ===========  ==========================
+key            default                             placeholder  asked by
+=============  ==================================  ===========  ==========================
+``ordinal``    ``what is in [panel {k}] ?``        ``{k}``      strip-ordinal (discovery)
+``referring``  ``which panel shows [the {object}] ?``  ``{object}``  strip-referring (discovery)
+``cell``       ``what is in [cell {k}] ?``         ``{k}``      grid-oracle, grid-blank
+``object``     ``which object is shown ?``         (none)       grid-neutral, class-*
+``text``       ``the named object is the {object} . which object is named ?``  ``{object}``  text arm
+=============  ==================================  ===========  ==========================
+
+``{k}`` is the panel number (1-based, as the strip questions count) or the cell number
+(0-based and row-major, as the regions ``cell0`` .. ``cell3`` are named), ``{object}`` the asked object's name (a class
+word or a real label). The **query span** of a question (the tokens that name the asked
+region: the discovery source ``qspan`` reads them) is the text between ``[`` and ``]``;
+a template without brackets spans just the placeholder's value. The brackets are not part
+of the question. ``object`` and ``text`` name no region and take no brackets.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import asdict, dataclass, fields
+
+#: the placeholder each template must hold (exactly once)
+PLACEHOLDERS: dict[str, str | None] = {"ordinal": "k", "referring": "object", "cell": "k", "object": None, "text": "object"}
+#: templates whose question names a region (a query span, brackets allowed)
+SPANNED = ("ordinal", "referring", "cell")
+
+
+class TemplateError(ValueError):
+    """A template that cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Templates:
+    """The question templates (see the module docstring for keys and placeholders)."""
+
+    ordinal: str = "what is in [panel {k}] ?"
+    referring: str = "which panel shows [the {object}] ?"
+    cell: str = "what is in [cell {k}] ?"
+    object: str = "which object is shown ?"
+    text: str = "the named object is the {object} . which object is named ?"
+
+    def fill(self, key: str, value: str | int | None = None) -> tuple[str, tuple[int, int] | None]:
+        """The question of template ``key`` with its placeholder set to ``value``, and the
+        character span ``(start, end)`` of its query (``None`` for unspanned templates)."""
+        text = getattr(self, key)
+        name = PLACEHOLDERS[key]
+        kw = {name: value} if name else {}
+        if key not in SPANNED:
+            return text.format(**kw), None
+        if "[" in text:  # checked: one [ ... ] pair around the placeholder
+            a, b = text.index("["), text.index("]")
+            head, body, tail = text[:a].format(), text[a + 1:b].format(**kw), text[b + 1:].format()
+            return head + body + tail, (len(head), len(head) + len(body))
+        prefix = ""
+        for literal, field_name, _, _ in string.Formatter().parse(text):
+            prefix += literal
+            if field_name == name:
+                break
+        return text.format(**kw), (len(prefix), len(prefix) + len(str(value)))
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+DEFAULT_TEMPLATES = Templates()
+
+
+def _fields_of(text: str) -> list[str]:
+    """Placeholder names in ``text`` (``{{`` / ``}}`` are literal braces)."""
+    return [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+
+
+def check_template(key: str, text: object, where: str = "templates") -> str:
+    """``text`` if it is a usable template for ``key``; else :class:`TemplateError` naming
+    ``where.key`` and what is wrong."""
+    name = f"{where}.{key}"
+    if key not in PLACEHOLDERS:
+        raise TemplateError(f"unknown template key {name!r}; known keys: {', '.join(PLACEHOLDERS)}")
+    if not isinstance(text, str) or not text.strip():
+        raise TemplateError(f"template {name!r} must be a non-empty string, got {text!r:.80}")
+    need = PLACEHOLDERS[key]
+    try:
+        found = _fields_of(text)
+    except ValueError as e:  # unbalanced braces
+        raise TemplateError(f"template {name!r} is not a valid template ({e}): {text!r:.80}") from None
+    if any(spec or conv for _, f, spec, conv in string.Formatter().parse(text) if f is not None):
+        raise TemplateError(f"template {name!r}: write the placeholder plainly, without a format spec or conversion: {text!r:.80}")
+    wrong = [f for f in found if f != need]
+    if wrong:
+        allowed = f"only {{{need}}}" if need else "no placeholder"
+        raise TemplateError(f"template {name!r} has placeholder {{{wrong[0]}}}; it takes {allowed}: {text!r:.80}")
+    if need and found.count(need) != 1:
+        raise TemplateError(f"template {name!r} must contain the placeholder {{{need}}} exactly once"
+                            f" (found {found.count(need)}): {text!r:.80}")
+    n_open, n_close = text.count("["), text.count("]")
+    if key not in SPANNED and (n_open or n_close):
+        raise TemplateError(f"template {name!r} names no region, so it takes no [query span] brackets: {text!r:.80}")
+    if n_open or n_close:
+        a, b = text.find("["), text.find("]")
+        if n_open != 1 or n_close != 1 or b < a:
+            raise TemplateError(f"template {name!r} needs one '[' before one ']' around its query span: {text!r:.80}")
+        if "{" + need + "}" not in text[a:b]:
+            raise TemplateError(f"template {name!r}: the query span [...] must contain {{{need}}}: {text!r:.80}")
+        if not text[a + 1:b].strip():
+            raise TemplateError(f"template {name!r}: the query span [...] is empty: {text!r:.80}")
+    return text
+
+
+def templates_from_dict(data: dict, where: str = "templates") -> Templates:
+    """:class:`Templates` with the defaults replaced by ``data`` (each entry checked)."""
+    if not isinstance(data, dict):
+        raise TemplateError(f"{where!r} must be a table of templates (ordinal = \"...\", ...), got {data!r:.80}")
+    return Templates(**{key: check_template(key, text, where) for key, text in data.items()})
+
+
+def check_vocabulary(templates: Templates, words: set[str], values: dict[str, list[str]], where: str = "templates") -> None:
+    """Every word of every filled question is in ``words`` (a word-level vocabulary, like
+    the built-in tiny model's); ``values`` lists the placeholder values to try."""
+    for f in fields(Templates):
+        name = PLACEHOLDERS[f.name]
+        for v in values.get(name, [None]) if name else [None]:
+            question, _ = templates.fill(f.name, v)
+            unknown = [w for w in question.split() if w not in words]
+            if unknown:
+                raise TemplateError(
+                    f"template '{where}.{f.name}': word {unknown[0]!r} is not in the model's word-level vocabulary"
+                    f" (it knows: {' '.join(sorted(words))}); words are split on spaces, so write 'panel {{k}} ?' not 'panel {{k}}?'")
