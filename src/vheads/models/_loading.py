@@ -43,8 +43,8 @@ class LoadedModel:
     fingerprint: str  # "hub:<id>@<revision>" or "sha256:<hash of the weight files>"
     n_layers: int
     n_heads: int
-    n_kv_heads: int
-    head_dim: int
+    n_kv_heads: int  # of the first softmax layer (Gemma 4: full layers have their own, see per_layer_config)
+    head_dim: int  # likewise
     #: the softmax-attention layers, the only ones with heads (all layers but the linear-
     #: attention ones of a hybrid stack; see :meth:`Adapter.attention_layers`)
     attention_layers: tuple[int, ...] = ()
@@ -219,7 +219,8 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "f
     processor = load_processor(path, revision, config, **remote)
     tc = adapter.text_config(net)
     n_heads = tc.num_attention_heads
-    head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // n_heads
+    layers = adapter.attention_layers(tc)
+    head_dim = _layer_attribute(tc, "head_dim", layers[0]) or tc.hidden_size // n_heads
     fp = weights_fingerprint(Path(path)) if local else f"hub:{model}@{revision or 'main'}"
     return LoadedModel(
         model=net,
@@ -230,7 +231,16 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "f
         fingerprint=fp,
         n_layers=tc.num_hidden_layers,
         n_heads=n_heads,
-        n_kv_heads=getattr(tc, "num_key_value_heads", n_heads),
+        n_kv_heads=_layer_attribute(tc, "num_key_value_heads", layers[0]) or n_heads,
         head_dim=head_dim,
-        attention_layers=adapter.attention_layers(tc),
+        attention_layers=layers,
     )
+
+
+def _layer_attribute(text_config, name: str, layer: int):
+    """``name`` of the text config as layer ``layer`` has it: configs whose layers differ
+    (Gemma 4's full layers have their own head size and KV heads) keep it per layer."""
+    per_layer = getattr(text_config, "per_layer_config", None)
+    if per_layer is not None:
+        return getattr(per_layer[layer], name, None)
+    return getattr(text_config, name, None)
