@@ -236,3 +236,20 @@ def test_split_half_ceiling_on_a_hybrid_model_counts_only_softmax_heads():
     assert c.values.tolist() == want and c.values.max() <= len(A)
     # the overlap curve runs up to the model's heads, which are the softmax layers' only
     assert len(overlap_curve(per_item[0], per_item[1], attention_layers=A)) == len(A) * H
+
+
+def test_gemma4_image_markers_are_checked_against_the_checkpoint(tiny_random_dirs, tmp_path):
+    """The adapter writes Gemma 4's image markers itself: a checkpoint whose config names other
+    ids for them is refused at the first prompt, naming the token and the config key."""
+    import shutil
+
+    from tests.engine.test_engine import _item
+
+    dst = tmp_path / "g4"
+    shutil.copytree(tiny_random_dirs["gemma4"], dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg["boi_token_id"] = cfg["eoi_token_id"]  # an id that is not the tokenizer's '<|image>'
+    (dst / "config.json").write_text(json.dumps(cfg))
+    lm = load_model(str(dst))
+    with pytest.raises(ValueError, match=r"Gemma 4: the tokenizer's id of '<\|image>' is not the config's boi_token_id"):
+        lm.adapter.build(_item(), lm.processor)
