@@ -74,6 +74,27 @@ def test_cross_item_probes_equal_per_item_probes(loaded, family):
         assert max(np.abs(p - alone[i % 3]).max() for i, p in enumerate(alone[3:])) > 1e-4
 
 
+@pytest.mark.parametrize("family", ["gemma3", "gemma4"])
+def test_sliding_window_families_run_one_item_per_forward(loaded, family):
+    """Packing items pads between each prefix and its suffix, and a sliding window counts
+    padded positions: the suffix rows of a shorter prefix would lose keys the window holds
+    when the item runs alone. So these families never share a forward across items, and
+    asking for cross-item batching gives exactly the per-item probes."""
+    lm = loaded[family]
+    eng = Engine(lm, Batching(cross_item=True, max_rows=24))
+    assert not eng.cross_item
+    calls = _counting(eng)
+    prompts = [lm.adapter.build(it, lm.processor) for it in _items()]
+    hs = _headsets(lm.n_layers, lm.n_heads)
+    probes = [Probe(pr, Action("mask", rows="question"), hs) for pr in prompts]
+    together = run_probes(eng, probes)
+    assert calls and all(n == 1 for n, *_ in calls)
+    assert any(p > 0 for *_, p, _ in calls)  # each item still shares its own prefix across head-sets
+    eng.batching = Batching(cross_item=False)
+    for a, b in zip(run_probes(eng, probes), together):
+        assert np.abs(a - b).max() == 0
+
+
 @pytest.mark.parametrize("family", ["qwen3_vl", "llava"])
 def test_capture_many_equals_one_capture_per_item(loaded, family):
     lm = loaded[family]

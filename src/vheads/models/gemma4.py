@@ -26,7 +26,8 @@ What the engine must keep exact, and how it does (read in ``modeling_gemma4.py``
 - per-layer embeddings and logit soft-capping live outside attention.
 
 The vision tower packs a batch's patches by image (its output is split by the position
-ids of the images it was given), so it runs on every row's copy (no shared vision pass).
+ids of the images it was given), so it runs on every row's copy (no shared vision pass);
+as with Gemma 3, rows of different items never share a forward (sliding windows).
 """
 
 from __future__ import annotations
