@@ -17,7 +17,7 @@ HYBRID = ["qwen3_5", "qwen3_5_moe"]
 #: their engine and layout tests run with the slow tests (VHEADS_SLOW=1)
 SLOW_FAMILIES = {"qwen3_vl_moe", "qwen3_5_moe"}
 #: families of the attention zoo: beyond the row groups named here, their per-row-group grids run with the slow tests
-ZOO_FAST_GROUPS = {"qwen3_5": ("all",), "glm4v": ("all",), "gemma3": ("all", "image"), "gemma4": ("all", "image"),
+ZOO_FAST_GROUPS = {"qwen3_5": ("all",), "glm4v": ("all",), "gemma3": ("all", "image"), "gemma4": ("all",),
                    **{f: ("image", "last") for f in ZOO_FAMILIES}}  # tiled families: longer prompts
 
 

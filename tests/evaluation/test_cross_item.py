@@ -74,7 +74,7 @@ def test_cross_item_probes_equal_per_item_probes(loaded, family):
         assert max(np.abs(p - alone[i % 3]).max() for i, p in enumerate(alone[3:])) > 1e-4
 
 
-@pytest.mark.parametrize("family", ["gemma3", "gemma4", "qwen3_5"])
+@pytest.mark.parametrize("family", ["gemma3", "gemma4", pytest.param("qwen3_5", marks=pytest.mark.slow)])
 def test_position_sensitive_families_run_one_item_per_forward(loaded, family):
     """Packing items pads between each prefix and its suffix. A sliding window (Gemma) counts
     padded positions, and a linear-attention recurrence (Qwen3.5) runs over them: a shorter

@@ -168,7 +168,7 @@ def test_selection_on_a_hybrid_model_ranks_only_softmax_heads():
     assert HeadSet.from_dict(S.to_dict()).attention_layers == A
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "gemma3", "gemma4"] + [pytest.param(f, marks=pytest.mark.slow) for f in ("qwen3_vl_moe", "qwen3_5_moe", "glm4v")])
+@pytest.mark.parametrize("family", ["qwen3_5", "gemma3"] + [pytest.param(f, marks=pytest.mark.slow) for f in ("qwen3_vl_moe", "qwen3_5_moe", "glm4v", "gemma4")])
 def test_discovery_ncs_and_cers_through_the_cli(tiny_random_dirs, loaded, family, tmp_path):
     from vheads.cli import app
 
