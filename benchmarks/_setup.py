@@ -4,13 +4,17 @@ The models are random-initialised Qwen3-VL built locally (no downloads) with the
 2B language-model layout: 28 layers × 16 query heads / 8 KV heads. On a GPU the width is
 the real one too (hidden 2,048, head_dim 128); on a CPU the width is cut (hidden and
 head_dim, and the vision tower) as far as CPU time forces, and the table says so.
+
+The zoo's capture rows (:func:`zoo_specs`) use the same language-model layout in two other
+families: Qwen3.5 (hybrid: every 4th layer softmax attention, the others Gated DeltaNet)
+and InternVL (dynamic tiling: 448-px tiles of 256 tokens, up to 12 tiles + a thumbnail).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -28,15 +32,36 @@ class ModelSpec:
     head_dim: int = 128
     vision_hidden: int = 1024
     vision_depth: int = 24
+    #: the family built (``build_tiny_random`` model type): qwen3_vl, qwen3_5 or internvl
+    family: str = "qwen3_vl"
 
     def reduced(self) -> str:
         """What differs from the real 2B layout, in words (empty when nothing does)."""
-        cut = [f"{k} {REAL_2B[k]}→{getattr(self, k)}" for k in REAL_2B if getattr(self, k) != REAL_2B[k]]
+        keys = [k for k in REAL_2B if self.family != "internvl" or not k.startswith("vision")]  # InternVL: its own tower
+        cut = [f"{k} {REAL_2B[k]}→{getattr(self, k)}" for k in keys if getattr(self, k) != REAL_2B[k]]
         return ", ".join(cut)
 
     def describe(self) -> str:
-        s = f"Qwen3-VL random init, {self.layers} layers × {self.heads} heads / {self.kv_heads} KV heads, hidden {self.hidden}, head_dim {self.head_dim}"
+        s = f"{FAMILY_NAMES[self.family]} random init, {self.layers} layers × {self.heads} heads / {self.kv_heads} KV heads, hidden {self.hidden}, head_dim {self.head_dim}"
+        if self.family == "internvl":
+            s += f", {INTERNVL['tile']}-px tiles of {INTERNVL['tile'] // INTERNVL['patch'] // 2}² tokens, ≤ {INTERNVL['max_tiles']} tiles + thumbnail, vision tower 1 block of width 32"
+        if self.family == "qwen3_5":
+            s += ", every 4th layer softmax attention (Gated DeltaNet between)"
         return s + (f" (reduced for CPU time: {self.reduced()}; MLP width 2×hidden)" if self.reduced() else " (MLP width 2×hidden)")
+
+
+FAMILY_NAMES = {"qwen3_vl": "Qwen3-VL", "qwen3_5": "Qwen3.5", "internvl": "InternVL"}
+#: InternVL 3/3.5's image layout: 448-px tiles, patch 14, pixel shuffle 0.5 (256 tokens a tile), 12 tiles at most
+INTERNVL = {"tile": 448, "patch": 14, "max_tiles": 12}
+#: the zoo's capture rows: family -> prompt lengths (tokens; InternVL: 12 tiles + thumbnail = 3,328 image tokens)
+ZOO_LENGTHS = {"qwen3_5": [4096], "internvl": [3328]}
+
+
+def zoo_specs(device: str, quick: bool) -> list[tuple[ModelSpec, list[int]]]:
+    """(model, capture lengths) of the zoo's capture rows: :func:`model_spec`'s layout and
+    widths in the hybrid (Qwen3.5) and the tiled (InternVL) family."""
+    base = model_spec(device, quick)
+    return [(replace(base, family=f), lengths) for f, lengths in ZOO_LENGTHS.items()]
 
 
 def device_and_dtype() -> tuple[str, str]:
@@ -56,7 +81,11 @@ def build(spec: ModelSpec, out: str) -> str:
     from vheads.models.tiny_random import build_tiny_random
 
     kw = asdict(spec)
-    return str(build_tiny_random("qwen3_vl", out, max_pixels=4096 * 4096, **kw))
+    family = kw.pop("family")
+    if family == "internvl":  # its builder's vision tower is fixed (1 block, width 32)
+        kw = {k: kw[k] for k in ("layers", "heads", "kv_heads", "hidden", "head_dim")} | INTERNVL
+        return str(build_tiny_random(family, out, **kw))
+    return str(build_tiny_random(family, out, max_pixels=4096 * 4096, **kw))
 
 
 def load(model_dir: str, device: str, dtype: str):
@@ -65,17 +94,31 @@ def load(model_dir: str, device: str, dtype: str):
     return load_model(model_dir, dtype=dtype, device=device)
 
 
+def image_size_for(lm, n_tokens: int) -> tuple[int, int]:
+    """(width, height) of an image of about ``n_tokens`` image tokens: Qwen-VL one merged
+    token per 32×32 px (a square); InternVL ``n_tokens / 256 − 1`` tiles (one view is the
+    thumbnail) laid out as the most nearly square ``cols × rows`` grid, at most 12."""
+    if lm.adapter.family != "internvl":
+        side = 32 * max(1, int(round(n_tokens**0.5)))
+        return side, side
+    per_view = int(lm.model.config.image_seq_length)
+    tiles = min(INTERNVL["max_tiles"], max(1, round(n_tokens / per_view) - 1))
+    rows = max(r for r in range(1, int(tiles**0.5) + 1) if tiles % r == 0)
+    tile = INTERNVL["tile"]
+    return tile * (tiles // rows), tile * rows
+
+
 def prompt_of_length(lm, n_tokens: int, seed: int = 0):
     """A four-option question about a random image of about ``n_tokens`` image tokens
-    (Qwen-VL: one merged token per 32×32 px) split into six panel regions."""
+    (see :func:`image_size_for`) split into six panel regions."""
     from PIL import Image
 
     from vheads.data import Item
 
-    side = 32 * max(1, int(round(n_tokens**0.5)))
+    width, side = image_size_for(lm, n_tokens)
     g = torch.Generator().manual_seed(seed)
-    img = Image.fromarray((torch.rand(side, side, 3, generator=g) * 255).byte().numpy())
-    w = side // 6
+    img = Image.fromarray((torch.rand(side, width, 3, generator=g) * 255).byte().numpy())
+    w = width // 6
     regions = {f"panel{i + 1}": (i * w, 0, (i + 1) * w, side) for i in range(6)}
     item = Item(f"bench{seed}", "strip-ordinal", img, "what happens in panel 3 ?", "A",
                 regions=regions, target="panel3", options=("a dog runs", "a cat sleeps", "a car stops", "a bird sings"),

@@ -54,7 +54,7 @@ def _runner(lm, eng, prompt, mode: str):
             try:
                 with torch.no_grad():
                     out = lm.model(**inputs, output_attentions=True, logits_to_keep=1)
-                assert len(out.attentions) == lm.n_layers
+                assert len(out.attentions) == len(lm.attention_layers)  # hybrid models: softmax layers only
             finally:
                 install(lm.model)
         return eager
@@ -62,8 +62,8 @@ def _runner(lm, eng, prompt, mode: str):
 
 
 def eager_attention_bytes(lm, n_tokens: int) -> int:
-    """What ``output_attentions`` keeps: L · H · T² values."""
-    return lm.n_layers * lm.n_heads * n_tokens**2 * lm.model.dtype.itemsize
+    """What ``output_attentions`` keeps: L · H · T² values (L: the softmax-attention layers)."""
+    return len(lm.attention_layers) * lm.n_heads * n_tokens**2 * lm.model.dtype.itemsize
 
 
 def _available_bytes(device: str) -> int:

@@ -1,10 +1,12 @@
 """vheads benchmarks: ratios measured side by side in one run.
 
-    python benchmarks/run.py [--quick] [--json PATH] [--only capture|evaluation|overhead|memory|study]
+    python benchmarks/run.py [--quick] [--json PATH] [--only capture|evaluation|overhead|memory|study] [--model random|tiny|both|zoo|all]
 
 Runs on CUDA + bf16 when a GPU is there, else CPU + fp32 (the same command either way),
 on a random-initialised Qwen3-VL with the 2B language-model layout (28 layers × 16 heads
-/ 8 KV heads; width cut on CPU, as printed) and on the built-in tiny model when it loads.
+/ 8 KV heads; width cut on CPU, as printed) and on the built-in tiny model when it loads;
+``--model zoo`` (or ``all``) adds capture rows on the same layout in Qwen3.5 (hybrid) and
+InternVL (tiled).
 Prints one row per comparison with its target and the command that reproduces it; the
 JSON holds one entry per row: name, ratio, target, better, met, raw, command.
 See benchmarks/README.md for what each row means.
@@ -147,13 +149,13 @@ def print_table(entries: list[dict]) -> None:
         print(f"{'':<4}reproduce: {e['command']}")
 
 
-def bench_model(name, lm, model_dir, spec_line, args, p, device, dtype, log) -> list[dict]:
+def bench_model(name, lm, model_dir, spec_line, args, p, device, dtype, log, model_flag: str = "") -> list[dict]:
+    """The rows of ``args.only`` (all when None) on one model; ``model_flag`` reproduces it."""
     from vheads.engine import Engine
 
     log(f"[{name}] {spec_line}")
     eng = Engine(lm)
     q = " --quick" if args.quick else ""
-    model_flag = " --model tiny" if name == "tiny" else ""
     entries = []
     if args.only in (None, "capture"):
         lengths = args.lengths or p["lengths"]
@@ -181,7 +183,8 @@ def main(argv=None) -> list[dict]:
     ap.add_argument("--quick", action="store_true", help="shorter prompts, fewer repeats and samples (a few minutes on a 2-core CPU)")
     ap.add_argument("--json", type=Path, help="write the entries here")
     ap.add_argument("--only", choices=["capture", "evaluation", "overhead", "memory", "study"])
-    ap.add_argument("--model", choices=["random", "tiny", "both"], default="both", help="random 2B-layout Qwen3-VL, the built-in tiny model, or both")
+    ap.add_argument("--model", choices=["random", "tiny", "both", "zoo", "all"], default="both",
+                    help="random 2B-layout Qwen3-VL, the built-in tiny model, both; zoo: capture rows on Qwen3.5 and InternVL; all: every one")
     ap.add_argument("--lengths", type=int, nargs="+", help="capture prompt lengths (tokens)")
     ap.add_argument("--items", type=int, help="evaluation items")
     args = ap.parse_args(argv)
@@ -198,20 +201,28 @@ def main(argv=None) -> list[dict]:
     entries: list[dict] = []
     study = None
     with tempfile.TemporaryDirectory() as tmp:
-        if args.model in ("random", "both") and args.only != "study":
+        if args.model in ("random", "both", "all") and args.only != "study":
             spec = _setup.model_spec(device, args.quick)
             model_dir = _setup.build(spec, f"{tmp}/random")
             lm = _setup.load(model_dir, device, dtype)
             entries += bench_model("random-2B-layout", lm, model_dir, spec.describe(), args, p, device, dtype, log)
             del lm
-        if args.model in ("tiny", "both") and args.only != "study":
+        if args.model in ("tiny", "both", "all") and args.only != "study":
             try:
                 lm = _setup.load("tiny", device, dtype)
             except Exception as e:  # noqa: BLE001 - the built-in model may not exist yet
                 log(f"[tiny] skipped: the built-in tiny model does not load ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
             else:
                 tiny_p = dict(p, lengths=[min(256, p["lengths"][0])], image_tokens=256)
-                entries += bench_model("tiny", lm, "tiny", f"built-in tiny model, {lm.n_layers} layers × {lm.n_heads} heads", args, tiny_p, device, dtype, log)
+                entries += bench_model("tiny", lm, "tiny", f"built-in tiny model, {lm.n_layers} layers × {lm.n_heads} heads", args, tiny_p, device, dtype, log,
+                                       " --model tiny")
+        if args.model in ("zoo", "all") and args.only in (None, "capture"):
+            for spec, lengths in _setup.zoo_specs(device, args.quick):  # capture rows only
+                model_dir = _setup.build(spec, f"{tmp}/{spec.family}")
+                lm = _setup.load(model_dir, device, dtype)
+                zoo_args = argparse.Namespace(**{**vars(args), "only": "capture", "lengths": args.lengths or lengths})
+                entries += bench_model(f"random-{spec.family}", lm, model_dir, spec.describe(), zoo_args, p, device, dtype, log, " --model zoo")
+                del lm
     if args.only in (None, "study"):
         study = bench_study.run(log, quick=args.quick)
         if not study["available"]:

@@ -7,7 +7,7 @@ torch.set_num_threads(2)
 
 #: the first four families (one image = one grid of image tokens, plain softmax attention)
 BASE_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava"]
-FAMILIES = BASE_FAMILIES + ["qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3", "glm4v"]
+FAMILIES = BASE_FAMILIES + ["qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3", "gemma4", "glm4v"]
 #: families whose image block is more than one grid (tiles, thumbnails, row breaks)
 ZOO_FAMILIES = ["internvl", "llava_next", "llava_onevision", "idefics3", "smolvlm", "mistral3", "ovis2"]
 ALL_FAMILIES = FAMILIES + ZOO_FAMILIES
@@ -17,7 +17,7 @@ HYBRID = ["qwen3_5", "qwen3_5_moe"]
 #: their engine and layout tests run with the slow tests (VHEADS_SLOW=1)
 SLOW_FAMILIES = {"qwen3_vl_moe", "qwen3_5_moe"}
 #: families of the attention zoo: beyond the row groups named here, their per-row-group grids run with the slow tests
-ZOO_FAST_GROUPS = {"qwen3_5": ("all",), "glm4v": ("all",), "gemma3": ("all", "image"),
+ZOO_FAST_GROUPS = {"qwen3_5": ("all",), "glm4v": ("all",), "gemma3": ("all", "image"), "gemma4": ("all",),
                    **{f: ("image", "last") for f in ZOO_FAMILIES}}  # tiled families: longer prompts
 
 

@@ -21,8 +21,11 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 REF = "vheads_test_reference"
 SPEC: dict = {}
-#: families whose image tokens attend to each other bidirectionally (read in their modeling code)
-BIDIRECTIONAL_IMAGE = {"gemma3"}
+#: families whose image tokens attend to each other bidirectionally (read in their modeling code):
+#: Gemma 3 on every layer, Gemma 4 (``use_bidirectional_attention = "vision"``) on sliding layers only
+BIDIRECTIONAL_IMAGE = {"gemma3": ("sliding_attention", "full_attention"), "gemma4": ("sliding_attention",)}
+#: text model types whose attention logits are ``q · k`` unscaled (Gemma 4 RMS-norms q and k instead)
+UNIT_SCALE = {"gemma4_text"}
 
 
 def model_mask(model, image_positions: list[int], T: int) -> dict[int, torch.Tensor]:
@@ -30,15 +33,20 @@ def model_mask(model, image_positions: list[int], T: int) -> dict[int, torch.Ten
     tc = model.config.text_config
     q = torch.arange(T)[:, None]
     k = torch.arange(T)[None, :]
-    allowed = k <= q  # causal
-    if model.config.model_type in BIDIRECTIONAL_IMAGE and image_positions:
+    causal = k <= q
+    block = torch.zeros(T, T, dtype=torch.bool)
+    bidirectional = BIDIRECTIONAL_IMAGE.get(model.config.model_type, ())
+    if model.config.model_type == "gemma4" and tc.use_bidirectional_attention != "vision":
+        bidirectional = ()
+    if bidirectional and image_positions:
         # one image = one contiguous block of image tokens: all of them see each other
         img = torch.zeros(T, dtype=torch.bool)
         img[image_positions] = True
-        allowed = allowed | (img[:, None] & img[None, :])
+        block = img[:, None] & img[None, :]
     types = getattr(tc, "layer_types", None) or ["full_attention"] * tc.num_hidden_layers
     out = {}
     for layer, kind in enumerate(types):
+        allowed = causal | block if kind in bidirectional else causal
         out[layer] = allowed & (k > q - tc.sliding_window) if kind == "sliding_attention" else allowed
     return out
 
@@ -48,7 +56,8 @@ def reference_attention(module, query, key, value, attention_mask, dropout=0.0, 
     rep = H // key.shape[1]
     k = torch.cat([key[:, i // rep : i // rep + 1] for i in range(H)], dim=1)
     v = torch.cat([value[:, i // rep : i // rep + 1] for i in range(H)], dim=1)
-    logits = (query.double() @ k.double().transpose(-1, -2)) / math.sqrt(D)
+    scale = 1.0 if module.config.model_type in UNIT_SCALE else 1 / math.sqrt(D)
+    logits = (query.double() @ k.double().transpose(-1, -2)) * scale
     layer = module.layer_idx
     allowed = SPEC["allowed"][layer] if SPEC.get("allowed") else torch.ones(T, T, dtype=torch.bool).tril()
     logits = logits.masked_fill(~allowed, -math.inf)

@@ -74,6 +74,29 @@ def test_cross_item_probes_equal_per_item_probes(loaded, family):
         assert max(np.abs(p - alone[i % 3]).max() for i, p in enumerate(alone[3:])) > 1e-4
 
 
+@pytest.mark.parametrize("family", ["gemma3", "gemma4", pytest.param("qwen3_5", marks=pytest.mark.slow)])
+def test_position_sensitive_families_run_one_item_per_forward(loaded, family):
+    """Packing items pads between each prefix and its suffix. A sliding window (Gemma) counts
+    padded positions, and a linear-attention recurrence (Qwen3.5) runs over them: a shorter
+    prefix's suffix rows would not see what they see when the item runs alone. So these
+    families never share a forward across items, and asking for cross-item batching gives
+    exactly the per-item probes."""
+    lm = loaded[family]
+    eng = Engine(lm, Batching(cross_item=True, max_rows=24))
+    assert not eng.cross_item
+    calls = _counting(eng)
+    prompts = [lm.adapter.build(it, lm.processor) for it in _items()]
+    A = lm.attention_layers
+    hs = [HeadSet([(A[i % len(A)], i % lm.n_heads), (A[(i + 1) % len(A)], (i + 2) % lm.n_heads)], lm.n_layers, lm.n_heads, A) for i in range(5)]
+    probes = [Probe(pr, Action("mask", rows="question"), hs) for pr in prompts]
+    together = run_probes(eng, probes)
+    assert calls and all(n == 1 for n, *_ in calls)
+    assert any(p > 0 for *_, p, _ in calls)  # each item still shares its own prefix across head-sets
+    eng.batching = Batching(cross_item=False)
+    for a, b in zip(run_probes(eng, probes), together):
+        assert np.abs(a - b).max() == 0
+
+
 @pytest.mark.parametrize("family", ["qwen3_vl", "llava"])
 def test_capture_many_equals_one_capture_per_item(loaded, family):
     lm = loaded[family]

@@ -16,6 +16,14 @@ def _processed_token_redness(lm, prompt):
     """Fraction of 'red' processed pixels under each image token, read from pixel_values."""
     pv = prompt.inputs["pixel_values"]
     rows, cols = prompt.layout.grid
+    if "image_position_ids" in prompt.inputs:  # Gemma 4: [1, max_patches, p*p*3] patches at (x, y), padding (-1, -1), pixels in [0, 1]
+        pos = prompt.inputs["image_position_ids"][0]
+        real = (pos >= 0).all(-1)
+        k = lm.model.config.vision_config.pooling_kernel_size  # k x k patches pool into one token
+        patches = pv[0][real].reshape(int(real.sum()), -1, 3)  # [n, p*p, 3] (convert_image_to_patches: channels last)
+        red = ((patches[..., 0] > 0.5) & (patches[..., 2] < 0.5)).float().mean(-1)  # [n]
+        token = (pos[real, 1] // k) * cols + pos[real, 0] // k
+        return torch.zeros(rows * cols).index_add_(0, token, red) / (k * k)
     if pv.dim() == 4:  # [1, 3, H, W] (LLaVA, Gemma 3): a token is an (H/rows) x (W/cols) cell (a patch, a pooled block)
         ph, pw = pv.shape[-2] // rows, pv.shape[-1] // cols
         red = (pv[0, 0] > 0.5) & (pv[0, 2] < -0.5)  # normalized with mean=std=0.5

@@ -25,7 +25,7 @@ from vheads.evaluation import HeadSet, draw_controls
 from vheads.evaluation._controls import random_n_controls, text_heavy_heads
 from vheads.models import load_model
 
-ZOO = ["qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3", "glm4v"]
+ZOO = ["qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "gemma3", "gemma4", "glm4v"]
 
 
 @pytest.mark.parametrize("family", ZOO)
@@ -43,10 +43,12 @@ def test_empty_plan_equals_the_model_with_its_default_attention(tiny_random_dirs
     assert (got - want).abs().max() <= 1e-5
 
 
-def test_gemma3_mask_is_bidirectional_in_the_image_and_windowed_on_sliding_layers(loaded):
-    """The hand-written mask the reference uses (causal OR same image block, AND k > q − window
-    on sliding layers) is the model's own: eager attention is zero exactly where it forbids."""
-    lm = loaded["gemma3"]
+@pytest.mark.parametrize("family", ["gemma3", "gemma4"])
+def test_gemma_mask_is_bidirectional_in_the_image_and_windowed_on_sliding_layers(loaded, family):
+    """The hand-written mask the reference uses (causal OR same image block — Gemma 4: on
+    sliding layers only —, AND k > q − window on sliding layers) is the model's own: eager
+    attention is zero exactly where it forbids, KV-shared layers included."""
+    lm = loaded[family]
     prompt = lm.adapter.build(_item(), lm.processor)
     lay = prompt.layout
     T = lay.n_tokens
@@ -66,6 +68,26 @@ def test_gemma3_mask_is_bidirectional_in_the_image_and_windowed_on_sliding_layer
     for layer, A in enumerate(attn):
         want = torch.stack([A[:, :, g].sum(-1).mean(-1) for g in groups[0]], -1)  # [H, 2]
         assert torch.allclose(res[0, layer].double(), want, atol=1e-5)
+
+
+def test_gemma4_capture_without_logits_sees_every_row_of_the_kv_shared_layers(loaded):
+    """Region mass with no logits requested (discovery's path) equals eager attention in every
+    layer: Gemma 4 may run its KV-shared layers on the last row only when asked for one
+    logit row, which would leave the other rows' maps of those layers unseen."""
+    lm = loaded["gemma4"]
+    tc = lm.model.config.text_config
+    assert "reuse" in tc.kv_sharing_modes  # the tiny model has KV-shared layers
+    prompt = lm.adapter.build(_item(), lm.processor)
+    lay = prompt.layout
+    T = lay.n_tokens
+    rows = {"image": positions_mask(T, lay.image_positions), "question": positions_mask(T, lay.spans["question"])}
+    groups = torch.stack([positions_mask(T, lay.image_positions), positions_mask(T, lay.regions["left"].positions)])  # [2, T]
+    (got,) = Engine(lm).capture_many([(prompt, rows, groups)])
+    attn = _eager_attentions(lm, prompt)  # L x [H, T, T]
+    for name, r in rows.items():
+        for layer, A in enumerate(attn):
+            want = torch.stack([A[:, r][:, :, g].sum(-1).mean(-1) for g in groups], -1)  # [H, 2]
+            assert torch.allclose(got[name][layer].double(), want, atol=1e-5), (name, layer, tc.kv_sharing_modes[layer])
 
 
 @pytest.mark.parametrize("family", HYBRID)
@@ -146,7 +168,7 @@ def test_selection_on_a_hybrid_model_ranks_only_softmax_heads():
     assert HeadSet.from_dict(S.to_dict()).attention_layers == A
 
 
-@pytest.mark.parametrize("family", ["qwen3_5", "gemma3"] + [pytest.param(f, marks=pytest.mark.slow) for f in ("qwen3_vl_moe", "qwen3_5_moe", "glm4v")])
+@pytest.mark.parametrize("family", ["qwen3_5", "gemma3"] + [pytest.param(f, marks=pytest.mark.slow) for f in ("qwen3_vl_moe", "qwen3_5_moe", "glm4v", "gemma4")])
 def test_discovery_ncs_and_cers_through_the_cli(tiny_random_dirs, loaded, family, tmp_path):
     from vheads.cli import app
 
@@ -214,3 +236,20 @@ def test_split_half_ceiling_on_a_hybrid_model_counts_only_softmax_heads():
     assert c.values.tolist() == want and c.values.max() <= len(A)
     # the overlap curve runs up to the model's heads, which are the softmax layers' only
     assert len(overlap_curve(per_item[0], per_item[1], attention_layers=A)) == len(A) * H
+
+
+def test_gemma4_image_markers_are_checked_against_the_checkpoint(tiny_random_dirs, tmp_path):
+    """The adapter writes Gemma 4's image markers itself: a checkpoint whose config names other
+    ids for them is refused at the first prompt, naming the token and the config key."""
+    import shutil
+
+    from tests.engine.test_engine import _item
+
+    dst = tmp_path / "g4"
+    shutil.copytree(tiny_random_dirs["gemma4"], dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg["boi_token_id"] = cfg["eoi_token_id"]  # an id that is not the tokenizer's '<|image>'
+    (dst / "config.json").write_text(json.dumps(cfg))
+    lm = load_model(str(dst))
+    with pytest.raises(ValueError, match=r"Gemma 4: the tokenizer's id of '<\|image>' is not the config's boi_token_id"):
+        lm.adapter.build(_item(), lm.processor)

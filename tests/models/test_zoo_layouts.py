@@ -70,7 +70,7 @@ def _pair(size, box, colour=(255, 0, 0)):
 CASES = [((96, 64), (0, 0, 40, 40)), ((64, 64), (16, 16, 48, 48)), ((150, 50), (50, 0, 110, 50)), ((70, 130), (10, 60, 60, 120))]
 
 
-@pytest.mark.parametrize("family", ZOO_FAMILIES)
+@pytest.mark.parametrize("family", ZOO_FAMILIES + ["gemma4"])  # and Gemma 4's aspect-preserving, pooled grid
 @pytest.mark.parametrize("size,box", CASES)
 def test_region_tokens_are_the_tokens_whose_pixels_change(loaded, family, size, box):
     _check_region_tokens_against_pixel_changes(loaded[family], size, box)

@@ -46,23 +46,27 @@ def discover(
     panel_size: Annotated[int, typer.Option(help="COCO panel side in pixels")] = 224,
     device: Annotated[str, typer.Option(help="torch device")] = "cpu",
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
+    device_map: Annotated[Optional[str], typer.Option(help="place the layers instead of --device: auto, balanced, sequential or a device (needs accelerate)")] = None,  # noqa: UP007
+    quantize: Annotated[Optional[str], typer.Option(help="4bit or 8bit weights through bitsandbytes (CUDA only)")] = None,  # noqa: UP007
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="let the checkpoint run its own Python code")] = False,
     with_overlap: Annotated[bool, typer.Option("--overlap", help="then print the overlap matrix with half-split ceilings and write overlap.png")] = False,
     splits: Annotated[int, typer.Option(help="half-splits for the noise ceilings (with --overlap)")] = 200,
     force: Annotated[bool, typer.Option("--force", help="overwrite head-set files already in --out")] = False,
 ) -> list[Path]:
     """Rank heads under every corpus × query × source setting and write one head-set file each."""
     from vheads.models import load_model
-    from vheads.models import check_device
+    from vheads.models import check_load_options
 
     # every input is checked, and every corpus loaded, before the model is
-    check_device(device)
+    check_load_options(device, device_map, quantize)
     check_positive(max_new_tokens=max_new_tokens, panel_size=panel_size, splits=splits)
     check_out_folder(out, force)
     for s in source:
         if s not in SOURCES:
             raise VheadsError(f"unknown attention source {s!r}; choose one of: {', '.join(SOURCES)}")
     corpora = load_corpora(corpus, query, n, seed, panel_size)
-    lm = load_model(model, dtype=dtype, device=device)
+    lm = load_model(model, dtype=dtype, device=device, device_map=device_map, quantization=quantize,
+                    trust_remote_code=trust_remote_code)
     records = discover_headsets(lm, corpora, query, source, k, "per-layer" if per_layer else "flat", n, seed, out,
                                 max_new_tokens, panel_size, progress=not json_out, force=force)
     paths = [r.path for r in records]

@@ -306,7 +306,9 @@ def _keep(logits_at: list[int] | None, start: int, end: int):
     if logits_at is None:
         return 0  # all rows
     if not logits_at:
-        return 1
+        # the last row, as an index: an integer lets Gemma 4 run its KV-shared layers on the
+        # kept rows only, and a plan acts on (and captures) the other rows too
+        return torch.tensor([end - start - 1])
     for i in logits_at:
         if not start <= i < end:
             raise ValueError(f"logits requested at position {i}, outside the computed positions {start}..{end - 1}")

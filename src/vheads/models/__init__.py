@@ -9,14 +9,18 @@ from vheads.models import smolvlm as _smolvlm  # noqa: F401
 from vheads.models import qwen_vl as _qwen_vl  # noqa: F401
 from vheads.models import qwen3_5 as _qwen3_5  # noqa: F401
 from vheads.models import gemma3 as _gemma3  # noqa: F401
+from vheads.models import gemma4 as _gemma4  # noqa: F401
 from vheads.models import glm4v as _glm4v  # noqa: F401
 from vheads.models._adapter import check_attention_layers, ADAPTERS, Adapter, adapter_for, format_options, register_adapter
 from vheads.models._layout import ImageBlock, Prompt, RegionTokens, TokenLayout
-from vheads.models._loading import check_device, TINY_WEIGHTS, LoadedModel, ProcessorBundle, load_model, resolve_model_path, tiny_model_path
+from vheads.models._loading import check_device, check_load_options, DEVICE_MAP_STRATEGIES, QUANTIZATIONS, TINY_WEIGHTS, LoadedModel, ProcessorBundle, load_model, resolve_model_path, tiny_model_path
 
 __all__ = [
     "check_attention_layers",
     "check_device",
+    "check_load_options",
+    "DEVICE_MAP_STRATEGIES",
+    "QUANTIZATIONS",
     "ADAPTERS",
     "Adapter",
     "ImageBlock",

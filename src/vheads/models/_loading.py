@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,9 +12,13 @@ from typing import Any
 import torch
 
 from vheads._errors import VheadsError
-from vheads.models._adapter import Adapter, adapter_for
+from vheads.models._adapter import ADAPTERS, Adapter, adapter_for
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+#: weight quantizations bitsandbytes runs (CUDA only): the name vheads takes -> BitsAndBytesConfig flag
+QUANTIZATIONS = {"4bit": "load_in_4bit", "8bit": "load_in_8bit"}
+#: ``device_map`` strategies of transformers/accelerate (anything else is one device, e.g. ``cuda:1``)
+DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 
 
 @dataclass
@@ -38,8 +43,8 @@ class LoadedModel:
     fingerprint: str  # "hub:<id>@<revision>" or "sha256:<hash of the weight files>"
     n_layers: int
     n_heads: int
-    n_kv_heads: int
-    head_dim: int
+    n_kv_heads: int  # of the first softmax layer (Gemma 4: full layers have their own, see per_layer_config)
+    head_dim: int  # likewise
     #: the softmax-attention layers, the only ones with heads (all layers but the linear-
     #: attention ones of a hybrid stack; see :meth:`Adapter.attention_layers`)
     attention_layers: tuple[int, ...] = ()
@@ -90,7 +95,7 @@ def weights_fingerprint(path: Path) -> str:
     return "sha256:" + h.hexdigest()[:16]
 
 
-def load_processor(path: str, revision: str | None, config) -> ProcessorBundle:
+def load_processor(path: str, revision: str | None, config, **remote: bool) -> ProcessorBundle:
     """AutoProcessor when it loads; otherwise image processor + tokenizer alone.
 
     Qwen-VL processors type-check a video processor that needs torchvision; vheads only
@@ -100,15 +105,15 @@ def load_processor(path: str, revision: str | None, config) -> ProcessorBundle:
 
     image_processor = tokenizer = None
     try:
-        proc = AutoProcessor.from_pretrained(path, revision=revision)
+        proc = AutoProcessor.from_pretrained(path, revision=revision, **remote)
         image_processor = getattr(proc, "image_processor", None)
         tokenizer = getattr(proc, "tokenizer", None)
     except Exception:  # noqa: BLE001 - fall back to the two parts we need
         pass
     if image_processor is None:
-        image_processor = AutoImageProcessor.from_pretrained(path, revision=revision)
+        image_processor = AutoImageProcessor.from_pretrained(path, revision=revision, **remote)
     if tokenizer is None:
-        tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
+        tokenizer = AutoTokenizer.from_pretrained(path, revision=revision, **remote)
     patch = getattr(config.vision_config, "patch_size", 14)
     patch = patch[0] if isinstance(patch, (list, tuple)) else patch  # InternVL: (p, p)
     return ProcessorBundle(image_processor, tokenizer, int(patch), config)
@@ -133,36 +138,89 @@ def check_device(device: str) -> str:
     return device
 
 
-def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "float32", device: str = "cpu") -> LoadedModel:
+def check_load_options(device: str = "cpu", device_map: str | None = None, quantization: str | None = None) -> None:
+    """Raise :class:`VheadsError` (one line) when these loading options cannot run here, before
+    anything is loaded.
+
+    - ``device_map``: one of :data:`DEVICE_MAP_STRATEGIES` (layers spread over the GPUs, then
+      CPU) or one device; needs ``accelerate``.
+    - ``quantization``: ``4bit`` or ``8bit`` weights through bitsandbytes, which runs on a
+      CUDA GPU only: refused on CPU / MPS, and where bitsandbytes is not installed.
+    """
+    check_device(device)
+    if device_map is not None:
+        if device_map not in DEVICE_MAP_STRATEGIES:
+            try:
+                check_device(device_map)
+            except VheadsError:
+                raise VheadsError(f"device_map {device_map!r} is neither one of {', '.join(DEVICE_MAP_STRATEGIES)} nor a "
+                                  "device of this machine") from None
+        if importlib.util.find_spec("accelerate") is None:
+            raise VheadsError(f"device_map {device_map!r} needs the accelerate package, which is not installed: pip install accelerate")
+    if quantization is None:
+        return
+    if quantization not in QUANTIZATIONS:
+        raise VheadsError(f"quantization {quantization!r} is not one of {', '.join(QUANTIZATIONS)}")
+    strategy = device_map in DEVICE_MAP_STRATEGIES  # spread over the GPUs: CUDA is enough
+    where = device if device_map is None else device_map
+    if not torch.cuda.is_available() or not (strategy or torch.device(where).type == "cuda"):
+        why = "" if torch.cuda.is_available() else " (no CUDA on this machine)"
+        raise VheadsError(f"{quantization} quantization (bitsandbytes) runs on a CUDA GPU only, and this load is on "
+                          f"{where!r}{why}; drop the quantization or load on cuda")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise VheadsError(f"{quantization} quantization needs the bitsandbytes package, which is not installed: pip install bitsandbytes")
+
+
+def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "float32", device: str = "cpu", *,
+               device_map: str | None = None, quantization: str | None = None, trust_remote_code: bool = False) -> LoadedModel:
     """Load a VLM (``AutoModelForImageTextToText``) and its processor, pick its adapter.
 
     ``model`` is ``tiny`` (built-in), a local folder saved with ``save_pretrained`` or a hub
     id. The language model's attention starts on sdpa; :func:`vheads.engine.install`
     switches it to the vheads attention function.
+
+    Options for large models (checked first by :func:`check_load_options`): ``device_map``
+    places the layers (``auto``: over the GPUs, then CPU) instead of moving the model to
+    ``device``; ``quantization`` (``4bit``/``8bit``) loads bitsandbytes weights, computing in
+    ``dtype``; ``trust_remote_code`` reaches ``from_pretrained`` only when True (a checkpoint's
+    own Python code never runs unless asked for).
     """
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     if dtype not in DTYPES:
         raise VheadsError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    check_device(device)
+    check_load_options(device, device_map, quantization)
+    remote = {"trust_remote_code": True} if trust_remote_code else {}
     path = resolve_model_path(model)
     local = os.path.isdir(path)
     if not local and (model.startswith((".", "/")) or os.sep in model and os.path.exists(os.path.dirname(model))):
         raise FileNotFoundError(f"model folder {model!r} does not exist")
-    config = AutoConfig.from_pretrained(path, revision=revision)
+    config = AutoConfig.from_pretrained(path, revision=revision, **remote)
     if getattr(config, "vision_config", None) is None:
         raise ValueError(
-            f"{model!r} (model type {config.model_type!r}) has no vision config: it is not a vision-language model"
+            f"{model!r} (model type {config.model_type!r}) has no vision config: it is not a vision-language model; "
+            f"supported VLM families: {', '.join(sorted(ADAPTERS))} (see `vheads models`)"
         )
     adapter = adapter_for(config.model_type)
+    placement: dict[str, Any] = {}
+    if device_map is not None or quantization is not None:
+        placement["device_map"] = device_map if device_map is not None else {"": device}
+    if quantization is not None:
+        from transformers import BitsAndBytesConfig
+
+        extra = {"bnb_4bit_compute_dtype": DTYPES[dtype]} if quantization == "4bit" else {}
+        placement["quantization_config"] = BitsAndBytesConfig(**{QUANTIZATIONS[quantization]: True}, **extra)
     net = AutoModelForImageTextToText.from_pretrained(
-        path, revision=revision, dtype=DTYPES[dtype], attn_implementation="sdpa"
+        path, revision=revision, dtype=DTYPES[dtype], attn_implementation="sdpa", **placement, **remote
     )
-    net.to(device).eval()
-    processor = load_processor(path, revision, config)
+    if not placement:  # a placed (or quantized) model stays where from_pretrained put it
+        net.to(device)
+    net.eval()
+    processor = load_processor(path, revision, config, **remote)
     tc = adapter.text_config(net)
     n_heads = tc.num_attention_heads
-    head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // n_heads
+    layers = adapter.attention_layers(tc)
+    head_dim = _layer_attribute(tc, "head_dim", layers[0]) or tc.hidden_size // n_heads
     fp = weights_fingerprint(Path(path)) if local else f"hub:{model}@{revision or 'main'}"
     return LoadedModel(
         model=net,
@@ -173,7 +231,16 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "f
         fingerprint=fp,
         n_layers=tc.num_hidden_layers,
         n_heads=n_heads,
-        n_kv_heads=getattr(tc, "num_key_value_heads", n_heads),
+        n_kv_heads=_layer_attribute(tc, "num_key_value_heads", layers[0]) or n_heads,
         head_dim=head_dim,
-        attention_layers=adapter.attention_layers(tc),
+        attention_layers=layers,
     )
+
+
+def _layer_attribute(text_config, name: str, layer: int):
+    """``name`` of the text config as layer ``layer`` has it: configs whose layers differ
+    (Gemma 4's full layers have their own head size and KV heads) keep it per layer."""
+    per_layer = getattr(text_config, "per_layer_config", None)
+    if per_layer is not None:
+        return getattr(per_layer[layer], name, None)
+    return getattr(text_config, name, None)

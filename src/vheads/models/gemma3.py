@@ -16,7 +16,9 @@ transformers builds both from mask functions through the mask interface that vhe
 registers (``sdpa_mask``), so the vheads attention receives the model's own boolean mask
 and its explicit rows apply it as is. With prefix reuse the sliding layers keep every key
 (a full cache, not the window-sized one), so key positions stay absolute; the window is in
-the mask. Pan-and-scan crops are not supported (one clear error).
+the mask. Rows of different items never share a forward (``cross_item`` off): packing pads
+between a prefix and its suffix, which the window would count. Pan-and-scan crops are not
+supported (one clear error).
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class Gemma3Adapter(LlavaAdapter):
     box_mapping = "image resized to the tower's square input; token (r, c) is the average of a k x k patch block, covering a (W/t) x (H/t) cell of the original image"
     softmax_layers_rule = "every layer (sliding_attention and full_attention alike); image tokens attend bidirectionally inside their block, sliding layers see k > q - sliding_window"
     notes = "SigLIP tower pooled to t x t tokens; model mask = OR(causal, image block) [AND sliding window]; plain 1-D positions."
+    #: one item per forward: packing items pads between each prefix and its suffix, and the
+    #: sliding window counts padded positions (k > q - window), so a shorter prefix's suffix
+    #: rows would lose keys the window holds when the item runs alone
+    cross_item = False
 
     def image_grid(self, processor: Any, image):
         ip = processor.image_processor

@@ -178,7 +178,7 @@ def build_qwen_vl(
         text_config=text,
         vision_config=vision,
         image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
+        video_token_id=tok.convert_tokens_to_ids("<|video_pad|>"),
         vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"],
         tie_word_embeddings=True,
@@ -241,6 +241,50 @@ def build_gemma3(words: list[str] = (), hidden: int = 64, layers: int = 2, heads
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
     ip = Gemma3ImageProcessorPil(size={"height": image_size, "width": image_size}, image_mean=[0.5] * 3, image_std=[0.5] * 3,
                                  do_pan_and_scan=False)
+    return model.eval(), tok, ip
+
+
+GEMMA4_TOKENS = ("<bos>", "<|turn>", "<turn|>", "<|image>", "<image|>", "<|image|>")
+
+
+def build_gemma4(words: list[str] = (), hidden: int = 64, layers: int = 6, heads: int = 4, kv_heads: int = 2,
+                 head_dim: int = 16, global_head_dim: int = 32, patch: int = 4, sliding_window: int = 12,
+                 kv_shared_layers: int = 2, per_layer_dim: int = 8, seed: int = 0):
+    """A random Gemma 4 with every layer mechanism of the released models, small.
+
+    - layer types ``s s f s s f`` (the last layer is full attention);
+    - full layers with their own head size (``global_head_dim``), one KV head whose values
+      are its keys (``attention_k_eq_v``), proportional RoPE;
+    - the last ``kv_shared_layers`` layers reuse the keys and values of the last earlier
+      layer of their type (KV sharing: no k/v projections of their own);
+    - per-layer embeddings (``hidden_size_per_layer_input``), attention scale 1 (q/k norms),
+      final logit soft-capping;
+    - ``use_bidirectional_attention = "vision"``: image tokens see each other only in
+      sliding layers, whose 12-token window is shorter than the image block;
+    - a variable-resolution vision tower (aspect-preserving resize, 3 x 3 pooling, at most
+      70 soft tokens)."""
+    from transformers import AutoModelForImageTextToText
+    from transformers.models.gemma4.configuration_gemma4 import Gemma4Config
+    from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
+
+    tok = build_word_tokenizer(list(words), GEMMA4_TOKENS)
+    ids = {t: tok.convert_tokens_to_ids(t) for t in GEMMA4_TOKENS}
+    text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
+    text.pop("max_position_embeddings")
+    text.update(model_type="gemma4_text", sliding_window=sliding_window, global_head_dim=global_head_dim,
+                layer_types=["full_attention" if (i + 1) % 3 == 0 else "sliding_attention" for i in range(layers)],
+                num_global_key_value_heads=1, attention_k_eq_v=True, num_kv_shared_layers=kv_shared_layers,
+                hidden_size_per_layer_input=per_layer_dim, vocab_size_per_layer_input=len(tok),
+                final_logit_softcapping=30.0, use_bidirectional_attention="vision",
+                bos_token_id=ids["<bos>"], eos_token_id=ids["<turn|>"])
+    vision = dict(model_type="gemma4_vision", hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                  num_key_value_heads=2, head_dim=16, patch_size=patch, pooling_kernel_size=3, position_embedding_size=256)
+    config = Gemma4Config(text_config=text, vision_config=vision, audio_config=None, boi_token_id=ids["<|image>"],
+                          eoi_token_id=ids["<image|>"], image_token_id=ids["<|image|>"], video_token_id=tok.convert_tokens_to_ids("<|video_pad|>"),
+                          audio_token_id=tok.unk_token_id, boa_token_id=tok.unk_token_id, eoa_token_index=tok.unk_token_id, tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    ip = Gemma4ImageProcessorPil(patch_size=patch, max_soft_tokens=70, pooling_kernel_size=3)
     return model.eval(), tok, ip
 
 
@@ -428,6 +472,7 @@ FAMILY_BUILDERS = {
     "qwen3_5_moe": lambda **kw: build_qwen_vl("qwen3_5_moe", **{"layers": 4, **kw}),
     "llava": build_llava,
     "gemma3": build_gemma3,
+    "gemma4": build_gemma4,
     "glm4v": build_glm4v,
     "internvl": build_internvl,
     "llava_next": lambda **kw: build_llava_anyres("llava_next", **kw),

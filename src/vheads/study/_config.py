@@ -27,6 +27,9 @@ model = "tiny"            # "tiny" (built-in), a local folder, or a hub id
 revision = ""             # hub revision (commit or tag); "" = main
 dtype = "float32"         # float32 | bfloat16 | float16
 device = "cpu"            # cpu | cuda | cuda:N
+device_map = ""           # "" = all on `device`; auto | balanced | sequential (needs accelerate)
+quantization = ""         # "" = none; 4bit | 8bit (bitsandbytes, CUDA only)
+trust_remote_code = false # let the checkpoint run its own Python code
 
 # discovery: settings = corpora x queries x sources (12 in the full design)
 corpora = ["comics", "photo"]    # comics, photo (built-in), strips:FOLDER, comics:FOLDER, coco:IMAGES[,ANNOTATIONS.json]
@@ -85,10 +88,12 @@ torch_threads = 0         # CPU threads per model replica; 0 = all cores (same o
 '''
 
 
-#: keys added after the first release (real images, the pointing suite, templates), with their
-#: defaults (left out of the hash while at the default, so runs made before them keep their hash)
+#: keys added after the first release (real images, the pointing suite, loading options,
+#: templates), with their defaults (left out of the hash while at the default, so runs made
+#: before them keep their hash)
 LATER_KEY_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_exclude": "", "eval_groups": "", "eval_cell": 224,
-                      "eval_resize": "crop", "ood_tasks": [], "n_ood": 80, "ood_controls": 1, "templates": {}}
+                      "eval_resize": "crop", "ood_tasks": [], "n_ood": 80, "ood_controls": 1,
+                      "device_map": "", "quantization": "", "trust_remote_code": False, "templates": {}}
 
 
 @dataclass
@@ -109,6 +114,9 @@ class StudyConfig:
     revision: str = ""
     dtype: str = "float32"
     device: str = "cpu"
+    device_map: str = ""
+    quantization: str = ""
+    trust_remote_code: bool = False
     corpora: list[str] = field(default_factory=lambda: ["comics", "photo"])
     queries: list[str] = field(default_factory=lambda: ["ordinal", "referring"])
     sources: list[str] = field(default_factory=lambda: ["last", "qspan", "out"])
@@ -347,12 +355,16 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
     if cfg.run.torch_threads < 0:
         bad("run.torch_threads", f"must be 0 (all cores) or positive, got {cfg.run.torch_threads}")
     if cfg.run.backend == "local":  # Ray workers may have devices the driver lacks
-        from vheads.models import check_device
+        from vheads.models import check_device, check_load_options
 
         try:
             check_device(cfg.device)
         except VheadsError as e:
             bad("device", str(e))
+        try:
+            check_load_options(cfg.device, cfg.device_map or None, cfg.quantization or None)
+        except VheadsError as e:
+            bad("quantization" if cfg.quantization else "device_map", str(e))
     else:
         import torch
 

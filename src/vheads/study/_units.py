@@ -55,7 +55,9 @@ class UnitComputer:
                 # the same thread count on every backend gives the same float reductions,
                 # hence bit-identical per-item results locally and on Ray actors
                 torch.set_num_threads(self.cfg.run.torch_threads or os.cpu_count() or 1)
-            lm = load_model(self.cfg.model, self.cfg.revision or None, self.cfg.dtype, self.cfg.device)
+            cfg = self.cfg
+            lm = load_model(cfg.model, cfg.revision or None, cfg.dtype, cfg.device, device_map=cfg.device_map or None,
+                            quantization=cfg.quantization or None, trust_remote_code=cfg.trust_remote_code)
             run = self.cfg.run
             self._engine = Engine(lm, Batching(cross_item=run.cross_item, max_rows=run.batch_size, token_budget=run.token_budget))
         return self._engine
