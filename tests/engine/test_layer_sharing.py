@@ -2,7 +2,6 @@
 of running it on every batch row (the per-row path is checked against a hand-written
 softmax in tests/engine/test_engine.py)."""
 
-import itertools
 
 import numpy as np
 import pytest
@@ -38,21 +37,22 @@ def test_distinct_rows_keeps_acted_rows_and_one_idle_row_per_item():
 
 
 def _plan(eng, batch, first_layers):
-    """Row b masks the image from heads of layers ``first_layers[b]``.. (None: no action), at
-    all rows; odd rows also steer onto the first region with small β."""
+    """Row b masks the image from a head of layer ``first_layers[b]`` and one of the last
+    attention layer (None: no action), at all rows; odd rows also steer onto the first
+    region with small β."""
     L, H = eng.shape
+    last = eng.lm.attention_layers[-1]
     T, B = batch.length, batch.n_rows
     heads = torch.zeros(B, L, H, dtype=torch.bool)
     for b, f in enumerate(first_layers):
         if f is not None:
             heads[b, f, b % H] = True
-            heads[b, L - 1, (b + 1) % H] = True
-    items = batch.row_items()
+            heads[b, last, (b + 1) % H] = True
+    prompts = [batch.prompts[int(u)] for u in batch.row_items()]
     image = torch.stack([batch.place(int(u), positions_mask(p.layout.n_tokens, p.layout.image_positions), False)
-                         for u, p in zip(items, [batch.prompts[int(u)] for u in items])])  # [B, T]
-    target = torch.stack([batch.place(int(u), positions_mask(batch.prompts[int(u)].layout.n_tokens,
-                                                              next(iter(batch.prompts[int(u)].layout.regions.values())).positions), False)
-                          for u in items])
+                         for u, p in zip(batch.row_items(), prompts)])  # [B, T]
+    target = torch.stack([batch.place(int(u), positions_mask(p.layout.n_tokens, next(iter(p.layout.regions.values())).positions), False)
+                          for u, p in zip(batch.row_items(), prompts)])  # [B, T]
     rows = torch.ones(B, T, dtype=torch.bool)
     steer_heads = heads & (torch.arange(B) % 2 == 1)[:, None, None]
     return eng.plan(B, [mask_keys(heads, rows, image), steer_keys(steer_heads, rows, target, image, 2.0)])
@@ -67,7 +67,8 @@ def _logits(eng, batch, plan, share):
     return eng.run(batch, plan).logits
 
 
-@pytest.mark.parametrize("family", ["tiny", "qwen3_vl", "qwen2_5_vl", "llava"])
+@pytest.mark.parametrize("family", ["tiny", "qwen3_vl", "qwen2_5_vl", "llava",
+                                    *(pytest.param(f, marks=pytest.mark.slow) for f in ("qwen3_5", "gemma3", "internvl", "idefics3"))])
 def test_shared_layers_give_the_logits_of_every_row_computed(loaded, family):
     if family == "tiny":
         from vheads.models import load_model
@@ -76,26 +77,32 @@ def test_shared_layers_give_the_logits_of_every_row_computed(loaded, family):
     else:
         lm = loaded[family]
     eng = Engine(lm)
-    L = lm.n_layers
+    att = lm.attention_layers  # the layers with heads (all but a hybrid model's linear-attention ones)
     prompts = [lm.adapter.build(it, lm.processor) for it in _items()]
-    batch = RowBatch(prompts, [4, 3, 2], [0, 0, 0])  # mixed lengths, left padding
-    firsts = [None, L - 1, 1, 0, L - 1, 1, None, 1, L - 1]  # idle rows, rows acted on from layer 1 or later
+    # mixed lengths, left padding; one prompt where the family batches one item per forward
+    batch = RowBatch(prompts, [4, 3, 2], [0, 0, 0]) if lm.adapter.cross_item else RowBatch(prompts[:1], [9], [0])
+    # idle rows, and rows acted on from the first, second or last attention layer
+    firsts = [None if i is None else att[i] for i in (None, -1, 1, 0, -1, 1, None, 1, -1)]
     plan = _plan(eng, batch, firsts)
+    items = batch.row_items().tolist()
+    # by hand: a layer computes the rows acted on at or below it and one idle row per item
+    expect = [sum(f is not None and f <= layer for f in firsts) + len({u for u, f in zip(items, firsts) if f is None or f > layer})
+              for layer in (0, lm.n_layers - 1)]
+    assert expect[0] < batch.n_rows  # the test is not vacuous
     seen = []
     layers = decoder_layers(lm.model)
     # a forward hook registered first sees the layer's own output, before it is gathered
-    hooks = [layers[i].register_forward_hook(lambda m, a, out: seen.append(_rows(out))) for i in (0, L - 1)]
+    hooks = [layers[i].register_forward_hook(lambda m, a, out: seen.append(_rows(out))) for i in (0, lm.n_layers - 1)]
     try:
         shared = _logits(eng, batch, plan, True)
         plain = _logits(eng, batch, plan, False)
     finally:
         for h in hooks:
             h.remove()
-    # layer 0: the row acted on there plus one idle row per item; the last layer: every row
-    assert seen == [4, 9, 9, 9]
+    assert seen == expect + [batch.n_rows] * 2
     assert torch.isfinite(plain).all()
     torch.testing.assert_close(shared, plain, rtol=0, atol=1e-5)
-    # the acted rows really differ from the idle row of their item (the test is not vacuous)
+    # the acted rows really differ from the idle row of their item
     assert (plain[1] - plain[0]).abs().max() > 1e-4
 
 
