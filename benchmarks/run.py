@@ -48,7 +48,7 @@ def params(device: str, quick: bool) -> dict:
         return p
     if quick:
         return dict(lengths=[256, 1024], repeats=3, items=1, image_tokens=1024, baseline_sample=2, batched_sample=8, batch_size=64,
-                    overhead_rows=8, budget_rows=[8, 32], memory_items=1, layer_controls=8)
+                    overhead_rows=8, budget_rows=[8, 32], memory_items=1, layer_controls=8, layer_image_tokens=256)
     return dict(lengths=[256, 1024, 4096], repeats=3, items=2, image_tokens=1024, baseline_sample=4, batched_sample=16, batch_size=64,
                 overhead_rows=16, budget_rows=[8, 32], memory_items=2, layer_controls=32)
 
@@ -175,7 +175,7 @@ def bench_model(name, lm, model_dir, spec_line, args, p, device, dtype, log) -> 
         res = bench_overhead.run(lm, eng, p["image_tokens"], p["overhead_rows"], p["repeats"], device, log)
         entries += overhead_entries(res, name, f"python benchmarks/run.py{q}{model_flag} --only overhead")
     if args.only in (None, "layers"):
-        res = bench_layers.run(lm, eng, p["items"], p["image_tokens"], p["layer_controls"], p["repeats"], device, log)
+        res = bench_layers.run(lm, eng, p["items"], p.get("layer_image_tokens", p["image_tokens"]), p["layer_controls"], p["repeats"], device, log)
         entries += layers_entries(res, name, f"python benchmarks/run.py{q}{model_flag} --only layers")
     if args.only in (None, "memory") and model_dir != "tiny":
         T = _setup.prompt_of_length(lm, p["image_tokens"]).layout.n_tokens
