@@ -219,8 +219,10 @@ class Engine:
 
         With a prefix (``batch.prefix > 0``) the prompts' prefixes run first, one row per
         prompt and no plan, and their KV cache serves the rows of each prompt; then the
-        suffixes run under the plan. ``logits_at`` limits the returned logits to those
-        padded positions (all computed ones by default); the LM head runs on those rows only.
+        suffixes run under the plan. Without a prefix, each decoder layer runs on the distinct
+        hidden states only (``Batching.share_layers``, :mod:`vheads.engine._layers`).
+        ``logits_at`` limits the returned logits to those padded positions (all computed ones
+        by default); the LM head runs on those rows only.
         """
         model = self.lm.model
         P, T, B = batch.prefix, batch.length, batch.n_rows
