@@ -47,6 +47,13 @@ def active_plan(plan: ProbePlan | None):
         _STATE.plan, _STATE.results = prev
 
 
+def swap_plan(plan: ProbePlan | None) -> ProbePlan | None:
+    """Make ``plan`` the active plan inside a running forward (its results are kept) and
+    return the plan it replaces (for layer-prefix sharing: a layer run on some batch rows)."""
+    prev, _STATE.plan = _STATE.plan, plan
+    return prev
+
+
 def _allowed(attention_mask, bi: torch.Tensor, idx_abs: torch.Tensor, q_off: int, tk: int, device) -> torch.Tensor:
     """Bool or additive mask of the selected (pair, row)s: [P, Qs, Tk]."""
     if attention_mask is None:

@@ -31,6 +31,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from vheads.engine._attention import active_plan, install
+from vheads.engine._layers import decoder_layers, shared_layers
 from vheads.engine._plan import Capture, Intervention, ProbePlan
 from vheads.models import LoadedModel, Prompt
 
@@ -55,11 +56,16 @@ class Batching:
     variable ``VHEADS_CROSS_ITEM=0`` sets the default to off). ``max_rows``: at most this
     many batch rows per forward. ``token_budget``: at most this many ``rows × padded
     length`` positions per forward (it bounds the hidden states and KV cache held at once).
+    ``share_layers``: layer-prefix sharing (:mod:`vheads.engine._layers`): in a forward
+    without a prefix cache, each decoder layer runs once per distinct hidden state — the
+    rows of an item that no intervention has acted on yet share one (environment variable
+    ``VHEADS_SHARE_LAYERS=0`` sets the default to off).
     """
 
     cross_item: bool = field(default_factory=lambda: os.environ.get("VHEADS_CROSS_ITEM", "1") != "0")
     max_rows: int = 256
     token_budget: int = 1 << 19
+    share_layers: bool = field(default_factory=lambda: os.environ.get("VHEADS_SHARE_LAYERS", "1") != "0")
 
 
 @dataclass
@@ -199,14 +205,24 @@ class Engine:
         finally:
             del module.forward  # back to the class's forward
 
+    def _shared_layers(self, batch: RowBatch, plan: ProbePlan | None):
+        """Layer-prefix sharing for a full forward of ``batch`` under ``plan``, when switched
+        on, the plan only intervenes, and the model exposes its decoder layers."""
+        layers = decoder_layers(self.lm.model) if self.batching.share_layers and plan is not None and not plan.captures else None
+        if layers is None:
+            return contextlib.nullcontext()
+        return shared_layers(layers, plan, batch.row_items())
+
     @torch.no_grad()
     def run(self, batch: RowBatch, plan: ProbePlan | None = None, logits_at: list[int] | None = None) -> ForwardResult:
         """One forward of ``batch`` under ``plan`` (padded coordinates, batch = ``batch.n_rows``).
 
         With a prefix (``batch.prefix > 0``) the prompts' prefixes run first, one row per
         prompt and no plan, and their KV cache serves the rows of each prompt; then the
-        suffixes run under the plan. ``logits_at`` limits the returned logits to those
-        padded positions (all computed ones by default); the LM head runs on those rows only.
+        suffixes run under the plan. Without a prefix, each decoder layer runs on the distinct
+        hidden states only (``Batching.share_layers``, :mod:`vheads.engine._layers`).
+        ``logits_at`` limits the returned logits to those padded positions (all computed ones
+        by default); the LM head runs on those rows only.
         """
         model = self.lm.model
         P, T, B = batch.prefix, batch.length, batch.n_rows
@@ -220,7 +236,7 @@ class Engine:
             with active_plan(plan) as results:
                 out = model(**self._inputs(batch, "suffix"), cache=shared, use_cache=True, logits_to_keep=_keep(logits_at, P, T))
         else:
-            with active_plan(plan) as results, self._shared_vision(batch):
+            with active_plan(plan) as results, self._shared_vision(batch), self._shared_layers(batch, plan):
                 out = model(**self._inputs(batch, "full"), use_cache=False, logits_to_keep=_keep(logits_at, 0, T))
         logits = out.logits
         if logits_at is not None:

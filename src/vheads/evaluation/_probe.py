@@ -98,6 +98,39 @@ def run_probes(engine: Engine, probes: list[Probe], prefix_reuse: bool = True, m
     """P over the four option letters at each probe's last prompt row: one ``[n_rows, 4]``
     array per probe (row j = head-set j; a baseline gives ``[1, 4]``).
 
+    A head-set listed more than once in a probe runs once and its row is copied: controls
+    are independent draws, so a small pool repeats (249 layer-matched draws of three heads
+    from five free heads of one layer hold at most C(5, 3) = 10 distinct head-sets).
+    """
+    distinct, inverse = _distinct_headsets(probes)
+    out = _run_probes(engine, distinct, prefix_reuse, max_rows, progress, desc)
+    return [p[inv] for p, inv in zip(out, inverse)]
+
+
+def _distinct_headsets(probes: list[Probe]) -> tuple[list[Probe], list[np.ndarray]]:
+    """Each probe with its head-sets listed once (first-occurrence order), and for each of
+    its original rows the row of the distinct list that computes it: ``[n_rows]``."""
+    memo: dict[int, tuple[list[HeadSet], np.ndarray]] = {}  # by id of a head-set list (tests pass one list to every probe)
+    distinct, inverse = [], []
+    for pb in probes:
+        if pb.action is None or not pb.headsets:
+            distinct.append(pb)
+            inverse.append(np.zeros(1, dtype=int))
+            continue
+        if id(pb.headsets) not in memo:
+            index: dict[HeadSet, int] = {}
+            inv = np.array([index.setdefault(hs, len(index)) for hs in pb.headsets])
+            memo[id(pb.headsets)] = (list(index), inv)
+        unique, inv = memo[id(pb.headsets)]
+        distinct.append(pb if len(unique) == len(pb.headsets) else Probe(pb.prompt, pb.action, unique))
+        inverse.append(inv)
+    return distinct, inverse
+
+
+def _run_probes(engine: Engine, probes: list[Probe], prefix_reuse: bool = True, max_rows: int | None = None,
+                progress: bool = False, desc: str = "forwards") -> list[np.ndarray]:
+    """:func:`run_probes` with every listed head-set run (no duplicate detection).
+
     Rows are packed into forwards by ``engine.batching``: with cross-item batching, rows
     of different probes and items share a forward (padded, each with its own position ids
     and image; see :class:`vheads.engine.RowBatch`), at most ``max_rows`` rows and

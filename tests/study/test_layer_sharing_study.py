@@ -1,0 +1,43 @@
+"""The evaluation speed-ups change no stored outcome of a study: layer-prefix sharing
+(tests/engine/test_layer_sharing.py) and running a repeated head-set once
+(tests/evaluation/test_distinct_headsets.py), against a run with both off."""
+
+import numpy as np
+
+from vheads.engine import _layers
+from vheads.evaluation import _probe
+from vheads.study import run_study
+from tests.study.test_study import outcomes, small_config
+
+
+def test_speedups_on_or_off_store_the_same_outcomes(tmp_path, monkeypatch):
+    cuts, repeats = [], []
+    distinct_rows, distinct_headsets = _layers.distinct_rows, _probe._distinct_headsets
+
+    def counted_rows(*a):
+        cut = distinct_rows(*a)
+        cuts.append(cut is not None)
+        return cut
+
+    def counted_headsets(probes):
+        distinct, inverse = distinct_headsets(probes)
+        repeats.append(sum(pb.n_rows for pb in probes) - sum(pb.n_rows for pb in distinct))
+        return distinct, inverse
+
+    monkeypatch.setattr(_layers, "distinct_rows", counted_rows)
+    monkeypatch.setattr(_probe, "_distinct_headsets", counted_headsets)
+    # 12 layer-matched draws of a 3-head S on the 4 × 8 tiny model: some repeat
+    cfg = small_config("tiny", sources=["last"], tests=["cers", "ncs"], row_groups=["all"], beta_sweep=[], k_sweep=[], splits=4,
+                       controls={"layer-matched": 12, "any-layer": 3})
+    run_study(cfg, tmp_path / "on", progress=False, report=False)
+    assert any(cuts) and sum(repeats) > 0  # some layer ran on fewer rows; some head-set ran once for several draws
+    monkeypatch.setenv("VHEADS_SHARE_LAYERS", "0")
+    monkeypatch.setattr(_probe, "_distinct_headsets", lambda probes: (probes, [np.arange(pb.n_rows) for pb in probes]))
+    cuts.clear()
+    run_study(cfg, tmp_path / "off", progress=False, report=False)
+    assert not any(cuts)
+    on, off = outcomes(tmp_path / "on"), outcomes(tmp_path / "off")
+    assert [r[:4] for r in on] == [r[:4] for r in off] and len(on) > 0
+    diffs = sorted(((abs(a[4] - b[4]), a[:4]) for a, b in zip(on, off)), reverse=True)
+    # float rounding of differently composed batches (P(option) to 1e-5 in fp32, issue #13)
+    assert diffs[0][0] <= 1e-5, f"largest differences {diffs[:5]}"
