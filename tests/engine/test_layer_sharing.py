@@ -68,7 +68,7 @@ def _logits(eng, batch, plan, share):
 
 
 @pytest.mark.parametrize("family", ["tiny", "qwen3_vl", "qwen2_5_vl", "llava",
-                                    *(pytest.param(f, marks=pytest.mark.slow) for f in ("qwen3_5", "gemma3", "internvl", "idefics3"))])
+                                    *(pytest.param(f, marks=pytest.mark.slow) for f in ("qwen3_5", "gemma3", "gemma4", "internvl", "idefics3"))])
 def test_shared_layers_give_the_logits_of_every_row_computed(loaded, family):
     if family == "tiny":
         from vheads.models import load_model
@@ -88,7 +88,10 @@ def test_shared_layers_give_the_logits_of_every_row_computed(loaded, family):
     # by hand: a layer computes the rows acted on at or below it and one idle row per item
     expect = [sum(f is not None and f <= layer for f in firsts) + len({u for u, f in zip(items, firsts) if f is None or f > layer})
               for layer in (0, lm.n_layers - 1)]
-    assert expect[0] < batch.n_rows  # the test is not vacuous
+    if lm.adapter.rows_independent_layers:
+        assert expect[0] < batch.n_rows  # the test is not vacuous
+    else:  # the family's layers read other layers' rows (Gemma 4's KV sharing): it opts out
+        expect = [batch.n_rows] * 2
     seen = []
     layers = decoder_layers(lm.model)
     # a forward hook registered first sees the layer's own output, before it is gathered

@@ -207,8 +207,10 @@ class Engine:
 
     def _shared_layers(self, batch: RowBatch, plan: ProbePlan | None):
         """Layer-prefix sharing for a full forward of ``batch`` under ``plan``, when switched
-        on, the plan only intervenes, and the model exposes its decoder layers."""
-        layers = decoder_layers(self.lm.model) if self.batching.share_layers and plan is not None and not plan.captures else None
+        on, the plan only intervenes, the family's layers compute each row from that row alone
+        (``adapter.rows_independent_layers``), and the model exposes its decoder layers."""
+        use = self.batching.share_layers and self.lm.adapter.rows_independent_layers and plan is not None and not plan.captures
+        layers = decoder_layers(self.lm.model) if use else None
         if layers is None:
             return contextlib.nullcontext()
         return shared_layers(layers, plan, batch.row_items())

@@ -76,6 +76,10 @@ class Adapter:
     #: whether :meth:`items_pixel_inputs` and :meth:`items_vision_call` handle several
     #: images, so that rows of different items can share a forward
     cross_item: ClassVar[bool] = False
+    #: whether a decoder layer's output depends on its own batch rows only, so that layer-prefix
+    #: sharing (vheads.engine._layers) may run a layer on a subset of rows (False where layers
+    #: pass keys / values to later layers, e.g. Gemma 4's KV-shared layers)
+    rows_independent_layers: ClassVar[bool] = True
     #: what `vheads models` says of which layers have softmax heads
     softmax_layers_rule: ClassVar[str] = "every layer"
 

@@ -45,6 +45,7 @@ from vheads.models.gemma3 import Gemma3Adapter
 class Gemma4Adapter(Gemma3Adapter):
     family = "gemma4"
     model_types = ("gemma4",)
+    rows_independent_layers = False  # KV-shared layers read an earlier layer's keys / values of every row
     image_token = "<|image|>"
     user_prefix = "<bos><|turn>user\n"
     image_prefix = "<|image>"
