@@ -169,7 +169,7 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     from vheads.report._extras import HOW as HOW_CMP
     from vheads.report._extras import comparison_tables
 
-    b = comparison_tables(run.run_dir, run.settings)
+    b = comparison_tables(run.run_dir, run.settings, run.model)
     if b:
         sections.append(Section("comparisons", "Comparing head-sets and settings", HOW_CMP, b))
 
@@ -180,7 +180,7 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     from vheads.report._ood import HOW as HOW_OOD
     from vheads.report._ood import ood_blocks
 
-    b = ood_blocks(run.run_dir)
+    b = ood_blocks(run.run_dir, run.model)
     if b:
         sections.append(Section("ood", "Out-of-domain pointing suite", HOW_OOD, b))
     return sections, warnings

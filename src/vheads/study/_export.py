@@ -7,7 +7,7 @@ from pathlib import Path
 
 from vheads._errors import make_output_folder
 from vheads._io import atomic_write
-from vheads.store import Store
+from vheads.store import Store, columns
 
 TABLES = ("outcomes", "arms", "discovery", "headsets", "overlap", "ceilings", "random_overlap", "audit", "ood_outcomes",
           "ood_audit")
@@ -23,9 +23,8 @@ def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = N
     paths = []
     try:
         for table in TABLES:
-            cur = store.db.execute(f"SELECT * FROM {table}")
-            cols = [d[0] for d in cur.description]
-            rows = cur.fetchall()
+            cols = columns(table)
+            rows = store.query(f"SELECT {', '.join(cols)} FROM {table}")
             if fmt == "csv":
                 p = out / f"{table}.csv"
 
