@@ -176,6 +176,17 @@ def export(
         typer.echo(str(p))
 
 
+@app.command()
+def compare(
+    runs: Annotated[list[str], typer.Argument(help="finished single-model run folders (RUN or NAME=RUN), configs alike but for the model")],
+    out: Annotated[Path, typer.Option(help="folder for the cross-model report")] = Path("runs/compare"),
+) -> None:
+    """The cross-model tables (seed Tables 8, 19, 27; Fig. 7) from separate single-model runs."""
+    from vheads.report import compare_runs
+
+    typer.echo(f"report: {_fail_clearly(compare_runs, runs, out)}")
+
+
 def _real_items(source: str | None, cell: int):
     """The item builder of ``--source`` — class-labelled photos or a pointing-suite benchmark
     (its files read now) — or None for the synthetic items."""
