@@ -47,7 +47,7 @@ def study(
     config: Annotated[Optional[Path], typer.Argument(help="study config (TOML); default: the built-in tiny study")] = None,  # noqa: UP007
     out: Annotated[Path, typer.Option(help="run directory (rerun the same command to resume)")] = Path("runs/study"),
     print_config: Annotated[bool, typer.Option("--print-config", help="print the default config and exit")] = False,
-    model: Annotated[Optional[str], typer.Option(help="override the config's model")] = None,  # noqa: UP007
+    model: Annotated[Optional[str], typer.Option(help="override the config's model (or its models: a study of this one alone)")] = None,  # noqa: UP007
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
 ) -> None:
     """The whole study: discovery x evaluation against random controls, then the report."""

@@ -145,7 +145,7 @@ class Store:
         """The models with rows in this store, '' first where present (a schema-2 store: [''])."""
         if not self.scoped:
             return [""]
-        return [m for (m,) in self.db.execute("SELECT DISTINCT model FROM main.meta ORDER BY model")]
+        return [m for (m,) in self.db.execute("SELECT model FROM main.meta UNION SELECT model FROM main.units ORDER BY model")]
 
     def close(self) -> None:
         self.db.close()

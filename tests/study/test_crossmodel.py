@@ -399,3 +399,40 @@ def test_ray_backend_gives_each_model_the_same_rows(three, tiny_random_dirs, tmp
     for name in ("tiny", "qwen2_vl"):
         sql = "SELECT setting, test, headset_id, item_id, value FROM outcomes WHERE model=? ORDER BY 1, 2, 3, 4"
         assert rows(tmp_path / "ray", sql, name) == rows(ref_dir, sql, name) != []
+
+
+def test_model_on_the_command_line_replaces_the_models(tmp_path):
+    from vheads.study import load_config
+
+    p = tmp_path / "c.toml"
+    p.write_text('models = [{ name = "a", model = "tiny" }, { name = "b", model = "/x" }]\n')
+    assert len(load_config(p).models) == 2
+    cfg = load_config(p, model="tiny")
+    assert cfg.models == [] and cfg.model == "tiny"
+
+
+def test_example_config_is_valid():
+    from vheads.study import load_config
+    from vheads.study._config import model_entries
+
+    cfg = load_config(REPO / "configs" / "cross_model_tiny.toml")
+    assert [e.name for e in model_entries(cfg)] == ["tiny", "qwen2_vl", "gemma3"]
+
+
+def test_export_of_a_multi_model_store_names_each_rows_model(tmp_path):
+    import csv
+
+    from vheads.study import export_run
+
+    st = Store(tmp_path / "run")
+    st.set_meta(models=json.dumps([{"name": "a"}, {"name": "b"}]))
+    st.close()
+    for model, v in (("a", 1.5), ("b", 2.5)):
+        st = Store(tmp_path / "run", model=model)
+        st.commit_unit("u1", "eval", 0.0, {"outcomes": [("u1", "s", "cers", "S", "i0", v)]})
+        st.close()
+    export_run(tmp_path / "run", "csv", tmp_path / "x")
+    with open(tmp_path / "x" / "outcomes.csv") as f:
+        got = list(csv.reader(f))
+    assert got == [["model", "unit_id", "setting", "test", "headset_id", "item_id", "value"],
+                   ["a", "u1", "s", "cers", "S", "i0", "1.5"], ["b", "u1", "s", "cers", "S", "i0", "2.5"]]

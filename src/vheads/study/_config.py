@@ -484,4 +484,6 @@ def load_config(path: str | Path | None = None, **overrides) -> StudyConfig:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise VheadsError(f"config file {str(p)!r} is not valid TOML: {e}") from None
     data.update({k: v for k, v in overrides.items() if v is not None})
+    if overrides.get("model") is not None:  # a model given on the command line replaces the config's models
+        data.pop("models", None)
     return config_from_dict(data)

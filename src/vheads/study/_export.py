@@ -1,4 +1,5 @@
-"""Export a run's results store as CSV or Parquet files (one per table)."""
+"""Export a run's results store as CSV or Parquet files (one per table; a multi-model run's
+with a ``model`` column first)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = N
     out = Path(out) if out else run_dir / "export"
     make_output_folder(out)
     store = Store(run_dir, readonly=True)  # a run on read-only media exports too (with --out elsewhere)
+    multi = store.models() != [""]  # a multi-model run: every model's rows, a model column first
     paths = []
     try:
         for table in TABLES:
-            cols = columns(table)
-            rows = store.query(f"SELECT {', '.join(cols)} FROM {table}")
+            cols = ["model", *columns(table)] if multi else columns(table)
+            rows = store.query(f"SELECT {', '.join(cols)} FROM main.{table} WHERE model != '' ORDER BY model" if multi
+                               else f"SELECT {', '.join(cols)} FROM {table}")
             if fmt == "csv":
                 p = out / f"{table}.csv"
 
