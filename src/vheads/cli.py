@@ -182,7 +182,7 @@ def compare(
     out: Annotated[Path, typer.Option(help="folder for the cross-model report")] = Path("runs/compare"),
 ) -> None:
     """The cross-model tables (seed Tables 8, 19, 27; Fig. 7) from separate single-model runs."""
-    from vheads.report import compare_runs
+    from vheads.study import compare_runs
 
     typer.echo(f"report: {_fail_clearly(compare_runs, runs, out)}")
 

@@ -132,7 +132,10 @@ class Store:
                 raise VheadsError(f"results store {self.path} was written by a single-model vheads (schema 2); "
                                   f"it has no rows of model {model!r}")
         except (sqlite3.DatabaseError, OSError) as e:
-            raise storage_error(e, self.path) from None
+            explained = storage_error(e, self.path)
+            if explained is None:  # e.g. MissingFileError: already one line
+                raise
+            raise explained from None
 
     def _create_model_views(self) -> None:
         """On this connection, each table name is a TEMP VIEW of ``self.model``'s rows."""

@@ -3,7 +3,7 @@
 
 Built from the store of one multi-model run (``models = [...]``: each model's rows are
 read through its scoped view, :class:`vheads.store.Store`), or from several single-model
-runs by ``vheads compare`` (:func:`compare_runs`) — the same tables either way. Heads are
+runs by ``vheads compare`` (:func:`vheads.study.compare_runs`) — the same tables either way. Heads are
 discovered anew per model and every model is tested against its own controls (drawn on its
 own layer × head grid), so each number below compares a model's S only with that model's
 random head-sets:
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
-from vheads._errors import MissingFileError, VheadsError, make_output_folder, path_inside
+from vheads._errors import make_output_folder, path_inside
 from vheads.evaluation import rank_p
 from vheads.report._data import RunData, load_run
 from vheads.report._doc import Figure, Section, Table
@@ -41,12 +41,10 @@ from vheads.report._figures import band_figure
 from vheads.report._ood import _values as ood_values
 from vheads.report._overlaps import native_overlap_bars, overlap_bars_figure
 from vheads.report._tables import ALPHA, TEST_NAMES, fmt, fmt_p
-from vheads.store import STORE_NAME, Store
+from vheads.store import Store
 
 CONTROL = "layer-matched"  # the control every cross-model comparison uses (seed: layer-matched draws)
 SPAN_SOURCES = ("qspan", "out")  # Table 8's range: the query-span and output-token sets
-#: config keys that may differ between runs ``compare`` puts side by side (the model and how it runs)
-MODEL_ONLY_KEYS = ("model", "revision", "dtype", "device", "models", "run")
 
 HOW = (
     "Heads are discovered anew on every model (k scaled to each model, stated below) and each model's S is tested "
@@ -318,73 +316,3 @@ def build_multi_model_report(run_dir: str | Path, out_dir: str | Path | None = N
     links = ["Each model's full report (every table of a single-model run): "
              + ", ".join(f"models/{n}/report.html" for n in names) + "."]
     return build_crossmodel_report(runs, out, f"Run {Path(run_dir).resolve()}", links)
-
-
-# ---- vheads compare -------------------------------------------------------------------------
-
-
-def _parse_run_arg(arg: str) -> tuple[str | None, Path]:
-    """``NAME=RUN`` or ``RUN``."""
-    name, sep, path = arg.partition("=")
-    if sep and not Path(arg).exists():
-        return name, Path(path)
-    return None, Path(arg)
-
-
-def _finished_config(run_dir: Path) -> dict:
-    """The config of a finished single-model run at ``run_dir`` (one error line otherwise)."""
-    from vheads.study._runner import run_finished
-
-    if not (run_dir / STORE_NAME).is_file():
-        raise MissingFileError(f"run {str(run_dir)!r}: no results store ({STORE_NAME}); pass run folders `vheads study` wrote")
-    store = Store(run_dir, readonly=True)
-    try:
-        if store.get_meta("models"):
-            raise VheadsError(f"run {str(run_dir)!r} is a multi-model run: its own report holds the cross-model tables; "
-                              "compare takes single-model runs")
-        raw = store.get_meta("config")
-        config = json.loads(raw) if raw else None
-        if not isinstance(config, dict):
-            raise VheadsError(f"run {str(run_dir)!r} records no study config; compare takes runs of `vheads study`")
-        if not run_finished(store, _as_config(config)):
-            raise VheadsError(f"run {str(run_dir)!r} is not finished; rerun its `vheads study` command to complete it")
-        return config
-    finally:
-        store.close()
-
-
-def _as_config(d: dict):
-    """A stored config as a :class:`StudyConfig` without re-validating it (its folders may
-    live on the machine that made the run)."""
-    from dataclasses import fields
-
-    from vheads.study._config import RunConfig, StudyConfig
-
-    names = {f.name for f in fields(StudyConfig)} - {"run"}
-    run = {k: v for k, v in (d.get("run") or {}).items() if k in {f.name for f in fields(RunConfig)}}
-    return StudyConfig(**{k: v for k, v in d.items() if k in names}, run=RunConfig(**run))
-
-
-def compare_runs(run_args: list[str], out: str | Path) -> Path:
-    """The cross-model report of separate single-model runs (``RUN`` or ``NAME=RUN``; a
-    name defaults to the last part of the run's model id). Refused, before anything is
-    written: fewer than two runs, a missing, multi-model or unfinished run, two runs of one
-    name, and runs whose configs differ in anything but the model (:data:`MODEL_ONLY_KEYS`)."""
-    if len(run_args) < 2:
-        raise VheadsError(f"compare needs at least two run folders, got {len(run_args)}")
-    parsed = [_parse_run_arg(a) for a in run_args]
-    configs = [_finished_config(p) for _, p in parsed]
-    first = {k: v for k, v in configs[0].items() if k not in MODEL_ONLY_KEYS}
-    for (_, p), c in zip(parsed[1:], configs[1:]):
-        other = {k: v for k, v in c.items() if k not in MODEL_ONLY_KEYS}
-        for key in sorted(set(first) | set(other)):
-            if first.get(key) != other.get(key):
-                raise VheadsError(
-                    f"runs {str(parsed[0][1])!r} and {str(p)!r} differ in config key {key!r} "
-                    f"({first.get(key)!r:.60} vs {other.get(key)!r:.60}); compare takes runs that differ only in the model")
-    names = [n or Path(str(c.get("model", "?"))).name or str(c.get("model")) for (n, _), c in zip(parsed, configs)]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise VheadsError(f"two runs are both named {twice[0]!r}; name them on the command line as NAME=RUN")
-    runs = [load_model_run(p, "", n) for n, (_, p) in zip(names, parsed)]
-    return build_crossmodel_report(runs, out, "Compared runs " + ", ".join(str(p) for _, p in parsed))
