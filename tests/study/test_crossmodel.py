@@ -65,12 +65,14 @@ def test_model_and_models_together_are_refused():
 
 
 def test_single_model_config_keeps_its_hash():
-    """``models`` left empty is not part of the science hash: existing runs resume."""
+    """``models`` left empty is neither in the stored config nor in the science hash:
+    existing runs resume."""
     import hashlib
 
     cfg = StudyConfig()
     d = cfg.to_dict()
-    d.pop("run"), d.pop("models")
+    assert "models" not in d
+    d.pop("run")
     for key in ("eval_source", "eval_classes", "eval_exclude", "eval_groups", "eval_cell", "eval_resize", "ood_tasks",
                 "n_ood", "ood_controls"):
         d.pop(key)
@@ -174,7 +176,7 @@ def test_per_model_control_draws_keep_each_models_layer_counts(tmp_path):
 
 
 def test_pointing_suite_cers_is_t_tested_against_zero_as_scipy(tmp_path):
-    from vheads.report._crossmodel import load_model_run, one_sample_t, pointing_table
+    from vheads.report._crossmodel import load_model_run, one_sample_t, pointing_per_setting_table, pointing_table
 
     rng = np.random.default_rng(3)
     values = {("a", "S"): rng.normal(0.05, 0.1, 7), ("a", "R"): rng.normal(0.0, 0.1, 7), ("b", "S"): rng.normal(0.2, 0.05, 5)}
@@ -191,6 +193,9 @@ def test_pointing_suite_cers_is_t_tested_against_zero_as_scipy(tmp_path):
                                                 "discovery": [("cm-ord-last", "ordinal", "last", "comics", 4, 1, "[]", "[]")]})
         st.close()
     table = pointing_table([load_model_run(tmp_path, m) for m in ("a", "b")])
+    per_setting = pointing_per_setting_table([load_model_run(tmp_path, m) for m in ("a", "b")], "cers")
+    assert per_setting.rows == [["cm-ord-last", f"{values[('a', 'S')].mean():.3f} ({values[('a', 'R')].mean():.3f})",
+                                 f"{values[('b', 'S')].mean():.3f} (–)"]]
     got = {(r[0], r[1]): r for r in table.rows}
     for (m, role), x in values.items():
         label = "cm-ord-last" if role == "S" else "cm-ord-last · layer-matched"

@@ -15,6 +15,8 @@ random head-sets:
   where present) beside them;
 - **per setting** (Table 19 layout): ``T_S`` vs. the mean of its R layer-matched draws and
   the rank p ``(1 + #{T_r ≥ T_S}) / (R + 1)``;
+- **pointing suite per setting** (Table 24 layout): CERS and NCS of each S, its
+  layer-matched draw(s) in parentheses;
 - **pointing suite** (Table 27): CERS pooled over the suite's tasks per model and head-set,
   with a two-sided one-sample t-test against zero, ``t = mean / (sd / √n)`` (sd with n − 1),
   ``p = 2 · P(T_{n−1} ≥ |t|)``;
@@ -111,13 +113,17 @@ def _R(run: RunData) -> int:
     return max((len(c.controls.get(CONTROL, ())) for c in run.cells.values()), default=0)
 
 
+def _ks(run: RunData) -> str:
+    """The head-set sizes k of a run's settings ("3", or "3, 4" where they differ)."""
+    return ", ".join(map(str, sorted({int(d["k"]) for d in run.discovery.values() if d.get("k") is not None}))) or "–"
+
+
 def models_table(runs: list[ModelRun]) -> Table:
     rows = []
     for m in runs:
         L, H = m.run.shape
-        ks = sorted({int(d["k"]) for d in m.run.discovery.values() if d.get("k") is not None})
         rows.append([m.name, m.run.model_id, f"{L} × {H}" if L and H else "–", str(_heads(m.run) or "–"),
-                     ", ".join(map(str, ks)) or "–", str(len(m.run.settings)), str(_R(m.run))])
+                     _ks(m.run), str(len(m.run.settings)), str(_R(m.run))])
     return Table("Models", ["Model", "model id", "layers × heads", "heads", "k", "settings", f"R ({CONTROL})"], rows,
                  "heads: the heads a head-set can hold (a hybrid model's softmax layers only); k: the head-set size "
                  "used on that model (scaled to its heads unless the config fixes it).", text_cols=2)
@@ -154,7 +160,7 @@ def replication_table(runs: list[ModelRun]) -> Table | None:
         run = m.run
         span = [s for s in run.settings if run.discovery.get(s, {}).get("source") in SPAN_SOURCES]
         last = last_token_setting(run)
-        row = [m.name, ", ".join(sorted({str(run.discovery[s]["k"]) for s in run.discovery})) or "–"]
+        row = [m.name, _ks(run)]
         for test in _tests(run):
             pairs = [_s_and_random(run, s, test) for s in span]
             row += [_range([p[0] for p in pairs if p[0] is not None]), _range([p[1] for p in pairs if p[1] is not None])]
@@ -224,15 +230,50 @@ def pointing_table(runs: list[ModelRun]) -> Table | None:
                 x = np.concatenate(parts)
                 t, p = one_sample_t(x)
                 mean = fmt(float(x.mean()))
+                tested = bool(np.isfinite(p))
                 rows.append([m.name, setting if role == "S" else f"{setting} · {CONTROL}", str(len(tasks)), str(len(x)),
-                             f"**{mean}**" if p == p and p < ALPHA else mean, fmt(t, 2) if t == t else "–",
-                             fmt_p(p) if p == p else "–"])
+                             f"**{mean}**" if tested and p < ALPHA else mean, fmt(t, 2) if tested else "–",
+                             fmt_p(p) if tested else "–"])
     if not rows:
         return None
     return Table("Pointing-suite CERS per model (seed Table 27 layout)",
                  ["Model", "Head-set", "tasks", "n", "CERS", "t", "p"], rows,
                  f"CERS pooled over the suite's tasks (n items), for each discovered S and its {CONTROL} draw(s) "
                  f"(averaged per item). t, p: two-sided one-sample t-test against zero; bold: p < {ALPHA}.", text_cols=2)
+
+
+def _pooled_ood(m: ModelRun, setting: str, test: str, role: str) -> float | None:
+    """A head-set's pointing-suite statistic, items of all tasks pooled: CERS = mean; NCS =
+    mean matched drop − mean mismatched drop."""
+    def pooled(t):
+        parts = [v for (task, s, tt, r), v in m.ood.items() if s == setting and tt == t and r == role]
+        return np.concatenate(parts) if parts else None
+
+    if test == "cers":
+        x = pooled("cers")
+        return None if x is None else float(x.mean())
+    a, b = pooled("ncs-matched"), pooled("ncs-mismatched")
+    return None if a is None or b is None else float(a.mean() - b.mean())
+
+
+def pointing_per_setting_table(runs: list[ModelRun], test: str) -> Table | None:
+    """Seed Table 24 layout: per setting and model, S's pointing-suite CERS or NCS with its
+    layer-matched draw(s) in parentheses."""
+    settings = list(dict.fromkeys(s for m in runs for s in m.run.settings))
+    rows = []
+    for s in settings:
+        cells = []
+        for m in runs:
+            v_s, v_r = _pooled_ood(m, s, test, "S"), _pooled_ood(m, s, test, "random")
+            cells.append("–" if v_s is None else f"{fmt(v_s)} ({fmt(v_r)})")
+        rows.append([s, *cells])
+    if all(c == "–" for r in rows for c in r[1:]):
+        return None
+    what = "CERS" if test == "cers" else "NCS (matched − mismatched mean drop)"
+    return Table(f"Pointing-suite {what.split(' ')[0]} per setting and model (seed Table 24 layout)",
+                 ["Setting", *(m.name for m in runs)], rows,
+                 f"{what} of each discovered S, items of all tasks pooled; in parentheses its {CONTROL} draw(s), "
+                 "averaged per item.")
 
 
 def overlap_groups(runs: list[ModelRun]) -> list[tuple]:
@@ -275,9 +316,8 @@ def crossmodel_blocks(runs: list[ModelRun]) -> list:
     if png:
         blocks.append(Figure("crossmodel_band", png, f"Every model's discovered S (red diamond) against its {CONTROL} "
                              "draws (dots; bar: mean ± SD), one row per model · setting."))
-    pt = pointing_table(runs)
-    if pt:
-        blocks.append(pt)
+    blocks += [t for t in (pointing_per_setting_table(runs, "cers"), pointing_per_setting_table(runs, "ncs"),
+                           pointing_table(runs)) if t]
     png = overlap_bars_figure(overlap_groups(runs))
     if png:
         blocks.append(Figure("crossmodel_overlap", png, "Fig. 7 layout per model: top-k overlap of the native sets with "

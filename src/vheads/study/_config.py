@@ -138,7 +138,10 @@ class StudyConfig:
     run: RunConfig = field(default_factory=RunConfig)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not d["models"]:  # a single-model config reads (and is stored) as before models existed
+            d.pop("models")
+        return d
 
     def science_hash(self) -> str:
         """Hash of everything that changes results (not the backend or batching)."""
@@ -147,8 +150,6 @@ class StudyConfig:
         for key, default in EVAL_SOURCE_DEFAULTS.items():  # runs made before these keys keep their hash
             if d[key] == default:
                 d.pop(key)
-        if not d["models"]:  # single-model runs keep their hash
-            d.pop("models")
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -5,6 +5,11 @@ and their random controls → evaluation (one unit per setting × test × item s
 baseline audit → report. Every unit is committed to the store atomically; rerunning the
 same command into the same directory computes only what is missing, and a run directory
 made with a different configuration is refused.
+
+A study of several models (``models = [...]``) runs these stages once per model, in config
+order, into the same run directory and store: each model's rows are scoped by its name
+(:class:`vheads.store.Store`), so it resumes per (model, unit); each model gets a backend of
+its own, whose replicas load that model once. The report is then the cross-model one.
 """
 
 from __future__ import annotations
