@@ -251,14 +251,19 @@ def test_compare_refuses_runs_it_cannot_put_side_by_side(tmp_path):
 # ---- end to end: two models of different depths (fast) --------------------------------------
 
 
-def test_two_models_of_different_depths_in_one_run(tiny_random_dirs, tmp_path):
+def test_two_models_of_different_depths_in_one_run(tiny_random_dirs, tmp_path, monkeypatch):
     """The built-in tiny model (4 layers) and a tiny qwen2_vl (2 layers) in one run folder:
-    each model's rows in its scope, its own k and shape, and layer-matched draws with its S's
-    per-layer counts on its own grid."""
+    each model loaded once, its rows in its scope, its own k and shape, and layer-matched
+    draws with its S's per-layer counts on its own grid."""
+    import vheads.models
+
+    loads = []
+    real_load = vheads.models.load_model
+    monkeypatch.setattr(vheads.models, "load_model", lambda model, *a, **kw: loads.append(model) or real_load(model, *a, **kw))
     d = multi_config({"tiny": "tiny", "qwen2_vl": tiny_random_dirs["qwen2_vl"]}, sources=["qspan"], tests=["cers"],
                      controls={"layer-matched": 2})
     res = run_study(config_from_dict(d), tmp_path / "run", progress=False, report=False)
-    assert res.units_computed > 0
+    assert res.units_computed > 3 and loads == ["tiny", str(tiny_random_dirs["qwen2_vl"])]
     assert {m for (m,) in rows(tmp_path / "run", "SELECT DISTINCT model FROM meta")} == {"", "tiny", "qwen2_vl"}
     assert rows(tmp_path / "run", "SELECT count(*) FROM outcomes WHERE model=''") == [(0,)]
     shapes = {}
