@@ -446,3 +446,14 @@ def test_export_of_a_multi_model_store_names_each_rows_model(tmp_path):
         got = list(csv.reader(f))
     assert got == [["model", "unit_id", "setting", "test", "headset_id", "item_id", "value"],
                    ["a", "u1", "s", "cers", "S", "i0", "1.5"], ["b", "u1", "s", "cers", "S", "i0", "2.5"]]
+
+
+def test_a_model_name_read_from_a_store_never_leaves_the_report_folder(tmp_path):
+    from vheads.report import build_report
+
+    st = Store(tmp_path / "run")
+    st.set_meta(models=json.dumps([{"name": "../../evil"}]))
+    st.close()
+    with pytest.raises(VheadsError, match="must be a plain name"):
+        build_report(tmp_path / "run")
+    assert not (tmp_path / "evil").exists() and not (tmp_path / "run" / "report.html").exists()

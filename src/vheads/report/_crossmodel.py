@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
-from vheads._errors import make_output_folder, path_inside
+from vheads._errors import make_output_folder, path_inside, safe_name
 from vheads.evaluation import rank_p
 from vheads.report._data import RunData, load_run
 from vheads.report._doc import Figure, Section, Table
@@ -78,13 +78,14 @@ def load_model_run(run_dir: str | Path, model: str = "", name: str | None = None
 
 
 def multi_model_names(run_dir: str | Path) -> list[str]:
-    """The model names of a multi-model run, in config order ([] for a single-model run)."""
+    """The model names of a multi-model run, in config order ([] for a single-model run);
+    each a safe name (it names the model's report folder)."""
     store = Store(run_dir, readonly=True)
     try:
         models = store.get_meta("models")
     finally:
         store.close()
-    return [m["name"] for m in json.loads(models)] if models else []
+    return [safe_name(m.get("name"), f"{store.path}: meta 'models' name") for m in json.loads(models)] if models else []
 
 
 def is_multi_model(run_dir: str | Path) -> bool:
