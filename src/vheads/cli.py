@@ -47,7 +47,7 @@ def study(
     config: Annotated[Optional[Path], typer.Argument(help="study config (TOML); default: the built-in tiny study")] = None,  # noqa: UP007
     out: Annotated[Path, typer.Option(help="run directory (rerun the same command to resume)")] = Path("runs/study"),
     print_config: Annotated[bool, typer.Option("--print-config", help="print the default config and exit")] = False,
-    model: Annotated[Optional[str], typer.Option(help="override the config's model")] = None,  # noqa: UP007
+    model: Annotated[Optional[str], typer.Option(help="override the config's model (or its models: a study of this one alone)")] = None,  # noqa: UP007
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
 ) -> None:
     """The whole study: discovery x evaluation against random controls, then the report."""
@@ -174,6 +174,17 @@ def export(
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
     for p in _fail_clearly(export_run, run_dir, format, out):
         typer.echo(str(p))
+
+
+@app.command()
+def compare(
+    runs: Annotated[list[str], typer.Argument(help="finished single-model run folders (RUN or NAME=RUN), configs alike but for the model")],
+    out: Annotated[Path, typer.Option(help="folder for the cross-model report")] = Path("runs/compare"),
+) -> None:
+    """The cross-model tables (seed Tables 8, 19, 27; Fig. 7) from separate single-model runs."""
+    from vheads.study import compare_runs
+
+    typer.echo(f"report: {_fail_clearly(compare_runs, runs, out)}")
 
 
 def _real_items(source: str | None, cell: int):

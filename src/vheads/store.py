@@ -7,10 +7,26 @@ Only the driver writes it. Each work unit's rows are written in one transaction 
 with the unit's row in ``units``, so a unit is either wholly stored or absent: a killed
 run resumes by skipping the units already there.
 
-Schema (version 2: overlap at half size, random_overlap, sweep controls)
+Models
+------
+One store holds the rows of one or several models (a study's ``models = [...]``). Every
+table has a ``model`` column first, part of its primary key: ``''`` for a single-model run
+(and, in a multi-model run, for the run's own rows: its config and the model list in
+``meta``), the model's name (a :func:`~vheads._errors.safe_name`) otherwise. A
+``Store(run_dir, model=NAME)`` is a view of one model's rows: on its connection every table
+name below is a TEMP VIEW of that table restricted to ``model = NAME``, with the columns
+listed here (no ``model``), so readers query one model's rows as if the store held only
+that model; writes (:meth:`Store.commit_unit`, :meth:`Store.set_meta`) add the model.
+Stores of schema 2 (no ``model`` column, single-model only) are read and resumed as
+before.
+
+Schema (version 3: the ``model`` column; version 2: overlap at half size, random_overlap,
+sweep controls) — the columns each model's view shows
 ------------------
 meta(key PRIMARY KEY, value)                      config (JSON), config_hash, vheads_version,
-                                                  model_id, model_fingerprint, n_layers, n_heads
+                                                  model_id, model_fingerprint, n_layers, n_heads;
+                                                  a multi-model run's '' rows: config, config_hash,
+                                                  vheads_version, models (JSON [{name, model, ...}])
 units(unit_id PRIMARY KEY, kind, finished, seconds)
 discovery(setting PRIMARY KEY, query, source, corpus, n_items, k, scores, headset)
                                                   scores: JSON [L][H]; headset: JSON [[l, h], ...]
@@ -48,35 +64,42 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-from vheads._errors import MissingFileError, storage_error
+from vheads._errors import MissingFileError, VheadsError, storage_error
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS units(unit_id TEXT PRIMARY KEY, kind TEXT, finished REAL, seconds REAL);
-CREATE TABLE IF NOT EXISTS discovery(setting TEXT PRIMARY KEY, query TEXT, source TEXT, corpus TEXT,
-    n_items INTEGER, k INTEGER, scores TEXT, headset TEXT);
-CREATE TABLE IF NOT EXISTS item_scores(setting TEXT, item_id TEXT, scores TEXT, PRIMARY KEY(setting, item_id));
-CREATE TABLE IF NOT EXISTS overlap(setting_a TEXT, setting_b TEXT, k INTEGER, overlap INTEGER, half_mean REAL,
-    half_lo REAL, half_hi REAL, same_items INTEGER, ceiling_a REAL, ceiling_b REAL, geo_ceiling REAL, fraction REAL,
-    PRIMARY KEY(setting_a, setting_b, k));
-CREATE TABLE IF NOT EXISTS random_overlap(setting TEXT, k INTEGER, draw INTEGER, seed INTEGER, overlap INTEGER,
-    PRIMARY KEY(setting, draw));
-CREATE TABLE IF NOT EXISTS ceilings(setting TEXT, k INTEGER, mean REAL, lo REAL, hi REAL, splits INTEGER,
-    PRIMARY KEY(setting, k));
-CREATE TABLE IF NOT EXISTS headsets(setting TEXT, headset_id TEXT, control TEXT, draw INTEGER, seed INTEGER,
-    heads TEXT, PRIMARY KEY(setting, headset_id));
-CREATE TABLE IF NOT EXISTS outcomes(unit_id TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT,
-    value REAL, PRIMARY KEY(setting, test, headset_id, item_id));
-CREATE TABLE IF NOT EXISTS arms(unit_id TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT, arm TEXT,
-    value REAL, PRIMARY KEY(setting, test, headset_id, item_id, arm));
-CREATE TABLE IF NOT EXISTS audit(name TEXT PRIMARY KEY, n INTEGER, mean_p_key REAL, lo REAL, hi REAL, ok INTEGER);
-CREATE TABLE IF NOT EXISTS ood_outcomes(unit_id TEXT, task TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT,
-    value REAL, PRIMARY KEY(task, setting, test, headset_id, item_id));
-CREATE TABLE IF NOT EXISTS ood_audit(task TEXT, name TEXT, n INTEGER, mean_p_key REAL, lo REAL, hi REAL, ok INTEGER,
-    PRIMARY KEY(task, name));
-CREATE TABLE IF NOT EXISTS strip_attention(setting TEXT, item_id TEXT, layer INTEGER, head INTEGER, masses TEXT,
-    PRIMARY KEY(setting, item_id, layer, head));
-"""
+#: table -> (columns, primary key) as each model sees them; the stored table has ``model`` first
+TABLES: dict[str, tuple[str, str]] = {
+    "meta": ("key TEXT, value TEXT", "key"),
+    "units": ("unit_id TEXT, kind TEXT, finished REAL, seconds REAL", "unit_id"),
+    "discovery": ("setting TEXT, query TEXT, source TEXT, corpus TEXT, n_items INTEGER, k INTEGER, scores TEXT, "
+                  "headset TEXT", "setting"),
+    "item_scores": ("setting TEXT, item_id TEXT, scores TEXT", "setting, item_id"),
+    "overlap": ("setting_a TEXT, setting_b TEXT, k INTEGER, overlap INTEGER, half_mean REAL, half_lo REAL, half_hi REAL, "
+                "same_items INTEGER, ceiling_a REAL, ceiling_b REAL, geo_ceiling REAL, fraction REAL",
+                "setting_a, setting_b, k"),
+    "random_overlap": ("setting TEXT, k INTEGER, draw INTEGER, seed INTEGER, overlap INTEGER", "setting, draw"),
+    "ceilings": ("setting TEXT, k INTEGER, mean REAL, lo REAL, hi REAL, splits INTEGER", "setting, k"),
+    "headsets": ("setting TEXT, headset_id TEXT, control TEXT, draw INTEGER, seed INTEGER, heads TEXT",
+                 "setting, headset_id"),
+    "outcomes": ("unit_id TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT, value REAL",
+                 "setting, test, headset_id, item_id"),
+    "arms": ("unit_id TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT, arm TEXT, value REAL",
+             "setting, test, headset_id, item_id, arm"),
+    "audit": ("name TEXT, n INTEGER, mean_p_key REAL, lo REAL, hi REAL, ok INTEGER", "name"),
+    "ood_outcomes": ("unit_id TEXT, task TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT, value REAL",
+                     "task, setting, test, headset_id, item_id"),
+    "ood_audit": ("task TEXT, name TEXT, n INTEGER, mean_p_key REAL, lo REAL, hi REAL, ok INTEGER", "task, name"),
+    "strip_attention": ("setting TEXT, item_id TEXT, layer INTEGER, head INTEGER, masses TEXT",
+                        "setting, item_id, layer, head"),
+}
+SCHEMA_VERSION = 3
+SCHEMA = "\n".join(f"CREATE TABLE IF NOT EXISTS {t}(model TEXT NOT NULL DEFAULT '', {cols}, PRIMARY KEY(model, {pk}));"
+                   for t, (cols, pk) in TABLES.items())
+
+
+def columns(table: str) -> list[str]:
+    """The column names of ``table`` as one model's view shows them."""
+    return [c.split()[0] for c in TABLES[table][0].split(", ")]
+
 
 STORE_NAME = "results.sqlite"
 
@@ -84,23 +107,48 @@ STORE_NAME = "results.sqlite"
 class Store:
     """The results store of one run directory."""
 
-    def __init__(self, run_dir: str | Path, readonly: bool = False):
-        """Open (or create) the store. ``readonly``: open an existing store for reading only
+    def __init__(self, run_dir: str | Path, readonly: bool = False, model: str = ""):
+        """Open (or create) the store, as a view of ``model``'s rows ('' = a single-model run,
+        or a multi-model run's own rows). ``readonly``: open an existing store for reading only
         (``report``, ``export``), which works on read-only media too. A damaged file, a
         full or read-only disk are :class:`~vheads._errors.VheadsError` (one line)."""
         self.path = Path(run_dir) / STORE_NAME
+        self.model = model
         try:
             if readonly:
                 self.db = _connect_readonly(self.path)
                 self.db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # a damaged file fails here
-                return
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(self.path, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(SCHEMA)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self.db = sqlite3.connect(self.path, isolation_level=None)
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+            self.scoped = _has_model_column(self.db)
+            if not readonly:  # a new store, or tables a later version added
+                self.db.executescript(SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};" if self.scoped else SCHEMA_V2)
+            if self.scoped:
+                self._create_model_views()
+            elif model:
+                raise VheadsError(f"results store {self.path} was written by a single-model vheads (schema 2); "
+                                  f"it has no rows of model {model!r}")
         except (sqlite3.DatabaseError, OSError) as e:
-            raise storage_error(e, self.path) from None
+            explained = storage_error(e, self.path)
+            if explained is None:  # e.g. MissingFileError: already one line
+                raise
+            raise explained from None
+
+    def _create_model_views(self) -> None:
+        """On this connection, each table name is a TEMP VIEW of ``self.model``'s rows."""
+        literal = "'" + self.model.replace("'", "''") + "'"
+        for table in TABLES:
+            self.db.execute(f"CREATE TEMP VIEW IF NOT EXISTS {table} AS SELECT {', '.join(columns(table))} "
+                            f"FROM main.{table} WHERE model = {literal}")
+
+    def models(self) -> list[str]:
+        """The models with rows in this store, '' first where present (a schema-2 store: [''])."""
+        if not self.scoped:
+            return [""]
+        return [m for (m,) in self.db.execute("SELECT model FROM main.meta UNION SELECT model FROM main.units ORDER BY model")]
 
     def close(self) -> None:
         self.db.close()
@@ -113,7 +161,7 @@ class Store:
     def set_meta(self, **values) -> None:
         with self.transaction():
             for k, v in values.items():
-                self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, v if isinstance(v, str) else json.dumps(v)))
+                self._insert("meta", (k, v if isinstance(v, str) else json.dumps(v)), "OR REPLACE")
 
     # ---- units -----------------------------------------------------------------------------
     def done_units(self) -> set[str]:
@@ -139,14 +187,34 @@ class Store:
         """Write ``rows`` (table -> tuples in column order) and mark the unit done, atomically."""
         with self.transaction() as db:
             for table, tuples in rows.items():
-                if not tuples:
-                    continue
-                marks = ",".join("?" * len(tuples[0]))
-                db.executemany(f"INSERT OR REPLACE INTO {table} VALUES ({marks})", tuples)
-            db.execute("INSERT INTO units VALUES (?, ?, ?, ?)", (unit_id, kind, time.time(), seconds))
+                if tuples:
+                    self._insert(table, tuples, "OR REPLACE", many=True)
+            self._insert("units", (unit_id, kind, time.time(), seconds))
+
+    def _insert(self, table: str, values, conflict: str = "", many: bool = False) -> None:
+        """INSERT one tuple (or ``many``) of ``table``'s view columns, into this model's rows."""
+        if table not in TABLES:
+            raise ValueError(f"unknown results-store table {table!r}")
+        rows = values if many else [values]
+        n = len(rows[0])
+        if self.scoped:  # the view is read-only: write the stored table, model first
+            sql = f"INSERT {conflict} INTO main.{table} VALUES ({','.join('?' * (n + 1))})"
+            self.db.executemany(sql, [(self.model, *r) for r in rows])
+        else:
+            self.db.executemany(f"INSERT {conflict} INTO {table} VALUES ({','.join('?' * n)})", rows)
 
     def query(self, sql: str, *args) -> list[tuple]:
         return self.db.execute(sql, args).fetchall()
+
+
+#: the schema-2 tables (a store written before multi-model runs): no ``model`` column
+SCHEMA_V2 = "\n".join(f"CREATE TABLE IF NOT EXISTS {t}({cols}, PRIMARY KEY({pk}));" for t, (cols, pk) in TABLES.items())
+
+
+def _has_model_column(db: sqlite3.Connection) -> bool:
+    """Schema 3 (a ``model`` column) or later; a new, empty store counts as schema 3."""
+    cols = [r[1] for r in db.execute("PRAGMA main.table_info(meta)")]
+    return not cols or "model" in cols
 
 
 def _connect_readonly(path: Path) -> sqlite3.Connection:

@@ -26,7 +26,8 @@ from vheads.report._data import RunData, load_run
 from vheads.report._doc import Figure, Section, render_html, render_markdown
 from vheads.report._protocol import protocol_checks
 
-REPORT_FIGURES = {"random_band", "score_maps", "overlap", "overlap_curves", "random_overlap", "beta_sweep", "k_sweep"}  # plus strips_<setting>
+REPORT_FIGURES = {"random_band", "score_maps", "overlap", "overlap_curves", "random_overlap", "beta_sweep", "k_sweep",
+                  "crossmodel_band", "crossmodel_overlap"}  # plus strips_<setting>
 
 HOW = {
     "protocol": (
@@ -169,7 +170,7 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     from vheads.report._extras import HOW as HOW_CMP
     from vheads.report._extras import comparison_tables
 
-    b = comparison_tables(run.run_dir, run.settings)
+    b = comparison_tables(run.run_dir, run.settings, run.model)
     if b:
         sections.append(Section("comparisons", "Comparing head-sets and settings", HOW_CMP, b))
 
@@ -180,25 +181,37 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     from vheads.report._ood import HOW as HOW_OOD
     from vheads.report._ood import ood_blocks
 
-    b = ood_blocks(run.run_dir)
+    b = ood_blocks(run.run_dir, run.model)
     if b:
         sections.append(Section("ood", "Out-of-domain pointing suite", HOW_OOD, b))
     return sections, warnings
 
 
-def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
+def build_report(run_dir: str | Path, out_dir: str | Path | None = None, model: str = "") -> Path:
     """Build ``report.md``, ``report.html`` and ``figures/*.png`` from ``run_dir``'s results
-    store; returns the path of ``report.html``. Rebuilding replaces the previous report."""
-    run = load_run(run_dir)
+    store (the rows of ``model``, a multi-model run's model name); returns the path of
+    ``report.html``. Rebuilding replaces the previous report. A multi-model run's report is
+    the cross-model one (:func:`vheads.report._crossmodel.build_multi_model_report`), with
+    each model's own report under ``models/<name>/``."""
+    from vheads.report._crossmodel import build_multi_model_report, is_multi_model
+
+    if not model and is_multi_model(run_dir):
+        return build_multi_model_report(run_dir, out_dir)
+    run = load_run(run_dir, model)
     out = make_output_folder(Path(out_dir) if out_dir is not None else Path(run_dir), "pass --out to a writable folder for the report")
     sections, warnings = build_sections(run)
 
     L, H = run.shape
     title = f"vheads report — {run.model_id}"
-    subtitle = (f"Run {Path(run_dir).resolve()} · {len(run.settings)} settings"
+    subtitle = (f"Run {Path(run_dir).resolve()}" + (f" · model {model}" if model else "") + f" · {len(run.settings)} settings"
                 + (f" · {L} layers × {H} heads" if L and H else "")
                 + f" · built {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}")
+    return write_report(out, title, subtitle, warnings, sections)
 
+
+def write_report(out: Path, title: str, subtitle: str, warnings: list[str], sections: list[Section]) -> Path:
+    """Write ``report.md``, ``report.html`` and the figures of ``sections`` into ``out``
+    (replacing a previous report's); returns the path of ``report.html``."""
     figdir = out / "figures"
     figdir.mkdir(exist_ok=True)
     for old in figdir.glob("*.png"):  # a previous report's figures (other files are left alone)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from vheads.evaluation import AUDIT_SETS
 from vheads.store import STORE_NAME, Store
 
 _HEADSET_RE = re.compile(r"^(?P<name>[^@#]+)(?:@k=(?P<k>\d+))?(?:#(?P<draw>\d+))?$")
@@ -106,6 +107,7 @@ class RunData:
     strip_attention: dict[str, dict[tuple[int, int], dict[str, list[float]]]]  # setting -> head -> item -> masses
     nonfinite: int = 0  # outcome rows left out because their value was NaN/inf
     random_overlap: dict[str, list[int]] = field(default_factory=dict)  # setting -> overlap with each uniform draw
+    model: str = ""  # the model's name in a multi-model run's store ('' = a single-model run)
 
     @property
     def model_id(self) -> str:
@@ -193,16 +195,19 @@ def _setting_order(ids: set[str], config_settings: Any) -> list[str]:
     return listed + sorted(ids - set(listed))
 
 
-def load_run(run_dir: str | Path) -> RunData:
-    """Read ``run_dir/results.sqlite`` (read only; nothing is written)."""
+def load_run(run_dir: str | Path, model: str = "") -> RunData:
+    """Read ``run_dir/results.sqlite`` (read only; nothing is written): the rows of
+    ``model`` (a name of a multi-model run's ``models``; '' = a single-model run)."""
     run_dir = Path(run_dir)
     if not (run_dir / STORE_NAME).is_file():
         raise FileNotFoundError(
             f"no results store at {run_dir / STORE_NAME}; pass the run directory a `vheads study` wrote"
         )
-    store = Store(run_dir, readonly=True)
+    store = Store(run_dir, readonly=True, model=model)
     try:
-        return _load(store, run_dir)
+        run = _load(store, run_dir)
+        run.model = model
+        return run
     finally:
         store.close()
 
@@ -291,9 +296,11 @@ def _load(store: Store, run_dir: Path) -> RunData:
         s: {"k": k, "mean": mean, "lo": lo, "hi": hi, "splits": splits}
         for s, k, mean, lo, hi, splits in store.query("SELECT setting, k, mean, lo, hi, splits FROM ceilings")
     }
+    order = [*AUDIT_SETS, "leak"]  # the order the audit runs its sets in (the store keeps no insertion order)
     audit = [
         dict(zip(("name", "n", "mean_p_key", "lo", "hi", "ok"), row))
-        for row in store.query("SELECT name, n, mean_p_key, lo, hi, ok FROM audit ORDER BY rowid")
+        for row in sorted(store.query("SELECT name, n, mean_p_key, lo, hi, ok FROM audit"),
+                          key=lambda r: (order.index(r[0]) if r[0] in order else len(order), r[0]))
     ]
     strips: dict[str, dict[tuple[int, int], dict[str, list[float]]]] = defaultdict(lambda: defaultdict(dict))
     for setting, item_id, layer, head, masses in store.query(

@@ -134,8 +134,8 @@ def mass_table(store: Store, settings: list[str]) -> Table | None:
                  "steering tracks how much a head-set looks at the image, not which heads it holds.", text_cols=2)
 
 
-def comparison_tables(run_dir, settings: list[str]) -> list[Table]:
-    store = Store(run_dir, readonly=True)
+def comparison_tables(run_dir, settings: list[str], model: str = "") -> list[Table]:
+    store = Store(run_dir, readonly=True, model=model)
     try:
         return [t for t in (algebra_table(store), paired_settings_table(store, settings), mass_table(store, settings)) if t]
     finally:

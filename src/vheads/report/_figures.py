@@ -46,19 +46,27 @@ def _png(fig) -> bytes:
 
 
 def random_band_figure(run: RunData, tests: list[str]) -> bytes | None:
-    tests = [t for t in tests if any((s, t) in run.cells for s in run.settings)]
+    return band_figure(run.settings, run.cells, tests)
+
+
+def band_figure(settings: list[str], cells: dict[tuple[str, str], Cell], tests: list[str],
+                shown: tuple[str, ...] = MAIN_CONTROLS) -> bytes | None:
+    """Each row's S against the draws of its ``shown`` controls, one panel per test; rows
+    are ``settings`` (a run's settings, or model · setting labels), ``cells`` keyed
+    ``(row, test)``."""
+    tests = [t for t in tests if any((s, t) in cells for s in settings)]
     if not tests:
         return None
-    settings = [s for s in run.settings if any((s, t) in run.cells for t in tests)]
-    controls = [c for c in MAIN_CONTROLS if any(c in run.cells[(s, t)].controls
-                                                for t in tests for s in settings if (s, t) in run.cells)]
+    settings = [s for s in settings if any((s, t) in cells for t in tests)]
+    controls = [c for c in shown if any(c in cells[(s, t)].controls
+                                        for t in tests for s in settings if (s, t) in cells)]
     n = len(settings)
     fig, axes = plt.subplots(1, len(tests), figsize=(5.2 * len(tests), 0.9 + 0.42 * n), squeeze=False, sharey=True)
     rng = np.random.default_rng(0)  # jitter only
     offsets = {c: (i - (len(controls) - 1) / 2) * 0.28 for i, c in enumerate(controls)}
     for ax, t in zip(axes[0], tests):
         for y, s in enumerate(settings):
-            cell = run.cells.get((s, t))
+            cell = cells.get((s, t))
             if cell is None:
                 continue
             for c in controls:

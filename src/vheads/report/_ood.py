@@ -119,9 +119,9 @@ def ood_task_table(store: Store) -> Table | None:
                  "Gap = S − random, from unrounded values.", text_cols=2)
 
 
-def ood_blocks(run_dir) -> list[Table]:
-    """The pointing-suite tables of a run (empty when it has none)."""
-    store = Store(run_dir, readonly=True)
+def ood_blocks(run_dir, model: str = "") -> list[Table]:
+    """The pointing-suite tables of a run's ``model`` (empty when it has none)."""
+    store = Store(run_dir, readonly=True, model=model)
     try:
         return [t for t in (ood_audit_table(store), ood_pooled_table(store), ood_task_table(store)) if t]
     finally:

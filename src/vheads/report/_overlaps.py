@@ -75,17 +75,16 @@ def overlap_curve_figure(run: RunData) -> bytes | None:
     return _png(fig)
 
 
-def random_overlap_figure(run: RunData) -> bytes | None:
+def native_overlap_bars(run: RunData) -> list[tuple[str, int, list[str], list[float], list[float], list[float]]]:
+    """Fig. 7's bars per corpus with native sets: ``(corpus, k, labels, values, lo, hi)`` —
+    each pair of native sets' overlap, then each native set's overlap with the uniform
+    random draws (mean, min, max over the draws)."""
     settings = _scored(run)
-    groups = []
+    out = []
     for corpus in dict.fromkeys(s.split("-", 1)[0] for s in settings):
         natives = [f"{corpus}-{n}" for n in NATIVE if f"{corpus}-{n}" in settings]
-        if natives and all(n in run.random_overlap for n in natives):
-            groups.append((corpus, natives))
-    if not groups:
-        return None
-    fig, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 2.9), squeeze=False)
-    for ax, (corpus, natives) in zip(axes.flat, groups):
+        if not natives or not all(n in run.random_overlap for n in natives):
+            continue
         labels, vals, lo, hi = [], [], [], []
         for a, b in itertools.combinations(natives, 2):
             ov = len(set(run.discovery[a]["headset"]) & set(run.discovery[b]["headset"]))
@@ -95,12 +94,25 @@ def random_overlap_figure(run: RunData) -> bytes | None:
             r = np.asarray(run.random_overlap[n], dtype=float)
             labels.append(f"{n.split('-', 1)[1]} / random")
             vals.append(r.mean()), lo.append(r.min()), hi.append(r.max())
+        out.append((corpus, int(run.discovery[natives[0]]["k"]), labels, vals, lo, hi))
+    return out
+
+
+def random_overlap_figure(run: RunData) -> bytes | None:
+    return overlap_bars_figure(native_overlap_bars(run))
+
+
+def overlap_bars_figure(groups: list[tuple[str, int, list[str], list[float], list[float], list[float]]]) -> bytes | None:
+    """One panel of bars per ``(title, k, labels, values, lo, hi)`` (see :func:`native_overlap_bars`)."""
+    if not groups:
+        return None
+    fig, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 2.9), squeeze=False)
+    for ax, (corpus, k, labels, vals, lo, hi) in zip(axes.flat, groups):
         x = np.arange(len(labels))
         colors = ["#2e6fb7" if "random" not in lab else "#7f8c8d" for lab in labels]
         ax.bar(x, vals, color=colors)
         err = np.array([np.subtract(vals, lo), np.subtract(hi, vals)])
         ax.errorbar(x, vals, yerr=err, fmt="none", ecolor="black", lw=0.8, capsize=2)
-        k = int(run.discovery[natives[0]]["k"])
         ax.axhline(k, color="#999", lw=0.7, ls=":")
         ax.set_xticks(x, labels, rotation=45, ha="right", fontsize=7)
         ax.set_title(f"{corpus}: top-{k} overlap", fontsize=8.5)

@@ -10,15 +10,16 @@ import hashlib
 import json
 import math
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from vheads._errors import MissingFileError, VheadsError
+from vheads._errors import MissingFileError, VheadsError, safe_name
 from vheads.engine import ROW_GROUPS
 from vheads.evaluation import MAX_R, TESTS
 
 MAX_ITEMS = 1_000_000  # items or splits above this are a typo, not a study
+DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 
 DEFAULT_TOML = '''\
 # vheads study configuration. Every key is optional; these are the defaults.
@@ -30,6 +31,9 @@ device = "cpu"            # cpu | cuda | cuda:N
 device_map = ""           # "" = all on `device`; auto | balanced | sequential (needs accelerate)
 quantization = ""         # "" = none; 4bit | 8bit (bitsandbytes, CUDA only)
 trust_remote_code = false # let the checkpoint run its own Python code
+# models = [{ name = "tiny", model = "tiny" }, { name = "q2", model = "PATH", dtype = "bfloat16" }]
+#                         # several models in one study (instead of model): name, model, revision, dtype, device,
+#                         # device_map, quantization, trust_remote_code (each falls back to the key above)
 
 # discovery: settings = corpora x queries x sources (12 in the full design)
 corpora = ["comics", "photo"]    # comics, photo (built-in), strips:FOLDER, comics:FOLDER, coco:IMAGES[,ANNOTATIONS.json]
@@ -145,6 +149,7 @@ class StudyConfig:
     n_ood: int = 80
     ood_controls: int = 1
     algebra_controls: int = 100
+    models: list[dict[str, str]] = field(default_factory=list)  # several models: see model_entries
     controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99, "attention-matched": 20})
     run: RunConfig = field(default_factory=RunConfig)
     templates: dict[str, str] = field(default_factory=dict)  # only the templates that differ from the defaults
@@ -157,7 +162,10 @@ class StudyConfig:
         return templates_from_dict(self.templates)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not d["models"]:  # a single-model config reads (and is stored) as before models existed
+            d.pop("models")
+        return d
 
     def science_hash(self) -> str:
         """Hash of everything that changes results (not the backend or batching)."""
@@ -319,9 +327,10 @@ def validate(cfg: StudyConfig) -> None:
         bad("run.backend", f"must be local or ray, got {cfg.run.backend!r}")
     if cfg.run.shard_size < 1 or cfg.run.batch_size < 1 or cfg.run.ray_workers < 1 or cfg.run.token_budget < 1:
         bad("run", "shard_size, batch_size, token_budget and ray_workers must be positive")
-    if cfg.dtype not in ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16"):
+    if cfg.dtype not in DTYPES:
         bad("dtype", f"unknown dtype {cfg.dtype!r}")
     _validate_more(cfg, bad)
+    _validate_models(cfg, bad)
 
 
 def _validate_more(cfg: StudyConfig, bad) -> None:
@@ -380,6 +389,76 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
             a = corpus_abbrev(c)
             if a is not None and seen.setdefault(a, c) != c:
                 bad("corpora", f"{seen[a]} and {c} share the setting-id abbreviation {a!r}; set 'abbrev' in a strips.json")
+
+
+# ---- several models in one study -------------------------------------------------------------
+
+#: the keys of one entry of ``models = [...]``; revision, dtype and device default to the
+#: study's top-level keys, every other key (items, controls, seeds, ...) is the study's
+MODEL_KEYS = ("name", "model", "revision", "dtype", "device", "device_map", "quantization", "trust_remote_code")
+#: the keys of a models entry that fall back to the top-level key of the same name
+MODEL_LOADING_KEYS = MODEL_KEYS[2:]
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of a multi-model study; ``name`` (a safe name) scopes its rows in the store
+    and names its report folder ``models/<name>/``."""
+
+    name: str
+    model: str
+    revision: str
+    dtype: str
+    device: str
+    device_map: str = ""
+    quantization: str = ""
+    trust_remote_code: bool = False
+
+
+def model_entries(cfg: StudyConfig) -> list[ModelEntry]:
+    """The study's ``models`` entries, checked (one error naming the entry) and completed
+    with the top-level revision / dtype / device / loading options; ``[]`` for a single-model study."""
+    out: list[ModelEntry] = []
+    for i, e in enumerate(cfg.models):
+        key = f"models[{i}]"
+        if not isinstance(e, dict):
+            raise VheadsError(f"config key {key!r}: expected a table {{ name = ..., model = ... }}, got {e!r:.80}")
+        for k, v in e.items():
+            if k not in MODEL_KEYS:
+                raise VheadsError(f"unknown config key '{key}.{k}'; an entry of 'models' takes {', '.join(MODEL_KEYS)}")
+            want = bool if k == "trust_remote_code" else str
+            if not isinstance(v, want):
+                raise VheadsError(f"config key '{key}.{k}': expected {want.__name__}, got {type(v).__name__} {v!r:.80}")
+        for k in ("name", "model"):
+            if not e.get(k):
+                raise VheadsError(f"config key {key!r}: needs {k!r} (e.g. {{ name = \"tiny\", model = \"tiny\" }})")
+        name = safe_name(e["name"], f"config key '{key}.name'")
+        if any(m.name == name for m in out):
+            raise VheadsError(f"config key 'models': the name {name!r} is used twice; give every model its own name")
+        out.append(ModelEntry(name, e["model"], **{k: e.get(k, getattr(cfg, k)) for k in MODEL_LOADING_KEYS}))
+    return out
+
+
+def model_config(cfg: StudyConfig, entry: ModelEntry) -> StudyConfig:
+    """The single-model study of one entry: what a run of that model alone would use."""
+    return replace(cfg, model=entry.model, models=[], **{k: getattr(entry, k) for k in MODEL_LOADING_KEYS})
+
+
+def _validate_models(cfg: StudyConfig, bad) -> None:
+    """``models``: entries, names, dtypes, devices and loading options (loading itself is
+    checked by the runner)."""
+    if not cfg.models:
+        return
+    if cfg.model != StudyConfig.model:
+        bad("model", f"is {cfg.model!r} but 'models' is set too; name every model in 'models' and drop 'model'")
+    for i, e in enumerate(model_entries(cfg)):
+        if e.dtype not in DTYPES:
+            bad(f"models[{i}].dtype", f"unknown dtype {e.dtype!r}")
+        if any(getattr(e, k) != getattr(cfg, k) for k in ("device", "device_map", "quantization")):
+            try:
+                _validate_more(model_config(cfg, e), bad)
+            except VheadsError as err:
+                raise VheadsError(f"{err} (in models[{i}], {e.name!r})") from None
 
 
 def validate_for_model(cfg: StudyConfig, n_layers: int, n_heads: int) -> None:
@@ -471,4 +550,6 @@ def load_config(path: str | Path | None = None, **overrides) -> StudyConfig:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
             raise VheadsError(f"config file {str(p)!r} is not valid TOML: {e}") from None
     data.update({k: v for k, v in overrides.items() if v is not None})
+    if overrides.get("model") is not None:  # a model given on the command line replaces the config's models
+        data.pop("models", None)
     return config_from_dict(data)

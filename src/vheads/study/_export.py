@@ -1,4 +1,5 @@
-"""Export a run's results store as CSV or Parquet files (one per table)."""
+"""Export a run's results store as CSV or Parquet files (one per table; a multi-model run's
+with a ``model`` column first)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from vheads._errors import make_output_folder
 from vheads._io import atomic_write
-from vheads.store import Store
+from vheads.store import Store, columns
 
 TABLES = ("outcomes", "arms", "discovery", "headsets", "overlap", "ceilings", "random_overlap", "audit", "ood_outcomes",
           "ood_audit")
@@ -20,12 +21,13 @@ def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = N
     out = Path(out) if out else run_dir / "export"
     make_output_folder(out)
     store = Store(run_dir, readonly=True)  # a run on read-only media exports too (with --out elsewhere)
+    multi = store.models() != [""]  # a multi-model run: every model's rows, a model column first
     paths = []
     try:
         for table in TABLES:
-            cur = store.db.execute(f"SELECT * FROM {table}")
-            cols = [d[0] for d in cur.description]
-            rows = cur.fetchall()
+            cols = ["model", *columns(table)] if multi else columns(table)
+            rows = store.query(f"SELECT {', '.join(cols)} FROM main.{table} WHERE model != '' ORDER BY model" if multi
+                               else f"SELECT {', '.join(cols)} FROM {table}")
             if fmt == "csv":
                 p = out / f"{table}.csv"
 

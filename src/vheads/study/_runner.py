@@ -5,6 +5,11 @@ and their random controls → evaluation (one unit per setting × test × item s
 baseline audit → report. Every unit is committed to the store atomically; rerunning the
 same command into the same directory computes only what is missing, and a run directory
 made with a different configuration is refused.
+
+A study of several models (``models = [...]``) runs these stages once per model, in config
+order, into the same run directory and store: each model's rows are scoped by its name
+(:class:`vheads.store.Store`), so it resumes per (model, unit); each model gets a backend of
+its own, whose replicas load that model once. The report is then the cross-model one.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from vheads.evaluation import split_control_name
 from vheads.study._backends import make_backend
 from vheads._errors import VheadsError, path_inside, storage_error
 from vheads._io import atomic_write
-from vheads.study._config import StudyConfig, validate_for_model
+from vheads.study._config import StudyConfig, model_config, model_entries, validate_for_model
 from vheads.study._lock import RunLock
 from vheads.store import Store
 from vheads._seeds import derived_seed
@@ -37,20 +42,24 @@ class StudyResult:
     units_computed: int
 
 
-def preflight_model(cfg: StudyConfig) -> dict:
-    """Check that the model exists and is a supported VLM, without loading weights."""
+def preflight_model(cfg: StudyConfig, key: str = "'model'") -> dict:
+    """Check that the model exists and is a supported VLM, without loading weights
+    (errors name the config ``key``: ``model``, or ``models[i] ('name')``)."""
     from transformers import AutoConfig
 
     from vheads.models import adapter_for, resolve_model_path
 
     path = resolve_model_path(cfg.model)
     try:
-        mc = AutoConfig.from_pretrained(path, revision=cfg.revision or None)
+        mc = AutoConfig.from_pretrained(path, revision=cfg.revision or None, **({"trust_remote_code": True} if cfg.trust_remote_code else {}))
     except Exception as e:  # noqa: BLE001 - the message is what matters
-        raise ValueError(f"config key 'model': cannot load {cfg.model!r}: {str(e).splitlines()[0]}") from None
+        raise VheadsError(f"config key {key}: cannot load {cfg.model!r}: {str(e).splitlines()[0]}") from None
     if getattr(mc, "vision_config", None) is None:
-        raise ValueError(f"config key 'model': {cfg.model!r} is not a vision-language model")
-    adapter = adapter_for(mc.model_type)
+        raise VheadsError(f"config key {key}: {cfg.model!r} is not a vision-language model")
+    try:
+        adapter = adapter_for(mc.model_type)
+    except ValueError as e:
+        raise VheadsError(f"config key {key}: {cfg.model!r}: {e}") from None
     tc = getattr(mc, "text_config", mc)
     return {"n_layers": tc.num_hidden_layers, "n_heads": tc.num_attention_heads, "attention_layers": adapter.attention_layers(tc)}
 
@@ -68,14 +77,20 @@ def _commit(store: Store, run_dir: Path, res: dict) -> None:
     for name, meta in payload.get("strip_meta", {}).items():
         atomic_write(path_inside(strips, f"{name}.json"), lambda fh: fh.write(json.dumps(meta)))
     store.commit_unit(res["unit_id"], res["kind"], res["seconds"], payload["rows"])
-    _log(run_dir, f"done {res['unit_id']}")
+    _log(run_dir, f"done {_logged(store, res['unit_id'])}")
+
+
+def _logged(store: Store, unit_id: str) -> str:
+    """A unit as ``units.log`` names it: ``<model>/<unit_id>`` in a multi-model run."""
+    return f"{store.model}/{unit_id}" if store.model else unit_id
 
 
 def _run_units(store, run_dir, backend, units, desc, progress) -> int:
     done = store.done_units()
     todo = [u for u in units if u["unit_id"] not in done]
+    desc = f"{store.model}: {desc}" if store.model else desc
     bar = tqdm(total=len(units), initial=len(units) - len(todo), desc=desc, unit="unit", disable=not progress)
-    for res in backend.run(todo, on_start=lambda u: _log(run_dir, f"start {u['unit_id']}")):
+    for res in backend.run(todo, on_start=lambda u: _log(run_dir, f"start {_logged(store, u['unit_id'])}")):
         _commit(store, run_dir, res)
         bar.update(1)
     bar.close()
@@ -257,58 +272,70 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
     run_dir = Path(out)
     if run_dir.exists() and not run_dir.is_dir():
         raise VheadsError(f"--out {run_dir} is a file, not a run folder; pass a folder")
-    shape = preflight_model(cfg)
-    validate_for_model(cfg, shape["n_layers"], shape["n_heads"])
+    models = study_models(cfg)
     preflight_data(cfg)  # every photo and corpus read once, before the model or the run directory
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise storage_error(e, run_dir) from None
     with RunLock(run_dir):
-        return _run_locked(cfg, run_dir, shape, progress, report)
+        return _run_locked(cfg, run_dir, models, progress, report)
 
 
-def _run_locked(cfg: StudyConfig, run_dir: Path, shape: dict, progress: bool, report: bool) -> StudyResult:
-    store = Store(run_dir)
+def study_models(cfg: StudyConfig) -> list[tuple[str, StudyConfig, dict]]:
+    """``(name, that model's single-model config, its shape)`` per model of the study —
+    ``[("", cfg, shape)]`` for a single-model study — each checked (loadable, supported,
+    ``k`` within its heads) without loading weights."""
+    entries = model_entries(cfg)
+    if not entries:
+        shape = preflight_model(cfg)
+        validate_for_model(cfg, shape["n_layers"], shape["n_heads"])
+        return [("", cfg, shape)]
+    out = []
+    for i, e in enumerate(entries):
+        mcfg = model_config(cfg, e)
+        shape = preflight_model(mcfg, f"'models[{i}]' ({e.name!r})")
+        try:
+            validate_for_model(mcfg, shape["n_layers"], shape["n_heads"])
+        except VheadsError as err:
+            raise VheadsError(f"{err} (for models[{i}], {e.name!r})") from None
+        out.append((e.name, mcfg, shape))
+    return out
+
+
+def _claim(store: Store, cfg: StudyConfig, run_dir: Path, **meta) -> None:
+    """Refuse a store that holds a run of another configuration; record ``cfg`` (and
+    ``meta``) in a new one."""
     have = store.get_meta("config_hash")
     if have is not None and have != cfg.science_hash():
         store.close()
-        raise ValueError(
+        raise VheadsError(
             f"{run_dir} holds a run of a different configuration (config hash {have}, this one "
             f"{cfg.science_hash()}); choose a new --out directory or delete the old one"
         )
     if have is None:
         store.set_meta(config=json.dumps(cfg.to_dict()), config_hash=cfg.science_hash(), vheads_version=__version__,
-                       model_id=cfg.model, n_layers=str(shape["n_layers"]), n_heads=str(shape["n_heads"]),
-                       attention_layers=json.dumps(list(shape["attention_layers"])))
+                       **meta)
+
+
+def _model_meta(cfg: StudyConfig, shape: dict) -> dict[str, str]:
+    return {"model_id": cfg.model, "n_layers": str(shape["n_layers"]), "n_heads": str(shape["n_heads"]),
+            "attention_layers": json.dumps(list(shape["attention_layers"]))}
+
+
+def _run_locked(cfg: StudyConfig, run_dir: Path, models: list[tuple[str, StudyConfig, dict]], progress: bool,
+                report: bool) -> StudyResult:
+    """Every model's stages in turn (one store; a model's rows scoped by its name), then the report."""
     secs: dict[str, float] = {}
     n_computed = 0
-    backend = make_backend(cfg.to_dict())
-    try:
-        t = time.time()
-        disc = [{"unit_id": f"discovery/{c}/{q}", "kind": "discovery", "corpus": c, "query": q} for c in cfg.corpora for q in cfg.queries]
-        n_computed += _run_units(store, run_dir, backend, disc, "discovery", progress)
-        secs["discovery"] = time.time() - t
-        t = time.time()
-        n_computed += _run_units(store, run_dir, backend, [{"unit_id": "image-mass", "kind": "image-mass"}], "attention", progress)
-        _overlap_stage(store, cfg, shape["attention_layers"])
-        secs["overlap"] = time.time() - t
-        t = time.time()
-        _headset_stage(store, cfg, (shape["n_layers"], shape["n_heads"]), shape["attention_layers"])
-        secs["controls"] = time.time() - t
-        t = time.time()
-        n_computed += _run_units(store, run_dir, backend, _eval_units(store, cfg), "evaluation", progress)
-        secs["evaluation"] = time.time() - t
-        t = time.time()
-        n_computed += _run_units(store, run_dir, backend, [{"unit_id": "audit", "kind": "audit"}], "audit", progress)
-        secs["audit"] = time.time() - t
-        if cfg.ood_tasks:
-            t = time.time()
-            n_computed += _run_units(store, run_dir, backend, _ood_units(store, cfg), "pointing suite", progress)
-            secs["ood"] = time.time() - t
-    finally:
-        backend.close()
-        store.close()
+    if models[0][0]:  # a multi-model run: the run's own rows name its models
+        top = Store(run_dir)
+        _claim(top, cfg, run_dir, models=json.dumps([{"name": n, **_model_meta(m, sh)} for n, m, sh in models]))
+        top.close()
+    for name, mcfg, shape in models:
+        store = Store(run_dir, model=name)
+        _claim(store, mcfg, run_dir, **_model_meta(mcfg, shape))
+        n_computed += _run_model(store, mcfg, run_dir, shape, progress, secs)
     report_path = None
     if report:
         t = time.time()
@@ -316,6 +343,50 @@ def _run_locked(cfg: StudyConfig, run_dir: Path, shape: dict, progress: bool, re
         report_path = build_report_if_available(run_dir)
         secs["report"] = time.time() - t
     return StudyResult(run_dir, report_path, secs, n_computed)
+
+
+def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progress: bool, secs: dict[str, float]) -> int:
+    """One model's stages into its (scoped) ``store``, on a backend of its own: each replica
+    loads the model once. Adds each stage's seconds to ``secs``; closes ``store``."""
+    n_computed = 0
+
+    def timed(stage, t):
+        secs[stage] = secs.get(stage, 0.0) + time.time() - t
+
+    backend = make_backend(cfg.to_dict())
+    try:
+        t = time.time()
+        disc = [{"unit_id": f"discovery/{c}/{q}", "kind": "discovery", "corpus": c, "query": q} for c in cfg.corpora for q in cfg.queries]
+        n_computed += _run_units(store, run_dir, backend, disc, "discovery", progress)
+        timed("discovery", t)
+        t = time.time()
+        n_computed += _run_units(store, run_dir, backend, [{"unit_id": "image-mass", "kind": "image-mass"}], "attention", progress)
+        _overlap_stage(store, cfg, shape["attention_layers"])
+        timed("overlap", t)
+        t = time.time()
+        _headset_stage(store, cfg, (shape["n_layers"], shape["n_heads"]), shape["attention_layers"])
+        timed("controls", t)
+        t = time.time()
+        n_computed += _run_units(store, run_dir, backend, _eval_units(store, cfg), "evaluation", progress)
+        timed("evaluation", t)
+        t = time.time()
+        n_computed += _run_units(store, run_dir, backend, [{"unit_id": "audit", "kind": "audit"}], "audit", progress)
+        timed("audit", t)
+        if cfg.ood_tasks:
+            t = time.time()
+            n_computed += _run_units(store, run_dir, backend, _ood_units(store, cfg), "pointing suite", progress)
+            timed("ood", t)
+    finally:
+        backend.close()
+        store.close()
+    return n_computed
+
+
+def run_finished(store: Store, cfg: StudyConfig) -> bool:
+    """Whether every stage of ``cfg``'s study is in ``store`` (the audit runs after the
+    evaluation; the pointing suite, where configured, last)."""
+    done = store.done_units()
+    return "audit" in done and all(u["unit_id"] in done for u in _ood_units(store, cfg))
 
 
 def build_report_if_available(run_dir: Path, out_dir: Path | None = None) -> Path | None:
