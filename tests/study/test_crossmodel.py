@@ -249,6 +249,10 @@ def test_compare_refuses_runs_it_cannot_put_side_by_side(tmp_path):
         err = [line for line in res.stderr.splitlines() if line.strip()]
         assert res.exit_code == 2 and len(err) == 1 and match in err[0], (runs, res.stderr)
         assert not (tmp_path / "cmp").exists()
+    # how a model is loaded may differ between the runs (a large model in 4-bit, another not)
+    remote = _finished_run(tmp_path / "remote", n_eval=4, model="/elsewhere/other", trust_remote_code=True)
+    res = CliRunner().invoke(app, ["compare", str(a), str(remote), "--out", str(tmp_path / "cmp2")])
+    assert "differ in config key" not in (res.stdout or "") + (res.stderr or ""), res.stderr
 
 
 # ---- end to end: two models of different depths (fast) --------------------------------------
