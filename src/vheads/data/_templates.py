@@ -72,9 +72,10 @@ class Templates:
 DEFAULT_TEMPLATES = Templates()
 
 
-def _fields_of(text: str) -> list[str]:
-    """Placeholder names in ``text`` (``{{`` / ``}}`` are literal braces)."""
-    return [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+def _fields_of(text: str) -> list[tuple[str, str, str | None]]:
+    """``(name, format spec, conversion)`` of each placeholder in ``text`` (``{{`` / ``}}``
+    are literal braces); ValueError on unbalanced braces."""
+    return [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(text) if f is not None]
 
 
 def check_template(key: str, text: object, where: str = "templates") -> str:
@@ -87,10 +88,11 @@ def check_template(key: str, text: object, where: str = "templates") -> str:
         raise TemplateError(f"template {name!r} must be a non-empty string, got {text!r:.80}")
     need = PLACEHOLDERS[key]
     try:
-        found = _fields_of(text)
+        placeholders = _fields_of(text)
     except ValueError as e:  # unbalanced braces
         raise TemplateError(f"template {name!r} is not a valid template ({e}): {text!r:.80}") from None
-    if any(spec or conv for _, f, spec, conv in string.Formatter().parse(text) if f is not None):
+    found = [f for f, _, _ in placeholders]
+    if any(spec or conv for _, spec, conv in placeholders):
         raise TemplateError(f"template {name!r}: write the placeholder plainly, without a format spec or conversion: {text!r:.80}")
     wrong = [f for f in found if f != need]
     if wrong:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from vheads._errors import MissingFileError, VheadsError
 from vheads.store import STORE_NAME, Store
-from vheads.study._config import RunConfig, StudyConfig
+from vheads.study._config import MODEL_LOADING_KEYS, RunConfig, StudyConfig
 from vheads.study._runner import run_finished
 
 #: config keys that may differ between the runs ``compare`` puts side by side (the model and how it runs)
-MODEL_ONLY_KEYS = ("model", "revision", "dtype", "device", "device_map", "quantization", "trust_remote_code", "models", "run")
+MODEL_ONLY_KEYS = ("model", *MODEL_LOADING_KEYS, "models", "run")
 
 
 def _parse_run_arg(arg: str) -> tuple[str | None, Path]:

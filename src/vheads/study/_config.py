@@ -454,7 +454,7 @@ def _validate_models(cfg: StudyConfig, bad) -> None:
     for i, e in enumerate(model_entries(cfg)):
         if e.dtype not in DTYPES:
             bad(f"models[{i}].dtype", f"unknown dtype {e.dtype!r}")
-        if any(getattr(e, k) != getattr(cfg, k) for k in ("device", "device_map", "quantization")):
+        if any(getattr(e, k) != getattr(cfg, k) for k in MODEL_LOADING_KEYS):
             try:
                 _validate_more(model_config(cfg, e), bad)
             except VheadsError as err:
