@@ -1,10 +1,18 @@
 """The vheads attention function, registered through transformers' ``AttentionInterface``.
 
 It is set on the language model only. Layers the active plan does not touch (and every
-forward with no plan) take transformers' plain sdpa path. A touched layer also runs sdpa
-for all rows, then recomputes only the rows the plan acts on, and only for the (batch
-row, head) pairs it acts on, with an explicit softmax (``q_sel @ Kᵀ``), in chunks of rows
-bounded by a logit budget, so no ``[L, H, T, T]`` map ever exists.
+forward with no plan) take transformers' plain sdpa path. In a touched layer, the (batch
+row, head) pairs the plan acts on are recomputed at the rows it acts on, in chunks of rows
+bounded by a logit budget, so no ``[L, H, T, T]`` map ever exists:
+
+- an intervention (mask, steer) runs sdpa on those pairs with an additive mask — the
+  model's causal / padding mask plus the plan's key bias at the acted-on rows;
+- a capture needs the attention weights themselves, so it recomputes every pair with an
+  explicit softmax (``q_sel @ Kᵀ``).
+
+Every other pair keeps sdpa's output. When the plan acts at every query row of a full
+forward (mask / steer at all rows), sdpa runs on the untouched pairs only, so no pair's
+attention is computed twice.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -22,6 +31,7 @@ from vheads.engine._plan import ProbePlan
 NAME = "vheads"
 ROW_CHUNK = 512  # at most this many query rows per explicit-softmax chunk
 CHUNK_ELEMENTS = 1 << 25  # and at most this many logits per chunk (P pairs · rows · Tk): 128 MB in fp32
+HIDDEN = -1e9  # a hidden key's logit in the folded path (:func:`_folded_rows`): its weight underflows to exactly 0
 
 
 @dataclass
@@ -54,45 +64,124 @@ def swap_plan(plan: ProbePlan | None) -> ProbePlan | None:
     return prev
 
 
-def _allowed(attention_mask, bi: torch.Tensor, idx_abs: torch.Tensor, q_off: int, tk: int, device) -> torch.Tensor:
-    """Bool or additive mask of the selected (pair, row)s: [P, Qs, Tk]."""
+def _additive_mask(attention_mask, plan: ProbePlan, bi, hi, idx_abs, q_off: int, tk: int, layer: int) -> torch.Tensor:
+    """The additive logit mask of the (batch row, head) pairs ``(bi, hi)`` [P] at query rows
+    ``idx_abs`` [Qs]: the model's mask (causal when it passes none; padding, sliding window
+    and bidirectional blocks otherwise) plus each intervention's key bias at the rows it acts
+    on. fp32 [P, Qs, Tk], built in one pass where each pair's interventions act at every row
+    of the chunk or at none (the usual case: a row group shared by the batch)."""
+    device = idx_abs.device
     if attention_mask is None:
         k = torch.arange(tk, device=device)
-        return (k[None, :] <= idx_abs[:, None])[None]  # [1, Qs, Tk]: causal
-    am = attention_mask[:, 0, idx_abs - q_off, :tk]  # [B|1, Qs, Tk]
-    return am[bi] if am.shape[0] > 1 else am
-
-
-def _explicit_rows(query, key, value, attention_mask, scaling, plan: ProbePlan, bi, hi, idx_abs, q_off, layer):
-    """Softmax attention with the plan's biases for the (batch row, head) pairs ``(bi, hi)``
-    [P] at query rows ``idx_abs`` [Qs].
-
-    Returns (output [P, Qs, D], probs [P, Qs, Tk]).
-    """
-    tk = key.shape[2]
-    groups = query.shape[1] // key.shape[1]
-    q_sel = query[bi, hi][:, idx_abs - q_off].float()  # [P, Qs, D]
-    k = key[bi, hi // groups, :tk].float()  # [P, Tk, D] (GQA: query head h reads KV head h // groups)
-    v = value[bi, hi // groups, :tk].float()
-    logits = torch.matmul(q_sel, k.transpose(-1, -2)) * scaling  # [P, Qs, Tk]
-    allowed = _allowed(attention_mask, bi, idx_abs, q_off, tk, query.device)
-    if allowed.dtype == torch.bool:
-        logits = logits.masked_fill(~allowed, float("-inf"))
+        base = torch.zeros(1, len(idx_abs), tk, device=device).masked_fill_(k[None, None, :] > idx_abs[None, :, None], float("-inf"))
     else:
-        logits = logits + allowed.float()
-    rows_cpu = idx_abs.cpu()
+        am = attention_mask[:, 0, idx_abs - q_off, :tk]  # [B|1, Qs, Tk]
+        base = torch.zeros(am.shape, device=device).masked_fill_(~am, float("-inf")) if am.dtype == torch.bool else am.float()
+        if base.shape[0] > 1:
+            base = base[bi]  # [P, Qs, Tk]
+    bi_c, hi_c, rows_c = bi.cpu(), hi.cpu(), idx_abs.cpu()
+    per_pair = torch.zeros(len(bi), tk)  # [P, Tk]: key bias of the interventions acting at every row
+    by_row = []  # (on [P, Qs], bias [P, Tk]) of the others
     for iv in plan.interventions:
-        heads = iv.heads[:, layer].to(query.device)[bi, hi]  # [P]
+        heads = iv.heads[:, layer][bi_c, hi_c]  # [P]
         if not heads.any():
             continue
-        rows = iv.rows[:, rows_cpu].to(query.device)[bi]  # [P, Qs]
-        on = heads[:, None] & rows  # [P, Qs]
-        bias = iv.key_bias[:, :tk].to(query.device)[bi]  # [P, Tk]
-        logits = torch.where(on[..., None], logits + bias[:, None, :], logits)
-    probs = torch.softmax(logits, dim=-1)
-    probs = torch.nan_to_num(probs, nan=0.0)  # a row with every key hidden attends nowhere
-    out = torch.matmul(probs, v).to(query.dtype)  # [P, Qs, D]
-    return out, probs
+        on = heads[:, None] & iv.rows[:, rows_c][bi_c]  # [P, Qs]
+        bias = iv.key_bias[:, :tk][bi_c]  # [P, Tk]
+        if bool((on.all(1) | ~on.any(1)).all()):
+            per_pair = torch.where(on[:, :1], per_pair + bias, per_pair)
+        else:
+            by_row.append((on.to(device), bias.to(device)))
+    mask = base + per_pair.to(device)[:, None, :]
+    for on, bias in by_row:
+        mask = torch.where(on[..., None], mask + bias[:, None, :], mask)
+    return mask
+
+
+def _causal_keys(attention_mask, e: int) -> torch.Tensor | None:
+    """Which keys each batch row may see, [B|1, e] bool, when the model's mask over the first
+    ``e`` positions is causal ∧ key-visible (padding only: no sliding window, no bidirectional
+    block) at every real row; else None. Rows at hidden positions are padding, whose output
+    no real row reads, so they are not compared."""
+    if attention_mask.dtype != torch.bool or attention_mask.shape[1] != 1:
+        return None
+    am = attention_mask[:, 0, :e, :e]  # [B|1, e, e]
+    visible = am.diagonal(dim1=-2, dim2=-1)  # [B|1, e]: a real token sees itself; a padded key is hidden from every row
+    causal = torch.ones(e, e, dtype=torch.bool, device=am.device).tril()
+    agree = (am == (causal[None] & visible[:, None, :])).all(-1) | ~visible  # [B|1, e]
+    return visible if bool(agree.all()) else None
+
+
+def _folded_bias(attention_mask, is_causal: bool, plan: ProbePlan, bi, hi, e: int, layer: int) -> torch.Tensor | None:
+    """The whole additive mask of the pairs ``(bi, hi)`` [P] over rows and keys [0, e) as one
+    key bias per pair, [P, e] (hidden keys at :data:`HIDDEN`), when it is one: the model's
+    mask is causal ∧ key-visible, and each intervention acting on a pair acts at every row
+    from the first key it biases on (rows before it cannot see those keys). Else None."""
+    visible = None
+    if attention_mask is not None:
+        visible = _causal_keys(attention_mask, e)
+        if visible is None:
+            return None
+    elif not is_causal:
+        return None
+    bi_c, hi_c = bi.cpu(), hi.cpu()
+    q = torch.arange(e)
+    bias = torch.zeros(len(bi), e)
+    for iv in plan.interventions:
+        heads = iv.heads[:, layer][bi_c, hi_c]  # [P]
+        if not heads.any():
+            continue
+        kb = iv.key_bias[:, :e][bi_c]  # [P, e]
+        first = torch.where(kb != 0, q, e).amin(1)  # [P]: the first key it biases
+        if not bool((iv.rows[:, :e][bi_c] | (q[None] < first[:, None]) | ~heads[:, None]).all()):
+            return None
+        bias = torch.where(heads[:, None], bias + kb, bias)
+    bias = bias.clamp(min=HIDDEN).to(bi.device)
+    if visible is not None:
+        bias = bias + torch.where(visible[bi] if visible.shape[0] > 1 else visible, 0.0, HIDDEN)
+    return bias
+
+
+def _folded_rows(query, key, value, bi, hi, bias, scaling) -> torch.Tensor:
+    """Attention of the pairs ``(bi, hi)`` at rows [0, e) under a causal mask and the key
+    bias ``bias`` [P, e]: the bias rides in an extra feature of the keys (the queries
+    carry 1 there), so sdpa runs with its causal kernel and no [e, e] mask exists.
+    (Features padded by 8 keep the fused kernels' head-size rules.) fp32 [P, e, D]."""
+    P, e = bias.shape
+    D = query.shape[-1]
+    groups = query.shape[1] // key.shape[1]
+    pad = query.new_zeros(P, e, 8, dtype=torch.float32)
+    q = torch.cat([query[bi, hi, :e].float(), pad], -1)
+    k = torch.cat([key[bi, hi // groups, :e].float(), pad], -1)
+    v = torch.cat([value[bi, hi // groups, :e].float(), pad], -1)
+    q[..., D] = 1.0
+    k[..., D] = bias / scaling
+    out = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], is_causal=True, scale=scaling)[:, 0, :, :D]
+    first = torch.where(bias > HIDDEN / 2, torch.arange(e, device=bias.device), e).amin(1)  # [P]: the first key left visible
+    return out.masked_fill((torch.arange(e, device=bias.device)[None] < first[:, None])[..., None], 0.0)  # such rows attend nowhere
+
+
+def _pair_rows(x: torch.Tensor, bi, hi, rows) -> torch.Tensor:
+    """``x`` [B, H, T, D] at pairs ``(bi, hi)`` [P] and positions ``rows`` [Qs] (a slice
+    when they are consecutive): fp32 [P, Qs, D]."""
+    if len(rows) and int(rows[-1] - rows[0]) == len(rows) - 1:
+        return x[bi, hi, int(rows[0]) : int(rows[0]) + len(rows)].float()
+    return x[bi[:, None], hi[:, None], rows[None, :]].float()
+
+
+def _masked_rows(q_sel, k_sel, v_sel, mask, scaling) -> torch.Tensor:
+    """sdpa of one head per pair: ``q_sel`` [P, Qs, D], ``k_sel``/``v_sel`` [P, Tk, D],
+    ``mask`` [P, Qs, Tk] additive. A row with every key hidden attends nowhere (output 0)."""
+    out = F.scaled_dot_product_attention(q_sel[:, None], k_sel[:, None], v_sel[:, None], attn_mask=mask[:, None], scale=scaling)[:, 0]
+    return torch.nan_to_num(out, nan=0.0)
+
+
+def _explicit_rows(q_sel, k_sel, v_sel, mask, scaling) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same as :func:`_masked_rows` with an explicit softmax, for captures, which read
+    the attention weights: (output [P, Qs, D], probs [P, Qs, Tk])."""
+    logits = torch.matmul(q_sel, k_sel.transpose(-1, -2)) * scaling + mask  # [P, Qs, Tk]
+    probs = torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0)  # a row with every key hidden attends nowhere
+    return torch.matmul(probs, v_sel), probs
 
 
 def _pairs(plan: ProbePlan, layer: int, B: int, H: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,18 +200,9 @@ def _pairs(plan: ProbePlan, layer: int, B: int, H: int, device) -> tuple[torch.T
     return bi.to(device), hi.to(device)
 
 
-def vheads_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """query [B, H, Tq, D]; key/value [B, Hkv, Tk, D]; returns ([B, Tq, H, D], None)."""
-    out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    plan = _STATE.plan
-    layer = getattr(module, "layer_idx", None)
-    if plan is None or layer is None or not plan.touches_layer(layer):
-        return out, None
-    if scaling is None:
-        scaling = query.shape[-1] ** -0.5
-    B, H, tq, _ = query.shape
-    tk = key.shape[2]
-    q_off = tk - tq  # absolute position of query row 0 (a prefix cache sits before it)
+def _local_rows(plan: ProbePlan, layer: int, q_off: int, tq: int) -> torch.Tensor:
+    """The absolute query rows of this forward that layer ``layer`` recomputes: where an
+    intervention acts on some head of the layer, or a capture reads. [Qs] long."""
     local = torch.zeros(plan.interventions[0].rows.shape[1] if plan.interventions else plan.captures[0].rows.shape[1], dtype=torch.bool)
     for iv in plan.interventions:
         if iv.heads[:, layer].any():
@@ -131,31 +211,64 @@ def vheads_attention(module, query, key, value, attention_mask, dropout=0.0, sca
         local |= c.rows.any(0)
     local[:q_off] = False
     local[q_off + tq :] = False
-    idx_all = local.nonzero().flatten()
-    if len(idx_all) == 0:
-        return out, None
+    return local.nonzero().flatten()
+
+
+def vheads_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """query [B, H, Tq, D]; key/value [B, Hkv, Tk, D]; returns ([B, Tq, H, D], None)."""
+    plan = _STATE.plan
+    layer = getattr(module, "layer_idx", None)
+    if plan is None or layer is None or not plan.touches_layer(layer):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    if scaling is None:
+        scaling = query.shape[-1] ** -0.5
+    B, H, tq, _ = query.shape
+    tk = key.shape[2]
+    q_off = tk - tq  # absolute position of query row 0 (a prefix cache sits before it)
+    idx_all = _local_rows(plan, layer, q_off, tq)
     bi, hi = _pairs(plan, layer, B, H, query.device)
-    if len(bi) == 0:
-        return out, None
+    if len(idx_all) == 0 or len(bi) == 0:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     out = out.clone()
-    chunk = max(1, min(ROW_CHUNK, CHUNK_ELEMENTS // (len(bi) * tk)))
+    if not plan.captures and q_off == 0:
+        e = int(idx_all[-1]) + 1
+        is_causal = kwargs.get("is_causal")
+        bias = _folded_bias(attention_mask, getattr(module, "is_causal", True) if is_causal is None else is_causal, plan, bi, hi, e, layer)
+        if bias is not None:
+            out[bi, :e, hi] = _folded_rows(query, key, value, bi, hi, bias, scaling).to(out.dtype)  # out [B, Tq, H, D] ← [P, e, D]
+            return out, None
+    groups = H // key.shape[1]
+    k_sel = key[bi, hi // groups].float()  # [P, Tk, D] (GQA: query head h reads KV head h // groups)
+    v_sel = value[bi, hi // groups].float()
+    rows_per_chunk = CHUNK_ELEMENTS // (len(bi) * tk)
+    chunk = max(1, min(ROW_CHUNK, rows_per_chunk) if plan.captures else rows_per_chunk)
     for start in range(0, len(idx_all), chunk):
         idx_abs = idx_all[start : start + chunk].to(query.device)
-        o, probs = _explicit_rows(query, key, value, attention_mask, scaling, plan, bi, hi, idx_abs, q_off, layer)
-        out[bi[:, None], (idx_abs - q_off)[None, :], hi[:, None]] = o  # out [B, Tq, H, D] ← o [P, Qs, D]
+        q_sel = _pair_rows(query, bi, hi, idx_abs - q_off)  # [P, Qs, D]
+        mask = _additive_mask(attention_mask, plan, bi, hi, idx_abs, q_off, tk, layer)
         if not plan.captures:
-            continue
-        probs = probs.view(B, H, len(idx_abs), tk)  # captures recompute every pair, b-major
-        for c in plan.captures:
-            w = c.rows[:, idx_abs.cpu()].float().to(query.device)  # [B, Qs]
-            if not w.any():
-                continue
-            g = c.groups[:, :, :tk].float().to(query.device)  # [B, G, Tk]
-            per_row = torch.einsum("bhqt,bgt->bhqg", probs, g)  # [B, H, Qs, G]
-            n_rows = c.rows.sum(1).float().to(query.device)  # [B]
-            mass = torch.einsum("bhqg,bq->bhg", per_row, w) / n_rows[:, None, None]
-            _STATE.results[c.name][:, layer] += mass.float().cpu()
+            o = _masked_rows(q_sel, k_sel, v_sel, mask, scaling)
+        else:
+            o, probs = _explicit_rows(q_sel, k_sel, v_sel, mask, scaling)
+            _add_captures(probs.view(B, H, len(idx_abs), tk), idx_abs, layer)  # captures recompute every pair, b-major
+        out[bi[:, None], (idx_abs - q_off)[None, :], hi[:, None]] = o.to(out.dtype)  # out [B, Tq, H, D] ← o [P, Qs, D]
     return out, None
+
+
+def _add_captures(probs: torch.Tensor, idx_abs: torch.Tensor, layer: int) -> None:
+    """Add the region mass of ``probs`` [B, H, Qs, Tk] (query rows ``idx_abs``) to every
+    capture of the active plan."""
+    tk = probs.shape[-1]
+    for c in _STATE.plan.captures:
+        w = c.rows[:, idx_abs.cpu()].float().to(probs.device)  # [B, Qs]
+        if not w.any():
+            continue
+        g = c.groups[:, :, :tk].float().to(probs.device)  # [B, G, Tk]
+        per_row = torch.einsum("bhqt,bgt->bhqg", probs, g)  # [B, H, Qs, G]
+        n_rows = c.rows.sum(1).float().to(probs.device)  # [B]
+        mass = torch.einsum("bhqg,bq->bhg", per_row, w) / n_rows[:, None, None]
+        _STATE.results[c.name][:, layer] += mass.float().cpu()
 
 
 def register() -> None:
