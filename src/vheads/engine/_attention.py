@@ -64,6 +64,42 @@ def swap_plan(plan: ProbePlan | None) -> ProbePlan | None:
     return prev
 
 
+def _model_mask(attention_mask, idx_abs, q_off: int, tk: int) -> torch.Tensor:
+    """The model's own mask at query rows ``idx_abs`` [Qs], additive fp32 [B|1, Qs, Tk]
+    (causal when the model passes none)."""
+    device = idx_abs.device
+    if attention_mask is None:
+        k = torch.arange(tk, device=device)
+        return torch.zeros(1, len(idx_abs), tk, device=device).masked_fill_(k[None, None, :] > idx_abs[None, :, None], float("-inf"))
+    am = attention_mask[:, 0, idx_abs - q_off, :tk]  # [B|1, Qs, Tk]
+    return torch.zeros(am.shape, device=device).masked_fill_(~am, float("-inf")) if am.dtype == torch.bool else am.float()
+
+
+def _capture_rows(query, key, attention_mask, scaling, idx_abs, q_off: int, layer: int) -> None:
+    """A plan that only captures: the attention weights of every (batch row, head) at query
+    rows ``idx_abs`` [Qs], added to the plan's captures; sdpa's output stands as it is. The
+    query heads of one KV head are read as one block (no copy of the keys)."""
+    B, H, _, D = query.shape
+    hkv, tk = key.shape[1], key.shape[2]
+    q = _rows_of_heads(query, idx_abs - q_off).float().reshape(B, hkv, -1, D)  # [B, Hkv, g·Qs, D] (GQA: head h reads KV head h // g)
+    logits = torch.matmul(q, key.float().transpose(-1, -2)).view(B, H, len(idx_abs), tk) * scaling
+    probs = torch.softmax(logits + _model_mask(attention_mask, idx_abs, q_off, tk)[:, None], dim=-1)
+    _add_captures(torch.nan_to_num(probs, nan=0.0), idx_abs, layer)
+
+
+def _span(rows: torch.Tensor) -> slice | None:
+    """``rows`` [Qs] (ascending) as a slice when they are consecutive, else None."""
+    if len(rows) and int(rows[-1] - rows[0]) == len(rows) - 1:
+        return slice(int(rows[0]), int(rows[0]) + len(rows))
+    return None
+
+
+def _rows_of_heads(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``x`` [B, H, T, D] at positions ``rows`` [Qs]: [B, H, Qs, D]."""
+    span = _span(rows)
+    return x[:, :, span] if span is not None else x[:, :, rows]
+
+
 def _additive_mask(attention_mask, plan: ProbePlan, bi, hi, idx_abs, q_off: int, tk: int, layer: int) -> torch.Tensor:
     """The additive logit mask of the (batch row, head) pairs ``(bi, hi)`` [P] at query rows
     ``idx_abs`` [Qs]: the model's mask (causal when it passes none; padding, sliding window
@@ -71,14 +107,9 @@ def _additive_mask(attention_mask, plan: ProbePlan, bi, hi, idx_abs, q_off: int,
     on. fp32 [P, Qs, Tk], built in one pass where each pair's interventions act at every row
     of the chunk or at none (the usual case: a row group shared by the batch)."""
     device = idx_abs.device
-    if attention_mask is None:
-        k = torch.arange(tk, device=device)
-        base = torch.zeros(1, len(idx_abs), tk, device=device).masked_fill_(k[None, None, :] > idx_abs[None, :, None], float("-inf"))
-    else:
-        am = attention_mask[:, 0, idx_abs - q_off, :tk]  # [B|1, Qs, Tk]
-        base = torch.zeros(am.shape, device=device).masked_fill_(~am, float("-inf")) if am.dtype == torch.bool else am.float()
-        if base.shape[0] > 1:
-            base = base[bi]  # [P, Qs, Tk]
+    base = _model_mask(attention_mask, idx_abs, q_off, tk)
+    if base.shape[0] > 1:
+        base = base[bi]  # [P, Qs, Tk]
     bi_c, hi_c, rows_c = bi.cpu(), hi.cpu(), idx_abs.cpu()
     per_pair = torch.zeros(len(bi), tk)  # [P, Tk]: key bias of the interventions acting at every row
     by_row = []  # (on [P, Qs], bias [P, Tk]) of the others
@@ -162,11 +193,9 @@ def _folded_rows(query, key, value, bi, hi, bias, scaling) -> torch.Tensor:
 
 
 def _pair_rows(x: torch.Tensor, bi, hi, rows) -> torch.Tensor:
-    """``x`` [B, H, T, D] at pairs ``(bi, hi)`` [P] and positions ``rows`` [Qs] (a slice
-    when they are consecutive): fp32 [P, Qs, D]."""
-    if len(rows) and int(rows[-1] - rows[0]) == len(rows) - 1:
-        return x[bi, hi, int(rows[0]) : int(rows[0]) + len(rows)].float()
-    return x[bi[:, None], hi[:, None], rows[None, :]].float()
+    """``x`` [B, H, T, D] at pairs ``(bi, hi)`` [P] and positions ``rows`` [Qs]: fp32 [P, Qs, D]."""
+    span = _span(rows)
+    return (x[bi, hi, span] if span is not None else x[bi[:, None], hi[:, None], rows[None, :]]).float()
 
 
 def _masked_rows(q_sel, k_sel, v_sel, mask, scaling) -> torch.Tensor:
@@ -230,6 +259,11 @@ def vheads_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     if len(idx_all) == 0 or len(bi) == 0:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    if not plan.interventions:
+        chunk = max(1, min(ROW_CHUNK, CHUNK_ELEMENTS // (B * H * tk)))
+        for start in range(0, len(idx_all), chunk):
+            _capture_rows(query, key, attention_mask, scaling, idx_all[start : start + chunk].to(query.device), q_off, layer)
+        return out, None
     out = out.clone()
     if not plan.captures and q_off == 0:
         e = int(idx_all[-1]) + 1
