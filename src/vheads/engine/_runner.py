@@ -32,6 +32,7 @@ from transformers.cache_utils import DynamicLayer
 
 from vheads.engine._attention import active_plan, install
 from vheads.engine._layers import decoder_layers, shared_layers
+from vheads.engine._memory import keep_freed_memory
 from vheads.engine._plan import Capture, Intervention, ProbePlan
 from vheads.models import LoadedModel, Prompt
 
@@ -130,6 +131,8 @@ class Engine:
         self.lm = lm
         self.batching = batching or Batching()
         install(lm.model)
+        if torch.device(lm.device).type == "cpu":
+            keep_freed_memory()
 
     @property
     def shape(self) -> tuple[int, int]:
