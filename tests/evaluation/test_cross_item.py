@@ -54,7 +54,8 @@ def test_cross_item_probes_equal_per_item_probes(loaded, family):
     assert len({p.layout.n_tokens for p in prompts}) == 3  # mixed lengths
     hs = _headsets(lm.n_layers, lm.n_heads)
     full = [Action("mask", rows="all"), Action("steer", rows="all", target="left", beta=3.0), Action("mask", rows="image", keys="right")]
-    prefix = [Action("mask", rows="question"), Action("steer", rows="last", target="left", beta=3.0), Action("mask", rows="last", keys="text")]
+    prefix = [Action("mask", rows="question"), Action("steer", rows="last", target="left", beta=3.0), Action("mask", rows="last", keys="text"),
+              Action("mask", rows="all", keys="text")]  # acts at every row, but no row before the question sees a question key
     for actions in (full, prefix):  # without, then with a shared prefix per item
         probes = [Probe(pr, None) for pr in prompts] + [Probe(pr, a, hs) for pr in prompts for a in actions]
         eng.batching = Batching(cross_item=False)
@@ -172,3 +173,43 @@ def test_cross_item_with_qwen3_vl_deepstack_features(tmp_path):
     together = run_probes(eng, probes)
     assert max(np.abs(a - b).max() for a, b in zip(alone, together)) <= 1e-5
     assert max(np.abs(alone[i] - alone[3 + i]).max() for i in range(3)) > 1e-4  # hiding the image moves P: not vacuous
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl", "llava"])
+def test_hiding_the_question_at_every_row_shares_the_prefix_before_the_question(loaded, family):
+    """No row before the question's first token sees a question key (causal text), so the
+    text arm's mask at all rows runs the system prompt and image once per item: equal to the
+    same probes run without a prefix."""
+    lm = loaded[family]
+    eng = Engine(lm)
+    calls = _counting(eng)
+    prompts = [lm.adapter.build(it, lm.processor) for it in _items()]
+    hs = _headsets(lm.n_layers, lm.n_heads)
+    probes = [Probe(pr, Action("mask", rows="all", keys="text"), hs) for pr in prompts]
+    for pb in probes:
+        spans = pb.prompt.layout.spans
+        assert pb.first_row() == min(spans["question"] + spans["options"])  # the first question token
+    shared = run_probes(eng, probes)
+    assert all(p > 0 for _, _, p, _ in calls)
+    whole = run_probes(eng, probes, prefix_reuse=False)
+    for a, b in zip(shared, whole):
+        assert np.abs(a - b).max() <= 1e-5
+    assert max(np.abs(a - run_probes(eng, [Probe(pr, None)])[0]).max() for a, pr in zip(whole, prompts)) > 1e-4  # it acted
+
+
+def test_a_plan_first_changes_the_first_acted_row_after_its_first_biased_key():
+    from vheads.engine import ProbePlan, mask_keys
+
+    B, L, H, T = 2, 2, 2, 10
+    heads = torch.zeros(B, L, H, dtype=torch.bool)
+    heads[:, 1, 0] = True
+    rows = torch.ones(B, T, dtype=torch.bool)
+    keys = torch.zeros(B, T, dtype=torch.bool)
+    keys[0, 6:8] = True
+    keys[1, 4] = True
+    assert ProbePlan(B, L, H, [mask_keys(heads, rows, keys)]).first_row() == 4  # batch row 1's key
+    later = rows.clone()
+    later[:, :5] = False
+    assert ProbePlan(B, L, H, [mask_keys(heads, later, keys)]).first_row() == 5  # acts from row 5 only
+    none = torch.zeros(B, T, dtype=torch.bool)
+    assert ProbePlan(B, L, H, [mask_keys(heads, rows, none)]).first_row() == 10**9  # hides nothing: changes nothing

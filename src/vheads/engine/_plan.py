@@ -100,10 +100,15 @@ class ProbePlan:
                 raise ValueError(f"capture {c.name!r} selects no query row for some batch row")
 
     def first_row(self) -> int:
-        """The first absolute position any action acts at (for prefix reuse)."""
+        """The first absolute position any action can change (for prefix reuse): a row it
+        acts at, at or after the first key it biases in that batch row (the language model
+        is causal outside image blocks: an earlier row sees none of the biased keys)."""
         first = []
         for iv in self.interventions:
-            active = iv.rows & iv.heads.any(dim=(1, 2))[:, None]
+            T = iv.rows.shape[1]
+            biased = iv.key_bias != 0  # [B, T]
+            first_key = torch.where(biased.any(1), biased.float().argmax(1), T)  # [B]
+            active = iv.rows & iv.heads.any(dim=(1, 2))[:, None] & (torch.arange(T)[None] >= first_key[:, None])
             if active.any():
                 first.append(int(active.any(0).nonzero()[0]))
         for c in self.captures:

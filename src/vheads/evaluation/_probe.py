@@ -86,10 +86,16 @@ class Probe:
         return iv.rows[0], iv.key_bias[0]
 
     def first_row(self) -> int:
-        """The first row the action acts at (the last row for a baseline: it needs only the
-        last row's logits, so everything before it is a shareable prefix)."""
-        rows, _ = self.factors()
-        on = rows.nonzero()
+        """The first row the action can change: the first row it acts at that comes after the
+        first key it biases (the language model is causal outside image blocks, so a row
+        before every biased key sees none of them: hiding the question's tokens at every row
+        leaves the system prompt and the image a shareable prefix). The last row for a
+        baseline, or an action that biases no key: it needs only the last row's logits."""
+        rows, bias = self.factors()
+        biased = (bias != 0).nonzero()
+        if not len(biased):
+            return self.prompt.layout.last
+        on = (rows & (torch.arange(len(rows)) >= int(biased[0]))).nonzero()
         return int(on[0]) if len(on) else self.prompt.layout.last
 
 
