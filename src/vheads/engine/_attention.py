@@ -155,19 +155,27 @@ def _folded_bias(attention_mask, is_causal: bool, plan: ProbePlan, bi, hi, e: in
             return None
     elif not is_causal:
         return None
-    bi_c, hi_c = bi.cpu(), hi.cpu()
     q = torch.arange(e)
-    bias = torch.zeros(len(bi), e)
+    acting = []  # (heads [B, H], key bias [B, e]) of each intervention acting in this layer
     for iv in plan.interventions:
-        heads = iv.heads[:, layer][bi_c, hi_c]  # [P]
+        heads = iv.heads[:, layer]
         if not heads.any():
             continue
-        kb = iv.key_bias[:, :e][bi_c]  # [P, e]
-        first = torch.where(kb != 0, q, e).amin(1)  # [P]: the first key it biases
-        if not bool((iv.rows[:, :e][bi_c] | (q[None] < first[:, None]) | ~heads[:, None]).all()):
+        kb = iv.key_bias[:, :e]
+        first = torch.where(kb != 0, q, e).amin(1)  # [B]: the first key it biases
+        if not bool((iv.rows[:, :e] | (q[None] < first[:, None]) | ~heads.any(1)[:, None]).all()):
             return None
-        bias = torch.where(heads[:, None], bias + kb, bias)
-    bias = bias.clamp(min=HIDDEN).to(bi.device)
+        acting.append((heads, kb))
+    bi_c = bi.cpu()
+    if len(acting) == 1:  # every touched pair is this intervention's: one bias per batch row
+        bias = acting[0][1].clamp(min=HIDDEN)[bi_c]
+    else:
+        hi_c = hi.cpu()
+        bias = torch.zeros(len(bi), e)
+        for heads, kb in acting:
+            bias = torch.where(heads[bi_c, hi_c][:, None], bias + kb[bi_c], bias)
+        bias = bias.clamp(min=HIDDEN)
+    bias = bias.to(bi.device)
     if visible is not None:
         bias = bias + torch.where(visible[bi] if visible.shape[0] > 1 else visible, 0.0, HIDDEN)
     return bias
@@ -189,7 +197,9 @@ def _folded_rows(query, key, value, bi, hi, bias, scaling) -> torch.Tensor:
     k[..., D] = bias / scaling
     out = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], is_causal=True, scale=scaling)[:, 0, :, :D]
     first = torch.where(bias > HIDDEN / 2, torch.arange(e, device=bias.device), e).amin(1)  # [P]: the first key left visible
-    return out.masked_fill((torch.arange(e, device=bias.device)[None] < first[:, None])[..., None], 0.0)  # such rows attend nowhere
+    if bool((first > 0).any()):  # rows before it see no key: they attend nowhere
+        out = out.masked_fill((torch.arange(e, device=bias.device)[None] < first[:, None])[..., None], 0.0)
+    return out
 
 
 def _pair_rows(x: torch.Tensor, bi, hi, rows) -> torch.Tensor:

@@ -91,7 +91,7 @@ class ProbePlan:
                     f"intervention heads have shape {tuple(iv.heads.shape)}; this model and batch need "
                     f"({self.batch_size}, {self.n_layers}, {self.n_heads})"
                 )
-            if self.attention_layers is not None:
+            if self.attention_layers is not None and len(self.attention_layers) < self.n_layers:  # a hybrid model
                 check_attention_layers(iv.heads.any(dim=(0, 2)).nonzero().flatten().tolist(), self.attention_layers, self.n_layers)
         for c in self.captures:
             if c.rows.shape[0] != self.batch_size or c.groups.shape[0] != self.batch_size:
