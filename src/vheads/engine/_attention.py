@@ -1,18 +1,23 @@
 """The vheads attention function, registered through transformers' ``AttentionInterface``.
 
 It is set on the language model only. Layers the active plan does not touch (and every
-forward with no plan) take transformers' plain sdpa path. In a touched layer, the (batch
-row, head) pairs the plan acts on are recomputed at the rows it acts on, in chunks of rows
-bounded by a logit budget, so no ``[L, H, T, T]`` map ever exists:
+forward with no plan) take transformers' plain sdpa path. A touched layer runs that path
+too, then recomputes the (batch row, head) pairs the plan acts on, at the rows it acts on;
+no ``[L, H, T, T]`` map ever exists:
 
-- an intervention (mask, steer) runs sdpa on those pairs with an additive mask — the
-  model's causal / padding mask plus the plan's key bias at the acted-on rows;
-- a capture needs the attention weights themselves, so it recomputes every pair with an
-  explicit softmax (``q_sel @ Kᵀ``).
+- an intervention (mask, steer) acting at every row of a full forward, from the first key
+  it biases on, under a causal ∧ key-padding mask (checked against the mask transformers
+  passes): the key bias and the padding ride in one extra key feature, so sdpa runs with
+  its causal kernel and no mask at all (:func:`_folded_rows`) — mask / steer at all rows,
+  most of a study;
+- any other intervention (some rows, a prefix cache, a sliding window, a bidirectional
+  image block): sdpa over those rows with an fp32 additive mask, built in chunks of rows
+  bounded by a logit budget (:func:`_additive_mask`);
+- a capture needs the attention weights themselves: a plan that only captures reads them
+  for the captured rows in one block per KV head and leaves sdpa's output as it is; with
+  interventions too, every pair is recomputed with an explicit softmax (``q_sel @ Kᵀ``).
 
-Every other pair keeps sdpa's output. When the plan acts at every query row of a full
-forward (mask / steer at all rows), sdpa runs on the untouched pairs only, so no pair's
-attention is computed twice.
+Every other pair keeps sdpa's output.
 """
 
 from __future__ import annotations
