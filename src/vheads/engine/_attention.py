@@ -31,7 +31,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from vheads.engine._plan import ProbePlan
+from vheads.engine._plan import ProbePlan, first_biased_key
 
 NAME = "vheads"
 ROW_CHUNK = 512  # at most this many query rows per explicit-softmax chunk
@@ -167,7 +167,7 @@ def _folded_bias(attention_mask, is_causal: bool, plan: ProbePlan, bi, hi, e: in
         if not heads.any():
             continue
         kb = iv.key_bias[:, :e]
-        first = torch.where(kb != 0, q, e).amin(1)  # [B]: the first key it biases
+        first = first_biased_key(kb)  # [B]
         if not bool((iv.rows[:, :e] | (q[None] < first[:, None]) | ~heads.any(1)[:, None]).all()):
             return None
         acting.append((heads, kb))

@@ -18,6 +18,14 @@ from vheads.models import check_attention_layers
 ROW_GROUPS = ("all", "image", "question", "last")
 
 
+def first_biased_key(key_bias: torch.Tensor) -> torch.Tensor:
+    """The first position each batch row's key bias is non-zero at (``key_bias`` [B, T]): [B]
+    long, T where it biases no key. The language model is causal outside image blocks, so no
+    row before that position sees a biased key: the intervention cannot change it."""
+    T = key_bias.shape[1]
+    return torch.where(key_bias != 0, torch.arange(T, device=key_bias.device), T).amin(1)
+
+
 @dataclass
 class Intervention:
     """Add ``key_bias[b, t]`` to the logits of head (l, h) at query row q when
@@ -105,10 +113,8 @@ class ProbePlan:
         is causal outside image blocks: an earlier row sees none of the biased keys)."""
         first = []
         for iv in self.interventions:
-            T = iv.rows.shape[1]
-            biased = iv.key_bias != 0  # [B, T]
-            first_key = torch.where(biased.any(1), biased.float().argmax(1), T)  # [B]
-            active = iv.rows & iv.heads.any(dim=(1, 2))[:, None] & (torch.arange(T)[None] >= first_key[:, None])
+            after = torch.arange(iv.rows.shape[1])[None] >= first_biased_key(iv.key_bias)[:, None]  # [B, T]
+            active = iv.rows & iv.heads.any(dim=(1, 2))[:, None] & after
             if active.any():
                 first.append(int(active.any(0).nonzero()[0]))
         for c in self.captures:

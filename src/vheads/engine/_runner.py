@@ -131,7 +131,7 @@ class Engine:
         self.lm = lm
         self.batching = batching or Batching()
         install(lm.model)
-        if torch.device(lm.device).type == "cpu":
+        if lm.device.type == "cpu":
             keep_freed_memory()
 
     @property

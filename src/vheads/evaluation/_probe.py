@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from vheads.engine import Engine, Intervention, RowBatch, mask_keys, pack, positions_mask, row_mask, steer_keys
 from vheads.engine import can_split
+from vheads.engine._plan import first_biased_key
 from vheads.evaluation._headsets import HeadSet
 from vheads.models import Prompt
 
@@ -92,10 +93,7 @@ class Probe:
         leaves the system prompt and the image a shareable prefix). The last row for a
         baseline, or an action that biases no key: it needs only the last row's logits."""
         rows, bias = self.factors()
-        biased = (bias != 0).nonzero()
-        if not len(biased):
-            return self.prompt.layout.last
-        on = (rows & (torch.arange(len(rows)) >= int(biased[0]))).nonzero()
+        on = (rows & (torch.arange(len(rows)) >= first_biased_key(bias[None])[0])).nonzero()
         return int(on[0]) if len(on) else self.prompt.layout.last
 
 
