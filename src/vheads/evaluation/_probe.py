@@ -19,8 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vheads.engine import Engine, Intervention, RowBatch, mask_keys, pack, positions_mask, row_mask, steer_keys
-from vheads.engine import can_split
-from vheads.engine._plan import first_biased_key
+from vheads.engine import can_split, first_biased_key
 from vheads.evaluation._headsets import HeadSet
 from vheads.models import Prompt
 
