@@ -10,7 +10,10 @@ import pytest
 from vheads.engine import _memory
 
 _PROBE = r"""
-import importlib.util, json, resource, sys
+import ctypes, importlib.util, json, resource, sys
+# no transparent huge pages: a 2 MB page would serve 512 small pages' faults at once, and
+# whether the kernel has one free at the moment would decide the count (a flaky test)
+ctypes.CDLL(None, use_errno=True).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
 import torch
 spec = importlib.util.spec_from_file_location("_memory", sys.argv[2])  # the module alone, without transformers
 memory = importlib.util.module_from_spec(spec)

@@ -34,6 +34,7 @@ from vheads.engine._attention import active_plan, install
 from vheads.engine._layers import decoder_layers, shared_layers
 from vheads.engine._memory import keep_freed_memory
 from vheads.engine._plan import Capture, Intervention, ProbePlan
+from vheads.engine._tail import read_rows_only
 from vheads.models import LoadedModel, Prompt
 
 
@@ -60,13 +61,17 @@ class Batching:
     ``share_layers``: layer-prefix sharing (:mod:`vheads.engine._layers`): in a forward
     without a prefix cache, each decoder layer runs once per distinct hidden state — the
     rows of an item that no intervention has acted on yet share one (environment variable
-    ``VHEADS_SHARE_LAYERS=0`` sets the default to off).
+    ``VHEADS_SHARE_LAYERS=0`` sets the default to off). ``last_layer_rows``: in a forward
+    that reads logits at some rows only and captures nothing, the last decoder layer's
+    query and output projections and MLP run on those rows only (:mod:`vheads.engine._tail`;
+    ``VHEADS_LAST_LAYER_ROWS=0`` sets the default to off).
     """
 
     cross_item: bool = field(default_factory=lambda: os.environ.get("VHEADS_CROSS_ITEM", "1") != "0")
     max_rows: int = 256
     token_budget: int = 1 << 19
     share_layers: bool = field(default_factory=lambda: os.environ.get("VHEADS_SHARE_LAYERS", "1") != "0")
+    last_layer_rows: bool = field(default_factory=lambda: os.environ.get("VHEADS_LAST_LAYER_ROWS", "1") != "0")
 
 
 @dataclass
@@ -218,6 +223,17 @@ class Engine:
             return contextlib.nullcontext()
         return shared_layers(layers, plan, batch.row_items())
 
+    def _read_rows(self, keep, n_positions: int, plan: ProbePlan | None):
+        """The last decoder layer on the read rows ``keep`` only (``Batching.last_layer_rows``),
+        for a forward of ``n_positions`` positions whose plan captures nothing; ``keep`` is
+        ``logits_to_keep`` (an int: every row is read)."""
+        if not self.batching.last_layer_rows or not isinstance(keep, torch.Tensor) or (plan is not None and plan.captures):
+            return contextlib.nullcontext()
+        layers = decoder_layers(self.lm.model)
+        if layers is None:
+            return contextlib.nullcontext()
+        return read_rows_only(layers[-1], keep, n_positions)
+
     @torch.no_grad()
     def run(self, batch: RowBatch, plan: ProbePlan | None = None, logits_at: list[int] | None = None) -> ForwardResult:
         """One forward of ``batch`` under ``plan`` (padded coordinates, batch = ``batch.n_rows``).
@@ -234,15 +250,19 @@ class Engine:
         if plan is not None and plan.batch_size != B:
             raise ValueError(f"plan of batch {plan.batch_size} for a row batch of {B} rows")
         if P > 0:
-            with active_plan(None):
+            # the prefix pass only fills the cache: of its last layer's rows, the one row its logits read
+            with active_plan(None), self._read_rows(torch.tensor([P - 1]), P, None):
                 cache = _prefix_cache(model)
                 model(**self._inputs(batch, "prefix"), cache=cache, use_cache=True, logits_to_keep=1)
             shared = _share_cache(cache, batch.counts)
-            with active_plan(plan) as results:
-                out = model(**self._inputs(batch, "suffix"), cache=shared, use_cache=True, logits_to_keep=_keep(logits_at, P, T))
+            keep = _keep(logits_at, P, T)
+            with active_plan(plan) as results, self._read_rows(keep, T - P, plan):
+                out = model(**self._inputs(batch, "suffix"), cache=shared, use_cache=True, logits_to_keep=keep)
         else:
-            with active_plan(plan) as results, self._shared_vision(batch), self._shared_layers(batch, plan):
-                out = model(**self._inputs(batch, "full"), use_cache=False, logits_to_keep=_keep(logits_at, 0, T))
+            keep = _keep(logits_at, 0, T)
+            with (active_plan(plan) as results, self._shared_vision(batch), self._shared_layers(batch, plan),
+                  self._read_rows(keep, T, plan)):
+                out = model(**self._inputs(batch, "full"), use_cache=False, logits_to_keep=keep)
         logits = out.logits
         if logits_at is not None:
             logits = logits[:, : len(logits_at)]  # the LM head ran on exactly these rows
