@@ -1,16 +1,16 @@
 """Layer-prefix sharing: a decoder layer runs once per distinct hidden state, not once per batch row.
 
-Batch rows of one item (prompt) differ only by their plan. Below the first layer a row's
-plan acts in, ``first[b]``, row b's hidden states equal those of every other row of its
-item that is still unacted on there (the same tokens, positions, image and weights). So
-decoder layer l runs on
-
-    rows(l) = {b : first[b] ≤ l}  ∪  {one representative row per item among b : first[b] > l}
-
-and its output is gathered back to every batch row (row b reads its own output if it is
-acted on by layer l, else its item's representative's). Layer-matched controls act in
-exactly S's layers, so when S has no head in layer 0 its R controls share the layers below
-S's first one. The plan is cut to ``rows(l)`` while the layer runs.
+Batch rows of one item (prompt) differ only by their plan. The hidden state a row leaves
+decoder layer l with depends on its item, and on its plan only through the heads the plan
+acts on in layers 0 … l and what it does to them (the acted rows and the key bias). So two
+rows of one item whose interventions act on the same heads up to layer l, with the same
+rows and key bias — or on no head at all up to l — leave layer l with the same state, and
+layer l runs on one representative row of each such group; its output is gathered back to
+every batch row. Layer-matched controls act in exactly S's layers, so when S has no head in
+layer 0 its R controls share the layers below S's first one; and controls that agree on
+S's lower layers (a layer-matched draw differs from another in each layer's few free heads)
+share every layer up to the first one where they differ. The plan is cut to the
+representatives while the layer runs.
 
 Exact up to float rounding: every operation of a decoder layer is independent across batch
 rows, so only the BLAS blocking of a smaller batch can change the last bits
@@ -29,23 +29,41 @@ from vheads.engine._attention import swap_plan
 from vheads.engine._plan import ProbePlan
 
 
-def distinct_rows(first: torch.Tensor, items: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+def action_ids(plan: ProbePlan) -> torch.Tensor:
+    """For each batch row and intervention, an id shared by the rows whose intervention acts
+    at the same query rows with the same key bias: [B, n_interventions] long."""
+    ids = [torch.unique(torch.cat([iv.rows.float(), iv.key_bias.float()], 1), dim=0, return_inverse=True)[1]
+           for iv in plan.interventions]
+    return torch.stack(ids, 1) if ids else torch.zeros(plan.batch_size, 0, dtype=torch.long)
+
+
+def distinct_rows(plan: ProbePlan, items: torch.Tensor, layer: int, actions: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The batch rows decoder layer ``layer`` must compute, and where each row reads its output.
 
-    ``first`` [B]: the first layer each row is acted on at; ``items`` [B]: each row's item.
-    Returns ``(keep [B'], src [B])``, ``keep`` ascending: the layer runs on rows ``keep`` and
-    row b's output is the computed row ``src[b]``; None when every row must be computed.
+    ``items`` [B]: each row's item; ``actions``: :func:`action_ids` of ``plan`` (computed
+    here when not given). Rows of one item share a group when each intervention acts on the
+    same heads in layers 0 … ``layer`` and, if it acts on any, with the same action id.
+    Returns ``(keep [B'], src [B])``, ``keep`` ascending (the first row of each group): the
+    layer runs on rows ``keep`` and row b's output is the computed row ``src[b]``; None when
+    every row must be computed.
     """
-    B = len(first)
-    order = torch.arange(B)
-    own = first <= layer  # [B] rows acted on at this layer or below: their own states
-    idle = torch.where(own, B, order)  # [B] an unacted row's own index, B otherwise
-    rep = torch.full((int(items.max()) + 1,), B, dtype=torch.long).scatter_reduce(0, items, idle, "amin")  # [U]
-    reads = torch.where(own, order, rep[items])  # [B] the row whose state row b takes
-    keep = torch.unique(reads)  # [B'] sorted
-    if len(keep) == B:
+    B = plan.batch_size
+    if actions is None:
+        actions = action_ids(plan)
+    parts = [items[:, None].long()]
+    for i, iv in enumerate(plan.interventions):
+        heads = iv.heads[:, : layer + 1].reshape(B, -1)  # [B, (layer + 1) · H]
+        acted = heads.any(1)
+        parts += [torch.where(acted, actions[:, i], -1)[:, None], heads.long()]
+    group = torch.unique(torch.cat(parts, 1), dim=0, return_inverse=True)[1]  # [B]
+    first = torch.full((int(group.max()) + 1,), B, dtype=torch.long).scatter_reduce(0, group, torch.arange(B), "amin")
+    if len(first) == B:
         return None
-    return keep, torch.searchsorted(keep, reads)
+    keep, order = torch.sort(first)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order))
+    return keep, rank[group]
 
 
 def _rows_of(x, keep: torch.Tensor, B: int):
@@ -63,11 +81,11 @@ def shared_layers(layers, plan: ProbePlan, items: torch.Tensor):
     """Run each decoder layer of ``layers`` (the language model's, in order) on the distinct
     rows of ``plan``'s batch only (module docstring); ``items`` [B]: each row's item."""
     B = plan.batch_size
-    first = plan.first_layers()  # [B]
+    actions = action_ids(plan)
     hooks = []
     try:
         for layer_idx, layer in enumerate(layers):
-            cut = distinct_rows(first, items, layer_idx)
+            cut = distinct_rows(plan, items, layer_idx, actions)
             if cut is None:
                 continue
             keep, src = cut

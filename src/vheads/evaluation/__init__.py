@@ -9,7 +9,7 @@ from vheads.evaluation._headsets import HeadSet, default_k
 from vheads.evaluation._metrics import (
     Outcomes, baseline_audit, cers, distractor_cell, head_attention_mass, ncs, ncs_grid, text_arm,
 )
-from vheads.evaluation._probe import Action, option_probs
+from vheads.evaluation._probe import Action, ProbeMemo, option_probs, prompt_digest
 from vheads.evaluation._run import (
     AUDIT_SETS, TEST_SETS, TESTS, HeadsetResult, audit_sets, check_request, evaluate_headsets, item_sets, run_test,
 )
@@ -21,7 +21,7 @@ from vheads.evaluation._stats import (
 __all__ = [
     "AUDIT_SETS", "HeadsetResult", "TESTS", "TEST_SETS", "audit_sets", "check_request", "evaluate_headsets", "item_sets",
     "run_test",
-    "Action", "BootstrapInterval", "CONTROLS", "MAX_R", "Control", "ControlDraws", "ControlRequest", "Fallback", "HeadSet",
+    "Action", "ProbeMemo", "prompt_digest", "BootstrapInterval", "CONTROLS", "MAX_R", "Control", "ControlDraws", "ControlRequest", "Fallback", "HeadSet",
     "Holm", "Interval", "Outcomes", "PairedT", "RankP", "Spearman", "ZScore", "any_layer_controls",
     "attention_matched_controls", "baseline_audit", "bootstrap_ci", "bootstrap_diff_ci", "welch_interval", "cers", "default_k", "distractor_cell",
     "draw_controls", "get_control", "head_attention_mass", "holm", "layer_matched_controls", "ncs", "ncs_grid", "option_probs",

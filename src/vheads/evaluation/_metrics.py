@@ -17,7 +17,7 @@ from PIL import Image
 from vheads.data import OPTION_LETTERS, Item
 from vheads.engine import Engine
 from vheads.evaluation._headsets import HeadSet
-from vheads.evaluation._probe import Action, Probe, run_probes
+from vheads.evaluation._probe import Action, Probe, ProbeMemo, run_probes
 
 
 def _check_items(items: list[Item], what: str) -> None:
@@ -59,7 +59,8 @@ class Outcomes:
 
 
 def cers(engine: Engine, items: list[Item], headsets: list[HeadSet], beta: float = 1e4, rows: str = "all",
-         symmetric: bool = False, seed: int = 0, batch_size: int = 64, progress: bool = False) -> Outcomes:
+         symmetric: bool = False, seed: int = 0, batch_size: int = 64, progress: bool = False,
+         memo: ProbeMemo | None = None) -> Outcomes:
     """Steerability on 2x2 grids whose four cells show the four options.
 
     ``CERS = mean_items [ P(c | steer S→c) − P(c | steer S→d) ]`` with c the target cell, d a
@@ -75,7 +76,7 @@ def cers(engine: Engine, items: list[Item], headsets: list[HeadSet], beta: float
     prompts = [engine.lm.adapter.build(it, engine.lm.processor) for it in items]
     cells = [(it.target, distractor_cell(it, seed)) for it in items]
     probes = [Probe(pr, Action("steer", rows=rows, target=cell, beta=beta), headsets) for pr, cd in zip(prompts, cells) for cell in cd]
-    p = run_probes(engine, probes, max_rows=batch_size, progress=progress, desc="CERS")  # per item: steer onto c, steer onto d
+    p = run_probes(engine, probes, max_rows=batch_size, progress=progress, desc="CERS", memo=memo)  # per item: steer onto c, steer onto d
     one = np.zeros((len(headsets), len(items)))  # P(c | S→c) − P(c | S→d)
     sym = np.zeros((len(headsets), len(items)))  # its average with P(d | S→d) − P(d | S→c)
     for i, (it, (c, d)) in enumerate(zip(items, cells)):
@@ -89,7 +90,7 @@ def cers(engine: Engine, items: list[Item], headsets: list[HeadSet], beta: float
     return Outcomes("cers", one, [it.id for it in items], {"cers-sym": sym})
 
 
-def _drops(engine, items, headsets, action, batch_size, progress, desc, cache=None):
+def _drops(engine, items, headsets, action, batch_size, progress, desc, cache=None, memo=None):
     """``P_base(key) − P_masked(key)`` per head-set and item.
 
     ``cache`` (a dict the caller keeps) holds each item's prompt and baseline P by item id,
@@ -100,7 +101,7 @@ def _drops(engine, items, headsets, action, batch_size, progress, desc, cache=No
             cache[it.id] = (engine.lm.adapter.build(it, engine.lm.processor), None)
     need = list(dict.fromkeys(it.id for it in items if cache[it.id][1] is None))  # baselines not run yet
     probes = [Probe(cache[iid][0], None) for iid in need] + [Probe(cache[it.id][0], action, headsets) for it in items]
-    p = run_probes(engine, probes, max_rows=batch_size, progress=progress, desc=desc)
+    p = run_probes(engine, probes, max_rows=batch_size, progress=progress, desc=desc, memo=memo)
     for iid, base in zip(need, p):
         cache[iid] = (cache[iid][0], base[0])
     drops = np.zeros((len(headsets), len(items)))
@@ -111,26 +112,29 @@ def _drops(engine, items, headsets, action, batch_size, progress, desc, cache=No
 
 
 def ncs(engine: Engine, matched: list[Item], mismatched: list[Item], headsets: list[HeadSet], rows: str = "all",
-        keys: str = "image", batch_size: int = 64, progress: bool = False, cache: dict | None = None) -> Outcomes:
+        keys: str = "image", batch_size: int = 64, progress: bool = False, cache: dict | None = None,
+        memo: ProbeMemo | None = None) -> Outcomes:
     """Necessity with matched and mismatched arms.
 
     ``drop = P_base(key) − P_masked(key)``, mask = S hidden from ``keys`` (default all image
     tokens) at ``rows`` (default all rows); ``NCS = mean drop_matched − mean drop_mismatched``
     (generic damage cancels). ``values`` holds the matched drops minus the mismatched arm's
     mean drop per head-set, so the item mean of ``values`` is NCS; both arms are in ``detail``.
-    Pass the same ``cache`` dict to calls on the same items to reuse their baselines.
+    Pass the same ``cache`` dict to calls on the same items to reuse their baselines, and a
+    ``memo`` (:class:`vheads.evaluation.ProbeMemo`) to every test of a model to skip rows
+    already run (every test takes one).
     """
     _check_items(matched, "NCS matched arm")
     _check_items(mismatched, "NCS mismatched arm")
     action = Action("mask", rows=rows, keys=keys)
-    dm = _drops(engine, matched, headsets, action, batch_size, progress, "NCS matched", cache)
-    dx = _drops(engine, mismatched, headsets, action, batch_size, progress, "NCS mismatched", cache)
+    dm = _drops(engine, matched, headsets, action, batch_size, progress, "NCS matched", cache, memo)
+    dx = _drops(engine, mismatched, headsets, action, batch_size, progress, "NCS mismatched", cache, memo)
     values = dm - dx.mean(axis=1, keepdims=True)
     return Outcomes(f"ncs-{rows}", values, [it.id for it in matched], {"drop_matched": dm, "drop_mismatched": dx})
 
 
 def ncs_grid(engine: Engine, items: list[Item], headsets: list[HeadSet], rows: str = "all", seed: int = 0,
-             batch_size: int = 64, progress: bool = False) -> Outcomes:
+             batch_size: int = 64, progress: bool = False, memo: ProbeMemo | None = None) -> Outcomes:
     """Region contrast on 2x2 grids whose question names the target cell c:
     ``P(c | hide R_d from S) − P(c | hide R_c from S)``."""
     _check_items(items, "NCS_grid")
@@ -138,7 +142,7 @@ def ncs_grid(engine: Engine, items: list[Item], headsets: list[HeadSet], rows: s
     cells = [(it.target, distractor_cell(it, seed)) for it in items]
     # per item: hide R_d, hide R_c
     p = run_probes(engine, [Probe(pr, Action("mask", rows=rows, keys=cell), headsets) for pr, (c, d) in zip(prompts, cells) for cell in (d, c)],
-                   max_rows=batch_size, progress=progress, desc="NCS_grid")
+                   max_rows=batch_size, progress=progress, desc="NCS_grid", memo=memo)
     vals = np.zeros((len(headsets), len(items)))
     for i, (it, (c, d)) in enumerate(zip(items, cells)):
         lc = _cell_letter(it, c)
@@ -146,11 +150,12 @@ def ncs_grid(engine: Engine, items: list[Item], headsets: list[HeadSet], rows: s
     return Outcomes("ncs-grid", vals, [it.id for it in items], {})
 
 
-def text_arm(engine: Engine, items: list[Item], headsets: list[HeadSet], batch_size: int = 64, progress: bool = False) -> Outcomes:
+def text_arm(engine: Engine, items: list[Item], headsets: list[HeadSet], batch_size: int = 64, progress: bool = False,
+             memo: ProbeMemo | None = None) -> Outcomes:
     """Drop in P(key) on text-solvable items when S is hidden from the question and option
     tokens at all rows: a head-set that is only generically important drops here too."""
     _check_items(items, "text arm")
-    drops = _drops(engine, items, headsets, Action("mask", rows="all", keys="text"), batch_size, progress, "text arm")
+    drops = _drops(engine, items, headsets, Action("mask", rows="all", keys="text"), batch_size, progress, "text arm", memo=memo)
     return Outcomes("text", drops, [it.id for it in items], {})
 
 

@@ -12,6 +12,7 @@ once per item when the row group allows it (``question`` and ``last``).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,18 +97,114 @@ class Probe:
         return int(on[0]) if len(on) else self.prompt.layout.last
 
 
+class ProbeMemo:
+    """Option probabilities of probe rows already run, looked up by (prompt, action, head-set).
+
+    The tests of a study ask for many rows again: every setting runs the same evaluation
+    items, controls of settings whose heads lie in the same layers draw many of the same
+    head-sets, and the β sweep repeats the main β. Pass one memo to the calls of one model
+    (:func:`run_probes` and the tests take ``memo``): a row found in it is not run again.
+    A prompt is known by a digest of its model inputs and layout, not by its item id, so two
+    items that only share an id never share a row. The rows equal those a new forward gives,
+    up to the float rounding of another batch composition (≤ 1e-5 in fp32,
+    tests/evaluation/test_probe_memo.py). At most ``max_rows`` rows are kept, the oldest
+    dropped first (about 150 bytes a row).
+    """
+
+    def __init__(self, max_rows: int = 1_000_000):
+        if max_rows < 1:
+            raise ValueError(f"a probe memo keeps at least one row, got max_rows={max_rows}")
+        self.max_rows = max_rows
+        self.rows: dict[bytes, bytes] = {}  # key digest -> four float64 probabilities
+        self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def keys(self, probe: Probe, prompt_digest: bytes, headset_keys: dict[int, bytes]) -> list[bytes]:
+        """The key of each of ``probe``'s rows."""
+        if probe.action is None or not probe.headsets:
+            return [hashlib.blake2b(prompt_digest + b"baseline", digest_size=16).digest()]
+        head = prompt_digest + repr(probe.action).encode()
+        return [hashlib.blake2b(head + headset_keys[id(hs)], digest_size=16).digest() for hs in probe.headsets]
+
+    def get(self, key: bytes) -> np.ndarray | None:
+        row = self.rows.get(key)
+        return None if row is None else np.frombuffer(row, dtype=np.float64)
+
+    def put(self, key: bytes, row: np.ndarray) -> None:
+        if key not in self.rows and len(self.rows) >= self.max_rows:
+            del self.rows[next(iter(self.rows))]  # dicts keep insertion order: the oldest row
+        self.rows[key] = np.asarray(row, dtype=np.float64).tobytes()
+
+
+def prompt_digest(prompt: Prompt) -> bytes:
+    """A digest of what a prompt's forwards depend on: every model input (name, dtype, shape,
+    values) and its layout's positions (image tokens, spans, regions), which actions read."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(prompt.inputs):
+        v = prompt.inputs[name]
+        if isinstance(v, torch.Tensor):
+            v = v.detach().cpu().contiguous()
+            h.update(f"{name}:{v.dtype}:{tuple(v.shape)}".encode())
+            h.update(v.view(torch.uint8).numpy().tobytes() if v.dtype != torch.bool else v.numpy().tobytes())
+        else:
+            h.update(f"{name}:{v!r}".encode())
+    lay = prompt.layout
+    h.update(repr((lay.n_tokens, lay.image_positions.tolist(), sorted(lay.spans.items()),
+                   sorted((k, r.positions.tolist()) for k, r in lay.regions.items()))).encode())
+    return h.digest()
+
+
 def run_probes(engine: Engine, probes: list[Probe], prefix_reuse: bool = True, max_rows: int | None = None,
-               progress: bool = False, desc: str = "forwards") -> list[np.ndarray]:
+               progress: bool = False, desc: str = "forwards", memo: ProbeMemo | None = None) -> list[np.ndarray]:
     """P over the four option letters at each probe's last prompt row: one ``[n_rows, 4]``
     array per probe (row j = head-set j; a baseline gives ``[1, 4]``).
 
     A head-set listed more than once in a probe runs once and its row is copied: controls
     are independent draws, so a small pool repeats (249 layer-matched draws of three heads
     from five free heads of one layer hold at most C(5, 3) = 10 distinct head-sets).
+    With a ``memo`` (:class:`ProbeMemo`), rows it holds are not run again, and the rows run
+    are added to it.
     """
+    if memo is not None:
+        return _run_with_memo(engine, probes, memo, prefix_reuse, max_rows, progress, desc)
     distinct, inverse = _distinct_headsets(probes)
     out = _run_probes(engine, distinct, prefix_reuse, max_rows, progress, desc)
     return [p[inv] for p, inv in zip(out, inverse)]
+
+
+def _run_with_memo(engine, probes: list[Probe], memo: ProbeMemo, prefix_reuse, max_rows, progress, desc) -> list[np.ndarray]:
+    """:func:`run_probes` running only the rows ``memo`` does not hold."""
+    digests: dict[int, bytes] = {}
+    hs_keys: dict[int, bytes] = {}
+    for pb in probes:
+        if id(pb.prompt) not in digests:
+            digests[id(pb.prompt)] = prompt_digest(pb.prompt)
+        for hs in pb.headsets:
+            if id(hs) not in hs_keys:
+                hs_keys[id(hs)] = repr((hs.n_layers, hs.n_heads, hs.heads)).encode()
+    keys = [memo.keys(pb, digests[id(pb.prompt)], hs_keys) for pb in probes]
+    out = [np.zeros((pb.n_rows, 4)) for pb in probes]
+    todo, where = [], []  # probes of the missing rows, and (probe, rows) each fills
+    for i, (pb, ks) in enumerate(zip(probes, keys)):
+        missing = []
+        for j, k in enumerate(ks):
+            row = memo.get(k)
+            if row is None:
+                missing.append(j)
+            else:
+                out[i][j] = row
+        memo.hits += len(ks) - len(missing)
+        memo.misses += len(missing)
+        if missing:
+            todo.append(pb if len(missing) == len(ks) else Probe(pb.prompt, pb.action, [pb.headsets[j] for j in missing]))
+            where.append((i, missing))
+    for (i, missing), p in zip(where, run_probes(engine, todo, prefix_reuse, max_rows, progress, desc)):
+        out[i][missing] = p
+        for j, row in zip(missing, p):
+            memo.put(keys[i][j], row)
+    return out
 
 
 def _distinct_headsets(probes: list[Probe]) -> tuple[list[Probe], list[np.ndarray]]:

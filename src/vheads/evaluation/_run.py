@@ -18,6 +18,7 @@ from vheads._seeds import derived_seed
 from vheads.evaluation._controls import draw_controls, get_control, parse_control_spec
 from vheads.evaluation._headsets import HeadSet
 from vheads.evaluation._metrics import Outcomes, cers, head_attention_mass, ncs, ncs_grid, text_arm
+from vheads.evaluation._probe import ProbeMemo
 from vheads.evaluation._stats import bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score
 
 TESTS = ("cers", "ncs", "ncs-grid", "text")
@@ -97,18 +98,19 @@ def audit_sets(n: int, seed_of: Callable[[str], int], source=None, templates=Non
 
 
 def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float, rows: str, seed: int, batch_size: int,
-             progress: bool = False, cache: dict | None = None) -> Outcomes:
-    """Run ``test`` on ``sets`` (``{kind: items}``, kinds as in :data:`TEST_SETS`)."""
+             progress: bool = False, cache: dict | None = None, memo: ProbeMemo | None = None) -> Outcomes:
+    """Run ``test`` on ``sets`` (``{kind: items}``, kinds as in :data:`TEST_SETS`); ``memo``:
+    rows already run (:class:`vheads.evaluation.ProbeMemo`)."""
     if test in ("cers", "cers-sym"):
         return cers(engine, sets["grid-neutral"], headsets, beta, rows, symmetric=test == "cers-sym", seed=seed,
-                    batch_size=batch_size, progress=progress)
+                    batch_size=batch_size, progress=progress, memo=memo)
     if test == "ncs":
         return ncs(engine, sets["class-matched"], sets["class-mismatched"], headsets, rows=rows, batch_size=batch_size,
-                   progress=progress, cache=cache)
+                   progress=progress, cache=cache, memo=memo)
     if test == "ncs-grid":
-        return ncs_grid(engine, sets["grid-oracle"], headsets, rows, seed=seed, batch_size=batch_size, progress=progress)
+        return ncs_grid(engine, sets["grid-oracle"], headsets, rows, seed=seed, batch_size=batch_size, progress=progress, memo=memo)
     if test == "text":
-        return text_arm(engine, sets["text"], headsets, batch_size=batch_size, progress=progress)
+        return text_arm(engine, sets["text"], headsets, batch_size=batch_size, progress=progress, memo=memo)
     raise ValueError(f"unknown test {test!r}; choose from {', '.join(TESTS)}")
 
 
@@ -162,6 +164,7 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
         # attention-matched / sinks / text-heavy: baseline attention per head on the CERS grids
         inputs = head_attention_mass(engine, item_sets(["grid-neutral"], n, lambda kind: seed)["grid-neutral"])
     results: list[HeadsetResult] = []
+    memo = ProbeMemo()  # head-sets tested together share many control draws
     all_sets = {test: item_sets(TEST_SETS[test], n, lambda kind: seed, source) for test in tests}  # every image opened first
     for test in tests:
         sets = all_sets[test]
@@ -175,7 +178,7 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                     ids.append(f"{req.label}#{i}")
                     hs.append(d)
             out = run_test(engine, test, sets, hs, beta, steer_rows if test.startswith("cers") else rows, seed, batch_size,
-                           progress)
+                           progress, memo=memo)
             T = out.means()
             method, ci, boot = headset_interval(out, 0, seed)
             res = HeadsetResult(name, test if test != "ncs" else f"ncs-{rows}", float(T[0]), ci, outcomes=out,

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from vheads._seeds import derived_seed
-from vheads.evaluation import TEST_SETS, HeadSet, Outcomes, audit_sets, item_sets, run_test
+from vheads.evaluation import TEST_SETS, HeadSet, Outcomes, ProbeMemo, audit_sets, item_sets, run_test
 from vheads.study._config import StudyConfig
 
 ALL_HEADS = "all-heads"  # head-set id of every head (the maximum attainable NCS_grid)
@@ -42,6 +42,7 @@ class UnitComputer:
         self.templates = self.cfg.question_templates
         self._ood: dict[str, dict] = {}  # pointing-suite items by task spec, built once per replica
         self._engine = None
+        self.memo = None  # rows already run on this replica (vheads.evaluation.ProbeMemo), made with the engine
 
     @property
     def engine(self):
@@ -60,6 +61,9 @@ class UnitComputer:
                             quantization=cfg.quantization or None, trust_remote_code=cfg.trust_remote_code)
             run = self.cfg.run
             self._engine = Engine(lm, Batching(cross_item=run.cross_item, max_rows=run.batch_size, token_budget=run.token_budget))
+            # every setting's tests run the same items, and their controls share many head-sets
+            # (VHEADS_PROBE_MEMO=0: run every row)
+            self.memo = ProbeMemo() if os.environ.get("VHEADS_PROBE_MEMO", "1") != "0" else None
         return self._engine
 
     def compute(self, unit: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +149,7 @@ class UnitComputer:
                 # row_group_controls only: it locates the effect, Table 3 tests it
                 keep = every if g == "all" else [
                     j for j, h in enumerate(ids) if h == "S" or h.split("#")[0] in cfg.row_group_controls]
-                res = run_test(eng, "ncs", sets, [hsets[j] for j in keep], cfg.beta, g, cfg.seed, bs, cache=cache)
+                res = run_test(eng, "ncs", sets, [hsets[j] for j in keep], cfg.beta, g, cfg.seed, bs, cache=cache, memo=self.memo)
                 put(f"ncs-{g}", res, keep)
                 for jj, j in enumerate(keep):
                     for arm, key in (("matched", "drop_matched"), ("mismatched", "drop_mismatched")):
@@ -153,7 +157,7 @@ class UnitComputer:
                             out["arms"].append((uid, setting, f"ncs-{g}", ids[j], it.id, arm, float(res.detail[key][jj, i])))
             return {"rows": out}
         res = run_test(eng, test, sets, [hsets[j] for j in every], cfg.beta, cfg.steer_rows if test.startswith("cers") else "all",
-                       cfg.seed, bs)
+                       cfg.seed, bs, memo=self.memo)
         put(test, res, every)
         for other in ("cers", "cers-sym"):  # CERS and symmetric CERS come from the same forwards
             if other in res.detail and other not in cfg.tests:
@@ -164,7 +168,7 @@ class UnitComputer:
                                           if f"layer-matched#{i}" in ids]
             for b in cfg.beta_sweep:
                 put(f"cers@beta={b:g}", run_test(eng, "cers", sets, [hsets[j] for j in at_beta], b, cfg.steer_rows,
-                                                 cfg.seed, bs), at_beta)
+                                                 cfg.seed, bs, memo=self.memo), at_beta)
         return {"rows": out}
 
     # ---- baseline attention per head --------------------------------------------------------
@@ -215,11 +219,12 @@ class UnitComputer:
         key = (unit["unit_id"], unit["task"], unit["setting"])
         rows = []
         if unit["test"] == "cers":
-            res = run_test(eng, "cers", {"grid-neutral": sets["cers"]}, hsets, self.cfg.beta, "all", self.cfg.seed, self.cfg.run.batch_size)
+            res = run_test(eng, "cers", {"grid-neutral": sets["cers"]}, hsets, self.cfg.beta, "all", self.cfg.seed, self.cfg.run.batch_size,
+                           memo=self.memo)
             detail = {"cers": res.values}
         else:
             res = run_test(eng, "ncs", {"class-matched": sets["matched"], "class-mismatched": sets["mismatched"]}, hsets,
-                           self.cfg.beta, "all", self.cfg.seed, self.cfg.run.batch_size)
+                           self.cfg.beta, "all", self.cfg.seed, self.cfg.run.batch_size, memo=self.memo)
             detail = {"ncs-matched": res.detail["drop_matched"], "ncs-mismatched": res.detail["drop_mismatched"]}
         for test, values in detail.items():
             items = sets["cers"] if test == "cers" else sets[test.split("-")[1]]
