@@ -145,7 +145,11 @@ def test_ray_backend_gives_the_same_per_item_results(tiny_random_dirs, reference
     import ray
 
     ray.shutdown()
-    assert outcomes(tmp_path / "ray") == outcomes(ref_out)
+    got, ref = outcomes(tmp_path / "ray"), outcomes(ref_out)
+    assert [r[:4] for r in got] == [r[:4] for r in ref] and got
+    # each replica skips rows it already ran (the probe memo), so a row may come from a
+    # differently composed batch than in the local run: float rounding only
+    assert max(abs(a[4] - b[4]) for a, b in zip(got, ref)) <= 1e-5
 
 
 def test_export_writes_every_table(reference_run, tmp_path):

@@ -53,8 +53,9 @@ class UnitComputer:
             from vheads.models import load_model
 
             if self.cfg.device == "cpu":
-                # the same thread count on every backend gives the same float reductions,
-                # hence bit-identical per-item results locally and on Ray actors
+                # the same thread count on every backend gives the same float reductions
+                # (per-item results then differ only where a replica's probe memo served a
+                # row from another batch: ≤ 1e-5)
                 torch.set_num_threads(self.cfg.run.torch_threads or os.cpu_count() or 1)
             cfg = self.cfg
             lm = load_model(cfg.model, cfg.revision or None, cfg.dtype, cfg.device, device_map=cfg.device_map or None,
