@@ -132,7 +132,10 @@ def sweep_figure(run: RunData, param: str) -> bytes | None:
         ax.grid(alpha=0.25)
     h, lab = axes.flat[0].get_legend_handles_labels()
     fig.legend(h, lab, loc="lower center", ncol=len(h), fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
-    fig.tight_layout(rect=(0, 0.35 / fig.get_figheight(), 1, 1))
+    # fixed margins (inches) for the titles, tick labels and legend: a tight layout would
+    # draw every panel's text once more, which took half of this figure's time
+    w, ht = fig.get_figwidth(), fig.get_figheight()
+    fig.subplots_adjust(left=0.5 / w, right=1 - 0.15 / w, top=1 - 0.3 / ht, bottom=(0.35 + 0.4) / ht, wspace=0.3, hspace=0.7)
     return _png(fig)
 
 
