@@ -123,15 +123,19 @@ def study_entries(study: dict, quick: bool) -> list[dict]:
     cmd = f"python benchmarks/run.py{q} --only study"
     if not study.get("available"):
         return [entry("study cross-item off / on", None, None, "higher", study, cmd, study.get("why", ""))]
-    on, off = study["on"], study["off"]
-    same = f"same outcomes: keys {'equal' if study['same_keys'] else 'DIFFER'}, max |Δ| {study['max_abs_outcome_diff']}"
-    note = (f"{study['config']} study: on {on['total_s']:.0f}s, off {off['total_s']:.0f}s; {same}"
-            + ("; reduced study: no target" if quick else ""))
-    rows = [entry("study cross-item off / on, total", off["total_s"] / on["total_s"], None if quick else STUDY_SPEEDUP_TARGET, "higher", study, cmd, note)]
-    for stage in on["stages_s"]:
-        if stage in off["stages_s"] and on["stages_s"][stage] > 0:
-            rows.append(entry(f"study cross-item off / on, {stage}", off["stages_s"][stage] / on["stages_s"][stage], None, "higher",
-                              {"on_s": on["stages_s"][stage], "off_s": off["stages_s"][stage]}, cmd))
+    on = study["on"]
+    rows = []
+    for arm, what in (("all-off", "speed-ups off / on"), ("off", "cross-item off / on")):
+        other, agree = study[arm], study[f"agree_{arm}"]
+        same = f"same outcomes: keys {'equal' if agree['same_keys'] else 'DIFFER'}, max |Δ| {agree['max_abs_outcome_diff']}"
+        note = (f"{study['config']} study: on {on['total_s']:.0f}s, {arm} {other['total_s']:.0f}s; {same}"
+                + ("; reduced study: no target" if quick else ""))
+        rows.append(entry(f"study {what}, total", other["total_s"] / on["total_s"], None if quick else STUDY_SPEEDUP_TARGET, "higher",
+                          {"on": on, arm: other, **agree}, cmd, note))
+        for stage in on["stages_s"]:
+            if stage in other["stages_s"] and on["stages_s"][stage] > 0:
+                rows.append(entry(f"study {what}, {stage}", other["stages_s"][stage] / on["stages_s"][stage], None, "higher",
+                                  {"on_s": on["stages_s"][stage], f"{arm}_s": other["stages_s"][stage]}, cmd))
     return rows
 
 
