@@ -108,7 +108,7 @@ class ProbeMemo:
     items that only share an id never share a row. The rows equal those a new forward gives,
     up to the float rounding of another batch composition (≤ 1e-5 in fp32,
     tests/evaluation/test_probe_memo.py). At most ``max_rows`` rows are kept, the oldest
-    dropped first (about 150 bytes a row).
+    dropped first (about 170 bytes a row).
     """
 
     def __init__(self, max_rows: int = 1_000_000):
