@@ -238,6 +238,11 @@ def _eval_units(store: Store, cfg: StudyConfig) -> list[dict]:
                 units.append({"unit_id": f"eval/{sid}/{test}/{lo}-{hi}", "kind": "eval", "setting": sid, "test": test,
                               "shard": [lo, hi], "headset_ids": ids, "headsets": heads,
                               "row_groups": ["all"] if algebra else None})
+    # test-major, then shard, then setting: every setting runs a test on the same items, so
+    # consecutive units share prompts and many head-sets, and a replica's probe memo (bounded)
+    # holds what the next unit asks for however large the study
+    rank = {t: i for i, t in enumerate(cfg.tests)}
+    units.sort(key=lambda u: (rank.get(u["test"], len(rank)), u["shard"][0]))
     return units
 
 
