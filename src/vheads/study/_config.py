@@ -78,7 +78,7 @@ backend = "local"         # local | ray
 ray_address = ""          # or the RAY_ADDRESS environment variable; "" = start a local cluster
 ray_workers = 2           # model replicas (actors); one per GPU where there are GPUs
 shard_size = 8            # evaluation items per work unit
-batch_size = 256          # rows (head-sets x items) per batched forward
+batch_size = 512          # rows (head-sets x items) per batched forward
 token_budget = 524288     # and at most rows x padded prompt length positions per forward
 cross_item = true         # rows of different items share a forward (false: one item per forward)
 torch_threads = 0         # CPU threads per model replica; 0 = all cores (same on every backend)
@@ -106,7 +106,7 @@ class RunConfig:
     ray_address: str = ""
     ray_workers: int = 2
     shard_size: int = 8
-    batch_size: int = 256
+    batch_size: int = 512
     token_budget: int = 1 << 19
     cross_item: bool = True
     torch_threads: int = 0
