@@ -18,6 +18,7 @@ from scipy import stats as sps
 
 from vheads._errors import VheadsError
 from vheads.study import Store, StudyConfig, config_from_dict, run_study
+from tests.study.test_study import assert_same_outcomes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -377,7 +378,11 @@ def test_kill_9_then_rerun_equals_an_uninterrupted_multi_model_run(three, tmp_pa
     run_study(config_from_dict(d), out, progress=False, report=False)
     started_after = {line.split()[1] for line in log.read_text().splitlines()[n_lines:] if line.startswith("start")}
     assert not started_after & done_before, "a committed unit was computed again"
-    assert _all_outcomes(out) == _all_outcomes(ref_dir)
+    got, ref = _all_outcomes(out), _all_outcomes(ref_dir)
+    assert got[2] == ref[2]  # the head-sets
+    for a, b in zip(got[:2], ref[:2]):  # the resumed process starts with an empty probe memo: float rounding
+        if a or b:
+            assert_same_outcomes(a, b)
 
 
 @pytest.mark.slow

@@ -33,6 +33,15 @@ def outcomes(run_dir):
         s.close()
 
 
+def assert_same_outcomes(got, ref, tol=1e-5):
+    """The same keys, and values equal up to float rounding: a study replica's probe memo
+    serves rows it ran before, so a resumed run or another backend can take a row from a
+    differently composed batch (P(option) to 1e-5 in fp32, issue #13)."""
+    assert [r[:-1] for r in got] == [r[:-1] for r in ref] and got
+    worst = max(abs(a[-1] - b[-1]) for a, b in zip(got, ref))
+    assert worst <= tol, f"largest difference {worst}"
+
+
 @pytest.fixture(scope="module")
 def reference_run(tiny_random_dirs, tmp_path_factory):
     out = tmp_path_factory.mktemp("ref")
@@ -101,7 +110,7 @@ def test_kill_9_then_rerun_equals_an_uninterrupted_run(tiny_random_dirs, referen
     run_study(config_from_dict(cfg), out, progress=False, report=False)
     started_after = {l.split()[1] for l in log.read_text().splitlines()[n_lines:] if l.startswith("start")}
     assert not (started_after & done_before), "a committed unit was computed again"
-    assert outcomes(out) == outcomes(ref_out)
+    assert_same_outcomes(outcomes(out), outcomes(ref_out))  # the resumed process starts with an empty memo
 
 
 @pytest.mark.parametrize("over,match", [
@@ -145,11 +154,7 @@ def test_ray_backend_gives_the_same_per_item_results(tiny_random_dirs, reference
     import ray
 
     ray.shutdown()
-    got, ref = outcomes(tmp_path / "ray"), outcomes(ref_out)
-    assert [r[:4] for r in got] == [r[:4] for r in ref] and got
-    # each replica skips rows it already ran (the probe memo), so a row may come from a
-    # differently composed batch than in the local run: float rounding only
-    assert max(abs(a[4] - b[4]) for a, b in zip(got, ref)) <= 1e-5
+    assert_same_outcomes(outcomes(tmp_path / "ray"), outcomes(ref_out))  # each replica has its own memo
 
 
 def test_export_writes_every_table(reference_run, tmp_path):
