@@ -75,6 +75,22 @@ def _logits(eng, batch, plan, share):
     return eng.run(batch, plan).logits
 
 
+def _shared_and_plain(eng, batch, plan, watched):
+    """The logits with sharing on, then off, and the rows each ``watched`` layer computed
+    in both forwards (a forward hook registered first sees the layer's own output, before
+    it is gathered)."""
+    seen = []
+    layers = decoder_layers(eng.lm.model)
+    hooks = [layers[i].register_forward_hook(lambda m, a, out: seen.append(_rows(out))) for i in watched]
+    try:
+        shared = _logits(eng, batch, plan, True)
+        plain = _logits(eng, batch, plan, False)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen, shared, plain
+
+
 @pytest.mark.parametrize("family", ["tiny", "qwen3_vl", "qwen2_5_vl", "llava",
                                     *(pytest.param(f, marks=pytest.mark.slow) for f in ("qwen3_5", "gemma3", "gemma4", "internvl", "idefics3"))])
 def test_shared_layers_give_the_logits_of_every_row_computed(loaded, family):
@@ -102,16 +118,7 @@ def test_shared_layers_give_the_logits_of_every_row_computed(loaded, family):
         assert expect[0] < batch.n_rows  # the test is not vacuous
     else:  # the family's layers read other layers' rows (Gemma 4's KV sharing): it opts out
         expect = [batch.n_rows] * 2
-    seen = []
-    layers = decoder_layers(lm.model)
-    # a forward hook registered first sees the layer's own output, before it is gathered
-    hooks = [layers[i].register_forward_hook(lambda m, a, out: seen.append(_rows(out))) for i in (0, lm.n_layers - 1)]
-    try:
-        shared = _logits(eng, batch, plan, True)
-        plain = _logits(eng, batch, plan, False)
-    finally:
-        for h in hooks:
-            h.remove()
+    seen, shared, plain = _shared_and_plain(eng, batch, plan, (0, lm.n_layers - 1))
     assert seen == expect + [batch.n_rows] * 2
     assert torch.isfinite(plain).all()
     torch.testing.assert_close(shared, plain, rtol=0, atol=1e-5)
@@ -163,15 +170,7 @@ def test_rows_acting_alike_up_to_a_layer_share_it(loaded, family):
     regions = list(pr.layout.regions.values())
     target = torch.stack([positions_mask(T, regions[0 if b < 3 else 1].positions) for b in range(6)])  # rows 3-5: another region
     plan = eng.plan(6, [steer_keys(heads, torch.ones(6, T, dtype=torch.bool), target, image, 2.0)])
-    seen = []
-    layers = decoder_layers(lm.model)
-    hooks = [layers[i].register_forward_hook(lambda m, a, out: seen.append(_rows(out))) for i in (att[0], att[-1])]
-    try:
-        shared = _logits(eng, batch, plan, True)
-        plain = _logits(eng, batch, plan, False)
-    finally:
-        for h in hooks:
-            h.remove()
+    seen, shared, plain = _shared_and_plain(eng, batch, plan, (att[0], att[-1]))
     # first attention layer: one row per action (rows 0-2 alike, rows 3-5 alike); last: every row
     assert seen == [2, 6, 6, 6]
     torch.testing.assert_close(shared, plain, rtol=0, atol=1e-5)

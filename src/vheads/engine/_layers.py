@@ -77,38 +77,48 @@ def _rows_of(x, keep: torch.Tensor, B: int):
 
 
 @contextlib.contextmanager
-def shared_layers(layers, plan: ProbePlan, items: torch.Tensor):
-    """Run each decoder layer of ``layers`` (the language model's, in order) on the distinct
-    rows of ``plan``'s batch only (module docstring); ``items`` [B]: each row's item."""
-    B = plan.batch_size
-    actions = action_ids(plan)
+def forward_hooks(entries):
+    """Register ``(module, before, after)`` as forward pre-hook and forward hook (both with
+    kwargs) on each module while the block runs; removed afterwards, whatever happens."""
     hooks = []
     try:
-        for layer_idx, layer in enumerate(layers):
-            cut = distinct_rows(plan, items, layer_idx, actions)
-            if cut is None:
-                continue
-            keep, src = cut
-            sub = plan.select(keep)
-            saved: list = []
-
-            def enter(module, args, kwargs, keep=keep, sub=sub, saved=saved):
-                saved.append(swap_plan(sub))
-                return _rows_of(args, keep, B), {k: _rows_of(v, keep, B) for k, v in kwargs.items()}
-
-            def leave(module, args, kwargs, out, src=src, saved=saved):
-                swap_plan(saved.pop())
-                src_dev = src.to((out[0] if isinstance(out, (tuple, list)) else out).device)
-                if isinstance(out, torch.Tensor):
-                    return out.index_select(0, src_dev)  # [B', T, D] -> [B, T, D]
-                return type(out)(o.index_select(0, src_dev) if isinstance(o, torch.Tensor) and o.dim() >= 2 else o for o in out)
-
-            hooks.append(layer.register_forward_pre_hook(enter, with_kwargs=True))
-            hooks.append(layer.register_forward_hook(leave, with_kwargs=True))
+        for module, before, after in entries:
+            hooks.append(module.register_forward_pre_hook(before, with_kwargs=True))
+            hooks.append(module.register_forward_hook(after, with_kwargs=True))
         yield
     finally:
         for h in hooks:
             h.remove()
+
+
+def shared_layers(layers, plan: ProbePlan, items: torch.Tensor):
+    """Run each decoder layer of ``layers`` (the language model's, in order) on the distinct
+    rows of ``plan``'s batch only (module docstring); ``items`` [B]: each row's item. A
+    context manager."""
+    B = plan.batch_size
+    actions = action_ids(plan)
+    entries = []
+    for layer_idx, layer in enumerate(layers):
+        cut = distinct_rows(plan, items, layer_idx, actions)
+        if cut is None:
+            continue
+        keep, src = cut
+        sub = plan.select(keep)
+        saved: list = []
+
+        def enter(module, args, kwargs, keep=keep, sub=sub, saved=saved):
+            saved.append(swap_plan(sub))
+            return _rows_of(args, keep, B), {k: _rows_of(v, keep, B) for k, v in kwargs.items()}
+
+        def leave(module, args, kwargs, out, src=src, saved=saved):
+            swap_plan(saved.pop())
+            src_dev = src.to((out[0] if isinstance(out, (tuple, list)) else out).device)
+            if isinstance(out, torch.Tensor):
+                return out.index_select(0, src_dev)  # [B', T, D] -> [B, T, D]
+            return type(out)(o.index_select(0, src_dev) if isinstance(o, torch.Tensor) and o.dim() >= 2 else o for o in out)
+
+        entries.append((layer, enter, leave))
+    return forward_hooks(entries)
 
 
 def decoder_layers(model):

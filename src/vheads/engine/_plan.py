@@ -121,18 +121,6 @@ class ProbePlan:
             first.append(int(c.rows.any(0).nonzero()[0]))
         return min(first) if first else 10**9
 
-    def first_layers(self) -> torch.Tensor:
-        """The first layer each batch row is acted on at: [B] long. A row no intervention
-        acts on gets ``n_layers``; a plan that captures reads every layer of every row (0)."""
-        if self.captures:
-            return torch.zeros(self.batch_size, dtype=torch.long)
-        first = torch.full((self.batch_size,), self.n_layers, dtype=torch.long)
-        for iv in self.interventions:
-            on = iv.heads.any(dim=2) & iv.rows.any(dim=1)[:, None]  # [B, L]: row b acted on in layer l
-            layer = torch.where(on, torch.arange(self.n_layers), self.n_layers).amin(dim=1)  # [B]
-            first = torch.minimum(first, layer)
-        return first
-
     def select(self, rows: torch.Tensor) -> "ProbePlan":
         """The plan of batch rows ``rows`` [B'] (long) only, in that order (interventions only)."""
         if self.captures:

@@ -18,9 +18,9 @@ family that already cut its rows, for instance) runs as it is.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
+
+from vheads.engine._layers import forward_hooks
 
 #: the row-wise modules of a decoder layer cut to the read rows, by attribute path
 ROW_MODULES = ("self_attn.q_proj", "self_attn.o_proj", "mlp")
@@ -34,43 +34,37 @@ def _module(layer, path: str):
     return layer
 
 
-@contextlib.contextmanager
 def read_rows_only(layer, rows: torch.Tensor, n_positions: int):
-    """While the block runs, ``layer``'s row-wise modules (:data:`ROW_MODULES`) compute
-    positions ``rows`` [R] (long, in the forward's coordinates) only, of inputs over
-    ``n_positions`` positions; their other rows are zeros."""
-    hooks = []
-    try:
-        for path in ROW_MODULES:
-            module = _module(layer, path)
-            if not isinstance(module, torch.nn.Module):
-                continue
-            cut = []  # per call: the input's batch and positions when it was cut, else None
+    """While the returned context runs, ``layer``'s row-wise modules (:data:`ROW_MODULES`)
+    compute positions ``rows`` [R] (long, in the forward's coordinates) only, of inputs
+    over ``n_positions`` positions; their other rows are zeros."""
+    entries = []
+    for path in ROW_MODULES:
+        module = _module(layer, path)
+        if not isinstance(module, torch.nn.Module):
+            continue
+        cut = []  # per call: the input's batch and positions when it was cut, else None
 
-            def before(module, args, kwargs, cut=cut):
-                x = args[0] if args else kwargs.get("hidden_states", kwargs.get("x"))
-                if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != n_positions:
-                    cut.append(None)
-                    return None
-                cut.append(x.shape[:2])
-                sub = x.index_select(1, rows.to(x.device))
-                if args:
-                    return (sub, *args[1:]), kwargs
-                key = "hidden_states" if "hidden_states" in kwargs else "x"
-                return args, {**kwargs, key: sub}
+        def before(module, args, kwargs, cut=cut):
+            x = args[0] if args else kwargs.get("hidden_states", kwargs.get("x"))
+            if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[1] != n_positions:
+                cut.append(None)
+                return None
+            cut.append(x.shape[:2])
+            sub = x.index_select(1, rows.to(x.device))
+            if args:
+                return (sub, *args[1:]), kwargs
+            key = "hidden_states" if "hidden_states" in kwargs else "x"
+            return args, {**kwargs, key: sub}
 
-            def after(module, args, kwargs, out, cut=cut):
-                shape = cut.pop()
-                if shape is None:
-                    return None
-                y = out[0] if isinstance(out, tuple) else out
-                full = y.new_zeros(*shape, *y.shape[2:])
-                full[:, rows.to(y.device)] = y
-                return (full, *out[1:]) if isinstance(out, tuple) else full
+        def after(module, args, kwargs, out, cut=cut):
+            shape = cut.pop()
+            if shape is None:
+                return None
+            y = out[0] if isinstance(out, tuple) else out
+            full = y.new_zeros(*shape, *y.shape[2:])
+            full[:, rows.to(y.device)] = y
+            return (full, *out[1:]) if isinstance(out, tuple) else full
 
-            hooks.append(module.register_forward_pre_hook(before, with_kwargs=True))
-            hooks.append(module.register_forward_hook(after, with_kwargs=True))
-        yield
-    finally:
-        for h in hooks:
-            h.remove()
+        entries.append((module, before, after))
+    return forward_hooks(entries)
