@@ -60,7 +60,8 @@ class Batching:
     length`` positions per forward (it bounds the hidden states and KV cache held at once).
     ``share_layers``: layer-prefix sharing (:mod:`vheads.engine._layers`): in a forward
     without a prefix cache, each decoder layer runs once per distinct hidden state — the
-    rows of an item that no intervention has acted on yet share one (environment variable
+    rows of an item that act alike up to that layer (same heads, same action, or none yet)
+    share one (environment variable
     ``VHEADS_SHARE_LAYERS=0`` sets the default to off). ``last_layer_rows``: in a forward
     that reads logits at some rows only and captures nothing, the last decoder layer's
     query and output projections and MLP run on those rows only (:mod:`vheads.engine._tail`;
