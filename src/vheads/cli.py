@@ -1,4 +1,10 @@
-"""The ``vheads`` command: a thin layer over the library (each command calls one function)."""
+"""The ``vheads`` command: a thin layer over the library (each command calls one function).
+
+This module and the command modules it mounts import typer and the standard library
+only; each command imports the library it needs (torch, transformers) in its body, so
+``vheads --help``, ``vheads CMD --help`` and a mistyped flag answer at once
+(``tests/test_cli_startup.py``).
+"""
 
 from __future__ import annotations
 
@@ -21,14 +27,8 @@ def main() -> None:
 @app.command()
 def models(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """The supported model families and what each adapter knows."""
-    from vheads.models import ADAPTERS
-
-    seen, rows = set(), []
-    for cls in ADAPTERS.values():
-        if cls in seen:
-            continue
-        seen.add(cls)
-        rows.append(cls().describe())
+    # the shipped copy of vheads.models.describe_adapters() (reading it needs no torch)
+    rows = json.loads((Path(__file__).parent / "models" / "adapters.json").read_text())
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -153,10 +153,10 @@ def report(
     out: Annotated[Optional[Path], typer.Option(help="write the report here (default: RUN_DIR; for a run on read-only media)")] = None,  # noqa: UP007
 ) -> None:
     """Rebuild the report (Markdown + HTML) of a study run from its results store."""
-    from vheads.study import build_report_if_available
-
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
+    from vheads.study import build_report_if_available
+
     path = _fail_clearly(build_report_if_available, run_dir, out)
     typer.echo(f"report: {path}")
 
@@ -168,10 +168,10 @@ def export(
     out: Annotated[Optional[Path], typer.Option(help="output folder (default: RUN_DIR/export)")] = None,  # noqa: UP007
 ) -> None:
     """Export the per-item outcomes and tables of a run as CSV or Parquet."""
-    from vheads.study import export_run
-
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
+    from vheads.study import export_run
+
     for p in _fail_clearly(export_run, run_dir, format, out):
         typer.echo(str(p))
 
