@@ -116,6 +116,8 @@ def overlap_bars_figure(groups: list[tuple[str, int, list[str], list[float], lis
         ax.axhline(k, color="#999", lw=0.7, ls=":")
         ax.set_xticks(x, labels, rotation=45, ha="right", fontsize=7)
         ax.set_title(f"{corpus}: top-{k} overlap", fontsize=8.5)
+        ax.set_xlabel("pair of head-sets", fontsize=8)
+        ax.set_ylabel(f"shared heads (of {k})", fontsize=8)
         ax.tick_params(labelsize=7.5)
     fig.tight_layout()
     return _png(fig)
