@@ -48,7 +48,7 @@ def study(
     out: Annotated[Path, typer.Option(help="run directory (rerun the same command to resume)")] = Path("runs/study"),
     print_config: Annotated[bool, typer.Option("--print-config", help="print the default config and exit")] = False,
     model: Annotated[Optional[str], typer.Option(help="override the config's model (or its models: a study of this one alone)")] = None,  # noqa: UP007
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
     """The whole study: discovery x evaluation against random controls, then the report."""
     from vheads.study import DEFAULT_TOML, load_config, run_study
@@ -57,6 +57,8 @@ def study(
         typer.echo(DEFAULT_TOML, nl=False)
         return
     cfg = _fail_clearly(load_config, config, model=model)
+    if quiet:
+        _quiet_libraries()
     t0 = time.time()
     res = _fail_clearly(run_study, cfg, out, progress=not quiet)
     typer.echo(f"study finished in {time.time() - t0:.0f} s ({res.units_computed} work units computed this run)")
@@ -197,6 +199,26 @@ def _real_items(source: str | None, cell: int):
     real = _fail_clearly(item_source, source, cell)
     _fail_clearly(real.open)
     return real
+
+
+def _quiet_libraries() -> None:
+    """``--quiet``: no progress bar and no chatter from the libraries vheads drives
+    (transformers' "Loading weights" bar and its info and warning logs, the hub's download
+    bars); its errors, and every Python warning, still print, a warning on one line."""
+    import os
+    import warnings
+
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    warnings.formatwarning = _one_line_warning
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    first = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
+    return f"warning: {first} ({category.__name__})\n"
 
 
 def _die(msg: str) -> None:
