@@ -10,21 +10,30 @@
   ceilings, overlap curves; :func:`plot_overlap_heatmap`;
 - :func:`discover_headsets` — the whole run (the ``vheads discover`` command).
 
-The names load lazily (:func:`vheads._lazy.lazy_exports`): ``vheads discover --help`` imports
-the command module alone, not torch.
+The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
+``vheads discover --help`` imports the command module alone, not torch.
 """
+
+from typing import TYPE_CHECKING
 
 from vheads._lazy import lazy_exports
 
-__getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "_discover": ["corpus_abbrev", "strip_folder_names", "Corpus", "discover_headsets", "headset_records", "load_corpus"],
-    "_cli": [("discover_command", "discover"), ("overlap_command", "overlap")],
-    "_files": ["SCHEMA", "HeadSetRecord", "check_model", "load_headset", "load_headset_files", "load_per_item", "save_headset",
-               "save_per_item"],
-    "_overlap": ["Ceiling", "OverlapReport", "PairOverlap", "pair_overlap", "split_half_overlap", "geometric_ceiling", "overlap_curve",
-                 "overlap_fraction", "overlap_matrix", "overlap_report", "plot_overlap_heatmap", "split_half_ceiling", "topk_overlap"],
-    "_schema": ["headset_schema", "headset_schema_errors", "validate_headset_json"],
-    "_scores": ["CORPUS_ABBREV", "QUERIES", "QUERY_ABBREV", "SOURCE_ABBREV", "SOURCES", "Setting", "SettingScores", "greedy_answer",
-                "item_region_mass", "score_settings"],
-    "_selection": ["MODES", "ranked_heads", "resolve_k", "select_heads"],
-})
+if TYPE_CHECKING:  # the public names; each loads on first use
+    from vheads.discovery._discover import corpus_abbrev, strip_folder_names, Corpus, discover_headsets, headset_records, load_corpus
+    from vheads.discovery._cli import discover as discover_command
+    from vheads.discovery._cli import overlap as overlap_command
+    from vheads.discovery._files import (
+        SCHEMA, HeadSetRecord, check_model, load_headset, load_headset_files, load_per_item, save_headset, save_per_item,
+    )
+    from vheads.discovery._overlap import (
+        Ceiling, OverlapReport, PairOverlap, pair_overlap, split_half_overlap, geometric_ceiling, overlap_curve, overlap_fraction, overlap_matrix, overlap_report,
+        plot_overlap_heatmap, split_half_ceiling, topk_overlap,
+    )
+    from vheads.discovery._schema import headset_schema, headset_schema_errors, validate_headset_json
+    from vheads.discovery._scores import (
+        CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCES, Setting, SettingScores, greedy_answer, item_region_mass,
+        score_settings,
+    )
+    from vheads.discovery._selection import MODES, ranked_heads, resolve_k, select_heads
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__)
