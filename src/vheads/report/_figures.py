@@ -193,7 +193,7 @@ def strip_figure(run: RunData, setting: str, n_heads: int = 3, n_items: int = 3)
             for p in range(6):
                 ax.add_patch(plt.Rectangle((x0 + p + 0.04, 0.04), 0.92, img_h - 0.08, fc="#eee", ec="#bbb"))
         for p in range(6):
-            ax.text(x0 + p + 0.5, img_h + 0.12, str(p + 1), ha="center", va="bottom", fontsize=6.5, color="#666")
+            ax.text(x0 + p + 0.5, img_h + 0.12, str(p + 1), ha="center", va="bottom", fontsize=7.5, color="#555")
         meta = run.strip_meta(item)
         label = meta["question"] if meta else _short(item)
         ax.text(x0 + 3, img_h + 0.55, label if png is not None else f"{label} (no image)", ha="center", va="bottom",
