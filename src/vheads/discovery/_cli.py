@@ -93,8 +93,9 @@ def overlap(
     json_out: Annotated[bool, typer.Option("--json", help="print machine-readable JSON")] = False,
     figure: Annotated[Optional[Path], typer.Option(help="write the overlap heatmap here (.png/.pdf/.svg)")] = None,  # noqa: UP007
 ):
-    """Top-k overlap matrix of head-sets, split-half noise ceilings, and each pair's overlap at half size as a
-    fraction of their geometric-mean ceiling (both taken at the same number of items)."""
+    """Top-k overlap of head-sets, one row per pair: on all items, at half size, each one's split-half noise
+    ceiling, and the half-size overlap as a fraction of their geometric-mean ceiling (both taken at the same
+    number of items) with its interval over the splits."""
     rep = overlap_of_files(headsets, splits, seed, figure, progress=not json_out)
     if json_out:
         typer.echo(json_dumps(overlap_json(rep, figure)))
