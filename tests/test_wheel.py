@@ -70,12 +70,13 @@ def run_in(venv_dir, args, cwd, timeout=600):
     return r.stdout
 
 
-def test_wheel_carries_the_tiny_model_and_the_schema(wheel):
+def test_wheel_carries_the_tiny_model_the_schema_and_the_adapter_table(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = sorted(p.name for p in (REPO / "src" / "vheads" / "tiny" / "weights").iterdir())
     for name in shipped:
         assert f"vheads/tiny/weights/{name}" in names, f"{name} of the tiny model is not in the wheel"
     assert "vheads/schemas/headset.schema.json" in names
+    assert "vheads/models/adapters.json" in names  # what `vheads models` prints
     entry = [n for n in names if n.endswith("entry_points.txt")]
     assert entry and "vheads = vheads.cli:app" in zipfile.ZipFile(wheel).read(entry[0]).decode()
 

@@ -1,4 +1,10 @@
-"""The ``vheads`` command: a thin layer over the library (each command calls one function)."""
+"""The ``vheads`` command: a thin layer over the library (each command calls one function).
+
+This module and the command modules it mounts import typer and the standard library
+only; each command imports the library it needs (torch, transformers) in its body, so
+``vheads --help``, ``vheads CMD --help`` and a mistyped flag answer at once
+(``tests/test_cli_startup.py``).
+"""
 
 from __future__ import annotations
 
@@ -21,14 +27,8 @@ def main() -> None:
 @app.command()
 def models(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """The supported model families and what each adapter knows."""
-    from vheads.models import ADAPTERS
-
-    seen, rows = set(), []
-    for cls in ADAPTERS.values():
-        if cls in seen:
-            continue
-        seen.add(cls)
-        rows.append(cls().describe())
+    # the shipped copy of vheads.models.describe_adapters() (reading it needs no torch)
+    rows = json.loads((Path(__file__).parent / "models" / "adapters.json").read_text())
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -48,7 +48,7 @@ def study(
     out: Annotated[Path, typer.Option(help="run directory (rerun the same command to resume)")] = Path("runs/study"),
     print_config: Annotated[bool, typer.Option("--print-config", help="print the default config and exit")] = False,
     model: Annotated[Optional[str], typer.Option(help="override the config's model (or its models: a study of this one alone)")] = None,  # noqa: UP007
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
     """The whole study: discovery x evaluation against random controls, then the report."""
     from vheads.study import DEFAULT_TOML, load_config, run_study
@@ -57,6 +57,8 @@ def study(
         typer.echo(DEFAULT_TOML, nl=False)
         return
     cfg = _fail_clearly(load_config, config, model=model)
+    if quiet:
+        _quiet_libraries()
     t0 = time.time()
     res = _fail_clearly(run_study, cfg, out, progress=not quiet)
     typer.echo(f"study finished in {time.time() - t0:.0f} s ({res.units_computed} work units computed this run)")
@@ -153,10 +155,10 @@ def report(
     out: Annotated[Optional[Path], typer.Option(help="write the report here (default: RUN_DIR; for a run on read-only media)")] = None,  # noqa: UP007
 ) -> None:
     """Rebuild the report (Markdown + HTML) of a study run from its results store."""
-    from vheads.study import build_report_if_available
-
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
+    from vheads.study import build_report_if_available
+
     path = _fail_clearly(build_report_if_available, run_dir, out)
     typer.echo(f"report: {path}")
 
@@ -168,10 +170,10 @@ def export(
     out: Annotated[Optional[Path], typer.Option(help="output folder (default: RUN_DIR/export)")] = None,  # noqa: UP007
 ) -> None:
     """Export the per-item outcomes and tables of a run as CSV or Parquet."""
-    from vheads.study import export_run
-
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
+    from vheads.study import export_run
+
     for p in _fail_clearly(export_run, run_dir, format, out):
         typer.echo(str(p))
 
@@ -197,6 +199,26 @@ def _real_items(source: str | None, cell: int):
     real = _fail_clearly(item_source, source, cell)
     _fail_clearly(real.open)
     return real
+
+
+def _quiet_libraries() -> None:
+    """``--quiet``: no progress bar and no chatter from the libraries vheads drives
+    (transformers' "Loading weights" bar and its info and warning logs, the hub's download
+    bars); its errors, and every Python warning, still print, a warning on one line."""
+    import os
+    import warnings
+
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    warnings.formatwarning = _one_line_warning
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    first = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
+    return f"warning: {first} ({category.__name__})\n"
 
 
 def _die(msg: str) -> None:

@@ -9,32 +9,31 @@
 - :func:`overlap_report` — overlap matrix, split-half noise ceilings, geometric-mean
   ceilings, overlap curves; :func:`plot_overlap_heatmap`;
 - :func:`discover_headsets` — the whole run (the ``vheads discover`` command).
+
+The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
+``vheads discover --help`` imports the command module alone, not torch.
 """
 
-from vheads.discovery._discover import corpus_abbrev, strip_folder_names, Corpus, discover_headsets, headset_records, load_corpus
-from vheads.discovery._cli import discover as discover_command
-from vheads.discovery._cli import overlap as overlap_command
-from vheads.discovery._files import (
-    SCHEMA, HeadSetRecord, check_model, load_headset, load_headset_files, load_per_item, save_headset, save_per_item,
-)
-from vheads.discovery._overlap import (
-    Ceiling, OverlapReport, PairOverlap, pair_overlap, split_half_overlap, geometric_ceiling, overlap_curve, overlap_fraction, overlap_matrix, overlap_report,
-    plot_overlap_heatmap, split_half_ceiling, topk_overlap,
-)
-from vheads.discovery._schema import headset_schema, headset_schema_errors, validate_headset_json
-from vheads.discovery._scores import (
-    CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCES, Setting, SettingScores, greedy_answer, item_region_mass,
-    score_settings,
-)
-from vheads.discovery._selection import MODES, ranked_heads, resolve_k, select_heads
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "corpus_abbrev", "strip_folder_names",
-    "CORPUS_ABBREV", "Ceiling", "Corpus", "HeadSetRecord", "MODES", "OverlapReport", "PairOverlap", "QUERIES", "QUERY_ABBREV",
-    "SCHEMA", "SOURCES", "SOURCE_ABBREV", "Setting", "SettingScores", "check_model", "discover_command",
-    "discover_headsets", "geometric_ceiling", "greedy_answer", "headset_records", "headset_schema",
-    "headset_schema_errors", "item_region_mass", "load_corpus", "load_headset", "load_headset_files",
-    "load_per_item", "overlap_command", "overlap_curve", "overlap_fraction", "overlap_matrix", "overlap_report", "pair_overlap",
-    "plot_overlap_heatmap", "ranked_heads", "resolve_k", "save_headset", "save_per_item", "score_settings",
-    "select_heads", "split_half_ceiling", "split_half_overlap", "topk_overlap", "validate_headset_json",
-]
+from vheads._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public names; each loads on first use
+    from vheads.discovery._discover import corpus_abbrev, strip_folder_names, Corpus, discover_headsets, headset_records, load_corpus
+    from vheads.discovery._cli import discover as discover_command
+    from vheads.discovery._cli import overlap as overlap_command
+    from vheads.discovery._files import (
+        SCHEMA, HeadSetRecord, check_model, load_headset, load_headset_files, load_per_item, save_headset, save_per_item,
+    )
+    from vheads.discovery._overlap import (
+        Ceiling, OverlapReport, PairOverlap, pair_overlap, split_half_overlap, geometric_ceiling, overlap_curve, overlap_fraction, overlap_matrix, overlap_report,
+        plot_overlap_heatmap, split_half_ceiling, topk_overlap,
+    )
+    from vheads.discovery._schema import headset_schema, headset_schema_errors, validate_headset_json
+    from vheads.discovery._scores import (
+        CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCES, Setting, SettingScores, greedy_answer, item_region_mass,
+        score_settings,
+    )
+    from vheads.discovery._selection import MODES, ranked_heads, resolve_k, select_heads
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__)

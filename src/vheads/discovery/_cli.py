@@ -13,10 +13,9 @@ import typer
 
 from vheads._errors import VheadsError
 from vheads._io import json_safe
-from vheads.discovery._discover import check_out_folder, discover_headsets, load_corpora
-from vheads.discovery._files import load_headset
-from vheads.discovery._scores import SOURCES
-from vheads.discovery._overlap import overlap_report, plot_overlap_heatmap
+
+# the library (torch, transformers) is imported inside each command: ``--help`` and a bad
+# flag answer at once (tests/test_cli_startup.py)
 
 
 def json_dumps(obj) -> str:
@@ -54,8 +53,9 @@ def discover(
     force: Annotated[bool, typer.Option("--force", help="overwrite head-set files already in --out")] = False,
 ) -> list[Path]:
     """Rank heads under every corpus × query × source setting and write one head-set file each."""
-    from vheads.models import load_model
-    from vheads.models import check_load_options
+    from vheads.discovery._discover import check_out_folder, discover_headsets, load_corpora
+    from vheads.discovery._scores import SOURCES
+    from vheads.models import check_load_options, load_model
 
     # every input is checked, and every corpus loaded, before the model is
     check_load_options(device, device_map, quantize)
@@ -70,17 +70,19 @@ def discover(
     records = discover_headsets(lm, corpora, query, source, k, "per-layer" if per_layer else "flat", n, seed, out,
                                 max_new_tokens, panel_size, progress=not json_out, force=force)
     paths = [r.path for r in records]
+    rep = overlap_of_files(paths, splits, seed, Path(out) / "overlap.png", progress=not json_out) if with_overlap else None
     if json_out:
-        typer.echo(json_dumps([{"setting": r.setting.id, "file": str(r.path), "k": r.k, "mode": r.mode,
-                                "heads": [list(h) for h in r.ranked], "n_items": r.corpus["n_items"]} for r in records]))
-    else:
-        for r in records:
-            top = ", ".join(f"L{l}H{h}" for l, h in r.ranked[:5]) + (" …" if len(r.headset) > 5 else "")
-            typer.echo(f"{r.setting.id:<14} k={r.k:<3} n={r.corpus['n_items']:<4} {top}  -> {r.path}")
-    if with_overlap:
-        if not json_out:
-            typer.echo("")
-        overlap(paths, splits=splits, seed=seed, json_out=json_out, figure=Path(out) / "overlap.png")
+        listed = [{"setting": r.setting.id, "file": str(r.path), "k": r.k, "mode": r.mode,
+                   "heads": [list(h) for h in r.ranked], "n_items": r.corpus["n_items"]} for r in records]
+        # one JSON document: the head-set list alone, or with the overlap report beside it
+        typer.echo(json_dumps(listed if rep is None else {"headsets": listed, "overlap": overlap_json(rep, Path(out) / "overlap.png")}))
+        return paths
+    for r in records:
+        top = ", ".join(f"L{l}H{h}" for l, h in r.ranked[:5]) + (" …" if len(r.headset) > 5 else "")
+        typer.echo(f"{r.setting.id:<14} k={r.k:<3} n={r.corpus['n_items']:<4} {top}  -> {r.path}")
+    if rep is not None:
+        typer.echo("")
+        echo_overlap_table(rep, splits, Path(out) / "overlap.png")
     return paths
 
 
@@ -91,33 +93,56 @@ def overlap(
     json_out: Annotated[bool, typer.Option("--json", help="print machine-readable JSON")] = False,
     figure: Annotated[Optional[Path], typer.Option(help="write the overlap heatmap here (.png/.pdf/.svg)")] = None,  # noqa: UP007
 ):
-    """Top-k overlap matrix of head-sets, split-half noise ceilings, and each pair's overlap at half size as a
-    fraction of their geometric-mean ceiling (both taken at the same number of items)."""
+    """Top-k overlap of head-sets, one row per pair: on all items, at half size, each one's split-half noise
+    ceiling, and the half-size overlap as a fraction of their geometric-mean ceiling (both taken at the same
+    number of items) with its interval over the splits."""
+    rep = overlap_of_files(headsets, splits, seed, figure, progress=not json_out)
+    if json_out:
+        typer.echo(json_dumps(overlap_json(rep, figure)))
+    else:
+        echo_overlap_table(rep, splits, figure)
+    return rep
+
+
+def overlap_of_files(headsets, splits: int, seed: int, figure: Path | None, progress: bool):
+    """The :func:`overlap_report` of head-set files (checked first), its heatmap written to ``figure``."""
+    from vheads.discovery._files import load_headset
+    from vheads.discovery._overlap import overlap_report, plot_overlap_heatmap
+
     check_positive(splits=splits)
     if figure is not None and Path(figure).is_dir():
         raise VheadsError(f"--figure {figure} is a folder; pass a file name (.png, .pdf or .svg)")
     records = [load_headset(p) for p in headsets]
-    rep = overlap_report(records, splits, seed, progress=not json_out)
+    rep = overlap_report(records, splits, seed, progress=progress)
     if figure is not None:
         plot_overlap_heatmap(rep.matrix, rep.ids, figure, k=rep.k, ceilings=rep.ceilings)
-    if json_out:
-        d = rep.to_dict()
-        d["figure"] = str(figure) if figure else None
-        typer.echo(json_dumps(d))
-        return rep
-    w = max(len(i) for i in rep.ids) + 1
-    typer.echo(f"top-{rep.k} overlap ({rep.mode}); diagonal: split-half ceiling mean [2.5, 97.5] over {splits} splits")
-    typer.echo(" " * w + "".join(f"{i:>{w}}" for i in rep.ids))
-    for a, row in enumerate(rep.matrix):
-        cells = [f"{rep.ceilings[a].mean:>{w}.1f}" if a == b else f"{int(v):>{w}}" for b, v in enumerate(row)]
-        typer.echo(f"{rep.ids[a]:<{w}}" + "".join(cells))
-    typer.echo("\nceilings:")
-    for i, c in zip(rep.ids, rep.ceilings):
-        typer.echo(f"  {i:<{w}} {c.mean:.2f} [{c.lo:.1f}, {c.hi:.1f}]")
-    typer.echo(f"\noverlap at half size (mean [2.5, 97.5] over {splits} splits) / geometric-mean ceiling = fraction:")
-    for p in rep.pairs:
-        typer.echo(f"  {p.a} vs {p.b}: {p.half.mean:.2f} [{p.half.lo:.1f}, {p.half.hi:.1f}] / {p.geo_ceiling:.2f} = "
-                   f"{p.fraction:.2f}   (all items: {p.all_items})")
-    if figure is not None:
-        typer.echo(f"\nfigure: {figure}")
     return rep
+
+
+def overlap_json(rep, figure: Path | None) -> dict:
+    return {**rep.to_dict(), "figure": str(figure) if figure else None}
+
+
+#: why a fraction of the ceiling can pass 1, said once under the table
+FRACTION_NOTE = ("a fraction can exceed 1: it is a ratio of noisy overlaps (like a disattenuated correlation), "
+                 "so two settings that agree as well as each agrees with itself land near 1, either side")
+
+
+def echo_overlap_table(rep, splits: int, figure: Path | None) -> None:
+    """One row per pair: overlap on all items, at half size, the two ceilings, and the
+    fraction of their geometric mean with its interval over the splits."""
+    w = max(max(len(i) for i in rep.ids), len("setting a"))
+    ceiling = dict(zip(rep.ids, rep.ceilings))
+    typer.echo(f"top-{rep.k} overlap ({rep.mode}): all = on all items; half = the two settings on disjoint item halves; "
+               f"ceil = a setting with itself across halves; mean [2.5, 97.5] over {splits} half-splits")
+    typer.echo(f"{'setting a':<{w}}  {'setting b':<{w}}  {'all':>3}  {'half':>5}  {'ceil a':>6}  {'ceil b':>6}  "
+               f"{'fraction [2.5, 97.5]':>20}")
+    for p in rep.pairs:
+        lo, hi = (p.half.lo / p.geo_ceiling, p.half.hi / p.geo_ceiling) if p.geo_ceiling > 0 else (float("nan"),) * 2
+        typer.echo(f"{p.a:<{w}}  {p.b:<{w}}  {p.all_items:>3}  {p.half.mean:>5.2f}  {ceiling[p.a].mean:>6.2f}  "
+                   f"{ceiling[p.b].mean:>6.2f}  {p.fraction:>6.2f} [{lo:.2f}, {hi:.2f}]")
+    if len(rep.ids) == 1:
+        typer.echo(f"{rep.ids[0]}: ceiling {rep.ceilings[0].mean:.2f} [{rep.ceilings[0].lo:.1f}, {rep.ceilings[0].hi:.1f}] (one setting, no pair)")
+    typer.echo(f"fraction = half / sqrt(ceil a * ceil b); {FRACTION_NOTE}")
+    if figure is not None:
+        typer.echo(f"figure: {figure}")

@@ -162,6 +162,8 @@ def plot_overlap_heatmap(matrix: np.ndarray, labels: Sequence[str], path, k: int
     im = ax.imshow(shown, cmap="viridis", vmin=0, vmax=k or max(1.0, m.max()))
     ax.set_xticks(range(n), labels, rotation=60, ha="right", fontsize=8)
     ax.set_yticks(range(n), labels, fontsize=8)
+    ax.set_xlabel("setting", fontsize=8)
+    ax.set_ylabel("setting", fontsize=8)
     for i in range(n):
         for j in range(n):
             txt = f"{shown[i, j]:.1f}" if (ceilings is not None and i == j) else f"{int(m[i, j])}"

@@ -11,7 +11,7 @@ from vheads.models import qwen3_5 as _qwen3_5  # noqa: F401
 from vheads.models import gemma3 as _gemma3  # noqa: F401
 from vheads.models import gemma4 as _gemma4  # noqa: F401
 from vheads.models import glm4v as _glm4v  # noqa: F401
-from vheads.models._adapter import check_attention_layers, ADAPTERS, Adapter, adapter_for, format_options, register_adapter
+from vheads.models._adapter import check_attention_layers, ADAPTERS, Adapter, adapter_for, describe_adapters, format_options, register_adapter
 from vheads.models._layout import ImageBlock, Prompt, RegionTokens, TokenLayout
 from vheads.models._loading import check_device, check_load_options, DEVICE_MAP_STRATEGIES, QUANTIZATIONS, TINY_WEIGHTS, LoadedModel, ProcessorBundle, load_model, resolve_model_path, tiny_model_path
 
@@ -30,6 +30,7 @@ __all__ = [
     "RegionTokens",
     "TokenLayout",
     "adapter_for",
+    "describe_adapters",
     "format_options",
     "load_model",
     "register_adapter",

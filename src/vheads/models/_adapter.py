@@ -55,6 +55,15 @@ def adapter_for(model_type: str) -> "Adapter":
     return ADAPTERS[model_type]()
 
 
+def describe_adapters() -> list[dict[str, Any]]:
+    """Each registered adapter's :meth:`Adapter.describe`, once per class, in registration order.
+
+    ``vheads models`` prints the copy of this list shipped as ``vheads/models/adapters.json``
+    (read without importing torch); ``tests/test_cli_startup.py`` checks the copy is current.
+    """
+    return [cls().describe() for cls in dict.fromkeys(ADAPTERS.values())]
+
+
 def format_options(options: tuple[str, ...]) -> str:
     """Lettered options as they follow the question: ``"\nA. red\nB. green ..."``."""
     return "".join(f"\n{letter}. {text}" for letter, text in zip(OPTION_LETTERS, options))

@@ -306,7 +306,7 @@ def crossmodel_band_figure(runs: list[ModelRun]) -> bytes | None:
                     cells[(label, key)] = m.run.cells[(s, test)]
             if any((label, t) in cells for t in ("ncs-all", "cers")):
                 labels.append(label)
-    return band_figure(labels, cells, ["ncs-all", "cers"], shown=(CONTROL,))
+    return band_figure(labels, cells, ["ncs-all", "cers"], shown=(CONTROL,), row_label="model · setting")
 
 
 def crossmodel_blocks(runs: list[ModelRun]) -> list:

@@ -50,10 +50,10 @@ def random_band_figure(run: RunData, tests: list[str]) -> bytes | None:
 
 
 def band_figure(settings: list[str], cells: dict[tuple[str, str], Cell], tests: list[str],
-                shown: tuple[str, ...] = MAIN_CONTROLS) -> bytes | None:
+                shown: tuple[str, ...] = MAIN_CONTROLS, row_label: str = "setting") -> bytes | None:
     """Each row's S against the draws of its ``shown`` controls, one panel per test; rows
-    are ``settings`` (a run's settings, or model · setting labels), ``cells`` keyed
-    ``(row, test)``."""
+    are ``settings`` (a run's settings, or model · setting labels: ``row_label`` names
+    them), ``cells`` keyed ``(row, test)``."""
     tests = [t for t in tests if any((s, t) in cells for s in settings)]
     if not tests:
         return None
@@ -61,7 +61,10 @@ def band_figure(settings: list[str], cells: dict[tuple[str, str], Cell], tests: 
     controls = [c for c in shown if any(c in cells[(s, t)].controls
                                         for t in tests for s in settings if (s, t) in cells)]
     n = len(settings)
-    fig, axes = plt.subplots(1, len(tests), figsize=(5.2 * len(tests), 0.9 + 0.42 * n), squeeze=False, sharey=True)
+    # constrained layout makes room for the titles, labels and the legend below at any n
+    # (a tight layout fails on one row: "Tight layout not applied")
+    fig, axes = plt.subplots(1, len(tests), figsize=(5.2 * len(tests), 1.5 + 0.42 * n), squeeze=False, sharey=True,
+                             layout="constrained")
     rng = np.random.default_rng(0)  # jitter only
     offsets = {c: (i - (len(controls) - 1) / 2) * 0.28 for i, c in enumerate(controls)}
     for ax, t in zip(axes[0], tests):
@@ -88,11 +91,10 @@ def band_figure(settings: list[str], cells: dict[tuple[str, str], Cell], tests: 
         ax.tick_params(labelsize=8)
     axes[0][0].set_yticks(range(n), settings, fontsize=8.5, family="monospace")
     axes[0][0].set_ylim(n - 0.5, -0.5)
+    axes[0][0].set_ylabel(row_label, fontsize=9)
     handles = [plt.Line2D([], [], marker="D", ls="", color=S_COLOR, label="discovered S")]
     handles += [plt.Line2D([], [], color=_control_color(c), lw=3.5, label=f"{c}: draws, mean ± SD") for c in controls]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8.5, frameon=False,
-               bbox_to_anchor=(0.5, 0.0))
-    fig.tight_layout(rect=(0, 0.45 / fig.get_figheight(), 1, 1))
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8.5, frameon=False)
     return _png(fig)
 
 
@@ -106,7 +108,11 @@ def sweep_figure(run: RunData, param: str) -> bytes | None:
     keys = sorted(pts, key=lambda k: (k[1], run.settings.index(k[0]) if k[0] in run.settings else 99))
     ncol = min(4, len(keys))
     nrow = -(-len(keys) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.4 * ncol, 2.5 * nrow), squeeze=False)
+    names_all = {c for cells in pts.values() for cell in cells.values() for c in cell.controls}
+    labels = [f"{c} mean [min, max]" for c in names_all] + ["S"]
+    leg_cols = _legend_columns(labels, 3.4 * ncol, fontsize=8)
+    leg_rows = -(-len(labels) // leg_cols)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.4 * ncol, 2.5 * nrow + 0.2 * (leg_rows - 1)), squeeze=False)
     for ax in axes.flat[len(keys):]:
         ax.set_visible(False)
     for ax, (s, base) in zip(axes.flat, keys):
@@ -128,15 +134,24 @@ def sweep_figure(run: RunData, param: str) -> bytes | None:
         ax.axhline(0, color="#999", lw=0.7, ls=":")
         ax.set_title(f"{s} · {TEST_NAMES.get(base, base)}", fontsize=8.5)
         ax.set_xlabel("β" if param == "beta" else "k (heads)", fontsize=8)
+        ax.set_ylabel("T (mean over items)", fontsize=8)
         ax.tick_params(labelsize=7.5)
         ax.grid(alpha=0.25)
     h, lab = axes.flat[0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=len(h), fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
-    # fixed margins (inches) for the titles, tick labels and legend: a tight layout would
-    # draw every panel's text once more, which took half of this figure's time
+    fig.legend(h, lab, loc="lower center", ncol=leg_cols, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    # fixed margins (inches) for the titles, tick and axis labels and legend: a tight layout
+    # would draw every panel's text once more, which took half of this figure's time
     w, ht = fig.get_figwidth(), fig.get_figheight()
-    fig.subplots_adjust(left=0.5 / w, right=1 - 0.15 / w, top=1 - 0.3 / ht, bottom=(0.35 + 0.4) / ht, wspace=0.3, hspace=0.7)
+    fig.subplots_adjust(left=0.7 / w, right=1 - 0.15 / w, top=1 - 0.3 / ht, bottom=(0.55 + 0.2 * leg_rows) / ht,
+                        wspace=0.42, hspace=0.7)
     return _png(fig)
+
+
+def _legend_columns(labels: list[str], width: float, fontsize: float) -> int:
+    """How many legend entries fit side by side in ``width`` inches (an entry: its handle
+    and its text, about 0.55 em per character)."""
+    entry = max(0.8 + 0.55 * fontsize / 72 * len(lab) for lab in labels)
+    return max(1, min(len(labels), int((width - 0.2) // entry)))
 
 
 # ---- attention over strips -----------------------------------------------------------------
@@ -178,7 +193,7 @@ def strip_figure(run: RunData, setting: str, n_heads: int = 3, n_items: int = 3)
             for p in range(6):
                 ax.add_patch(plt.Rectangle((x0 + p + 0.04, 0.04), 0.92, img_h - 0.08, fc="#eee", ec="#bbb"))
         for p in range(6):
-            ax.text(x0 + p + 0.5, img_h + 0.12, str(p + 1), ha="center", va="bottom", fontsize=6.5, color="#666")
+            ax.text(x0 + p + 0.5, img_h + 0.12, str(p + 1), ha="center", va="bottom", fontsize=7.5, color="#555")
         meta = run.strip_meta(item)
         label = meta["question"] if meta else _short(item)
         ax.text(x0 + 3, img_h + 0.55, label if png is not None else f"{label} (no image)", ha="center", va="bottom",
@@ -219,8 +234,11 @@ def score_map_figure(run: RunData) -> bytes | None:
     ncol = min(4, len(settings))
     nrow = -(-len(settings) // ncol)
     L, H = run.discovery[settings[0]]["scores"].shape
-    w = 3.2 * ncol
-    h = nrow * (0.8 + 3.0 * min(1.6, L / max(H, 1)) * 0.6)
+    w = max(3.2 * ncol, 3.8)  # one panel: room for the colour bar and its label
+    h = max(2.2, nrow * (0.8 + 3.0 * min(1.6, L / max(H, 1)) * 0.6))
+    # a ring fills about 60% of a cell (6–13 pt across), whatever the model's size
+    cell_pt = 72 * min(min(3.2, w - 0.6) * 0.75 / max(H, 1), (h / nrow - 0.8) / max(L, 1))
+    ring = float(np.clip(0.6 * cell_pt, 6, 13))
     fig, axes = plt.subplots(nrow, ncol, figsize=(w, h), squeeze=False, layout="constrained")
     for ax in axes.flat[len(settings):]:
         ax.set_visible(False)
@@ -232,14 +250,18 @@ def score_map_figure(run: RunData) -> bytes | None:
         sc[no_heads] = np.nan
         im = ax.imshow(sc, cmap=cmap, vmin=0, vmax=vmax, aspect="auto", interpolation="nearest")
         hs = run.discovery[s]["headset"]
-        if hs:
-            ax.scatter([h for _, h in hs], [l for l, _ in hs], s=10, facecolor="none", edgecolor="#37d67a", lw=0.8)
+        if hs:  # a bright ring on a dark one: visible on the dark and on the light end of the map
+            xy = ([h for _, h in hs], [l for l, _ in hs])
+            ax.scatter(*xy, s=ring ** 2, facecolor="none", edgecolor="#0b2e13", lw=2.6)
+            ax.scatter(*xy, s=ring ** 2, facecolor="none", edgecolor="#3dff7a", lw=1.4)
         ax.set_title(f"{s}", fontsize=8.5, family="monospace")
-        ax.set_xlabel("head", fontsize=7.5)
-        ax.set_ylabel("layer", fontsize=7.5)
-        ax.tick_params(labelsize=6.5)
-    label = "discovery score (region mass)" + ("; grey: linear-attention layers, no heads" if no_heads else "")
-    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label=label)
+        ax.set_xlabel("head", fontsize=8)
+        ax.set_ylabel("layer", fontsize=8)
+        ax.tick_params(labelsize=7.5)
+    label = "discovery score\n(region mass)" + ("\ngrey: linear-attention\nlayers, no heads" if no_heads else "")
+    cb = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8)
+    cb.set_label(label, fontsize=8.5)
+    cb.ax.tick_params(labelsize=7.5)
     return _png(fig)
 
 
