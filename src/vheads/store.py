@@ -24,7 +24,11 @@ Schema (version 3: the ``model`` column; version 2: overlap at half size, random
 sweep controls) — the columns each model's view shows
 ------------------
 meta(key PRIMARY KEY, value)                      config (JSON), config_hash, vheads_version,
-                                                  model_id, model_fingerprint, n_layers, n_heads;
+                                                  model_id, model_fingerprint, n_layers, n_heads,
+                                                  control_fallbacks (JSON {setting: {control label:
+                                                  [fallback, ...]}}, labels e.g. 'layer-matched',
+                                                  'layer-matched@k=8', 'shared/layer-matched';
+                                                  older runs: {setting: [fallback, ...]});
                                                   a multi-model run's '' rows: config, config_hash,
                                                   vheads_version, models (JSON [{name, model, ...}])
 units(unit_id PRIMARY KEY, kind, finished, seconds)

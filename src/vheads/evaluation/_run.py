@@ -30,7 +30,7 @@ class HeadsetResult:
     test: str
     t_s: float
     ci: tuple[float, float]
-    controls: dict[str, dict] = field(default_factory=dict)  # name -> mean, sd, z, rank_p, holm_p, R, seed
+    controls: dict[str, dict] = field(default_factory=dict)  # name -> mean, sd, z, rank_p, holm_p, R, seed, fallbacks
     outcomes: Outcomes | None = None
     headset_ids: list[str] = field(default_factory=list)
     ci_method: str = "t"  # "t" (one sample over items) or "welch" (NCS: two independent arms)
@@ -173,7 +173,7 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
             for req in requests:
                 cseed = derived_seed(seed, "control", name, req.label)
                 draws = draw_controls(req.name, S, req.R, cseed, **({"n": req.n} if req.n else {}), **inputs)
-                meta[req.label] = {"R": req.R, "seed": cseed}
+                meta[req.label] = {"R": req.R, "seed": cseed, "fallbacks": [str(f) for f in draws.fallbacks]}
                 for i, d in enumerate(draws):
                     ids.append(f"{req.label}#{i}")
                     hs.append(d)

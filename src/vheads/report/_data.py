@@ -213,7 +213,7 @@ def load_run(run_dir: str | Path, model: str = "") -> RunData:
 
 
 def _load(store: Store, run_dir: Path) -> RunData:
-    meta = {k: _json(v) for k, v in store.query("SELECT key, value FROM meta")}
+    meta = store_meta(store)
     config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
 
     discovery = {}
@@ -316,6 +316,48 @@ def _load(store: Store, run_dir: Path) -> RunData:
         audit=audit, strip_attention={s: dict(v) for s, v in strips.items()}, nonfinite=nonfinite,
         random_overlap=dict(random_overlap),
     )
+
+
+def control_fallbacks(meta: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
+    """``setting -> control label -> fallbacks`` of every control draw of the run, from
+    a run's ``meta['control_fallbacks']`` (:mod:`vheads.store`; ``meta`` as JSON-decoded
+    values, like :attr:`RunData.meta`). Labels: ``layer-matched`` (the
+    main draws, reused by the row groups, the β sweep and the pointing suite),
+    ``layer-matched@k=K`` (a k-sweep point), ``<part>/layer-matched`` (head-set algebra; the
+    setting is ``A&B``). A store of an older run recorded only the main draws, as a list per
+    setting: they come back under ``layer-matched``. Any other meta key naming
+    'fallback' is read the same way."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for key, value in meta.items():
+        if "fallback" not in key.lower() or not isinstance(value, (dict, list)):
+            continue
+        if isinstance(value, list):
+            value = {"": value}
+        for setting, v in value.items():
+            by_label = v if isinstance(v, dict) else {"layer-matched": v}
+            for label, fbs in by_label.items():
+                items = [str(x) for x in (fbs if isinstance(fbs, list) else [fbs]) if x not in (None, "")]
+                if items:
+                    out.setdefault(str(setting), {}).setdefault(str(label), []).extend(items)
+    return out
+
+
+def store_meta(store: Store) -> dict[str, Any]:
+    """A store's ``meta`` rows, JSON-decoded (as :attr:`RunData.meta`)."""
+    return {k: _json(v) for k, v in store.query("SELECT key, value FROM meta")}
+
+
+def fallback_note(meta: dict[str, Any], labels, settings=None) -> str:
+    """A caption sentence naming, by setting, the control draws of ``labels`` (a label, a
+    list of labels, or a predicate on a label) that fell back, so do not keep S's per-layer
+    counts; '' if none. ``settings``: only these settings (default: all)."""
+    match = labels if callable(labels) else (lambda lab, want=tuple([labels] if isinstance(labels, str) else labels): lab in want)
+    hits = [f"{s} ({label})" for s, by in control_fallbacks(meta).items() if settings is None or s in settings
+            for label in by if match(label)]
+    if not hits:
+        return ""
+    return (f" Layer-matched fallback (S fills a layer, so those draws borrow heads from nearby layers and do not keep "
+            f"S's per-layer counts; see the protocol section): {', '.join(hits)}.")
 
 
 def sweep_points(run: RunData, param: str) -> dict[tuple[str, str], dict[float, Cell]]:

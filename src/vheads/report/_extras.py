@@ -22,6 +22,7 @@ from collections import defaultdict
 import numpy as np
 
 from vheads.evaluation import ncs_difference_t, paired_t, spearman, t_interval
+from vheads.report._data import fallback_note, store_meta
 from vheads.report._doc import Table
 from vheads.report._tables import fmt, fmt_p, what_changes
 from vheads.store import Store
@@ -93,7 +94,8 @@ def algebra_table(store: Store) -> Table | None:
                  "last-token sources). Controls: R same-size layer-matched head-sets on the same items. Test: per "
                  "matched item u = part's drop − controls' mean drop, per mismatched item v the same; difference = "
                  "mean u − mean v = NCS part − NCS controls, with a Welch t (both arms' variances, Welch–Satterthwaite "
-                 "df), one-sided (H1: part above its controls), unadjusted.",
+                 "df), one-sided (H1: part above its controls), unadjusted."
+                 + fallback_note(store_meta(store), lambda label: label.endswith("/layer-matched"), set(pids)),
                  text_cols=3)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from scipy import stats as sps
 
 from vheads.evaluation import t_interval
+from vheads.report._data import fallback_note, store_meta
 from vheads.report._doc import Table
 from vheads.report._tables import fmt
 from vheads.store import Store
@@ -101,7 +102,8 @@ def ood_pooled_table(store: Store) -> Table | None:
     return Table(f"Out-of-domain CERS and NCS pooled over {len(tasks)} task(s) (seed Table 23)",
                  ["Head-set", "CERS [95% CI]", "NCS [95% CI]"], rows,
                  "Each discovered set is followed by its layer-matched random draw(s) (averaged per item). CERS: t-interval "
-                 "over items; NCS: matched minus mismatched mean drop, Welch interval.")
+                 "over items; NCS: matched minus mismatched mean drop, Welch interval."
+                 + fallback_note(store_meta(store), "layer-matched", {k[1] for k in vals}))
 
 
 def ood_task_table(store: Store) -> Table | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from vheads.report._data import RunData, cfg_get
+from vheads.report._data import RunData, cfg_get, control_fallbacks
 from vheads.report._doc import Check
 from vheads.report._tables import ALPHA, MAIN_CONTROLS, ROW_GROUP_TESTS, audit_flags, holm_family
 
@@ -53,22 +53,10 @@ def _configured_R(run: RunData, control: str) -> int | None:
 
 
 def _fallbacks(run: RunData) -> list[str]:
-    """Layer-matched fallbacks recorded in ``meta`` (any key naming 'fallback')."""
-    out = []
-    for key, value in run.meta.items():
-        if "fallback" not in key.lower() or value in (None, "", [], {}):
-            continue
-        if isinstance(value, dict):
-            for k, v in value.items():
-                if v in (None, "", [], {}):
-                    continue
-                items = v if isinstance(v, list) else [v]
-                out += [f"{k}: {x}" for x in items]
-        elif isinstance(value, list):
-            out += [str(x) for x in value]
-        else:
-            out.append(str(value))
-    return out
+    """Every control draw's fallbacks, by setting and control label (main draws, k-sweep
+    points, head-set algebra parts): ``"cm-ref-out, layer-matched@k=8: layer 3: ..."``."""
+    return [f"{s}, {label}: {f}" if label else f"{s}: {f}"
+            for s, by in control_fallbacks(run.meta).items() for label, fbs in by.items() for f in fbs]
 
 
 def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
@@ -132,8 +120,11 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
         checks.append(Check(f"Holm family ({c})", f"{m} settings (per test); smallest possible adjusted p "
                             f"m/(R+1) = {floor:.4f}", warn))
     fallbacks = _fallbacks(run)
-    checks.append(Check("Layer-matched fallbacks", "; ".join(fallbacks) if fallbacks else "none recorded",
-                        (f"{len(fallbacks)} fallback(s): those draws do not keep S's per-layer counts"
+    where = sorted({f"{s} ({label})" for s, by in control_fallbacks(run.meta).items() for label in by})
+    checks.append(Check("Layer-matched fallbacks", "; ".join(fallbacks) if fallbacks else
+                        "none recorded (every control draw: main, row groups, k and β sweeps, algebra, pointing suite)",
+                        (f"{len(fallbacks)} fallback(s) in {', '.join(where)}: those draws do not keep S's per-layer "
+                         "counts (the tables that use them say so); a smaller k, or the any-layer control, avoids them"
                          if fallbacks else None)))
     other = sorted({c for cell in run.cells.values() for c in cell.controls if c not in MAIN_CONTROLS})
     checks.append(Check("Other controls", _join(other) if other else "none"))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vheads.evaluation import Interval, RankP, bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score
-from vheads.report._data import Cell, RunData, cfg_get, sweep_points
+from vheads.report._data import Cell, RunData, cfg_get, fallback_note, sweep_points
 from vheads.report._doc import Table
 
 ALPHA = 0.05
@@ -200,7 +200,8 @@ def significance_table(run: RunData, tests: list[str], title: str, caption: str,
                 ph = fmt_p(cs.p_holm) if cs.p_holm is not None else "n/a"
                 row.append(f"{p} (**{ph}**)" if cs.reject else f"{p} ({ph})")
         rows.append(row)
-    return Table(title, columns, rows, caption, groups)
+    note = fallback_note(run.meta, sorted({c for t in tests for c in shown[t]}))
+    return Table(title, columns, rows, caption + note, groups)
 
 
 # ---- Table 9: layer-matched (A) against layer- and attention-matched (B) ----------------------
@@ -239,7 +240,7 @@ def matched_controls_table(run: RunData) -> Table | None:
     return Table("Rank p against layer-matched (A) and layer- and attention-matched (B) controls (seed Table 9)",
                  cols, rows, "p: one-sided rank p, floor 1/(R+1), not adjusted. B draws, per layer of S, the non-S head "
                  "whose baseline image-attention mass (last prompt row, CERS grids, no intervention) is nearest to that "
-                 "of S's head.", groups)
+                 "of S's head." + fallback_note(run.meta, ["layer-matched", "attention-matched"]), groups)
 
 
 def max_ncs_grid_note(run: RunData) -> str:
@@ -287,7 +288,8 @@ def row_group_table(run: RunData) -> Table | None:
         rows.append(row)
     return Table("NCS per row group (seed Tables 5 and 13)", columns, rows,
                  f"S with a 95% t-interval over items; ctrl: mean of the {control or 'control'} draws; p: rank p "
-                 "(one-sided, floor 1/(R+1), not adjusted); bold: S above every control draw.", groups)
+                 "(one-sided, floor 1/(R+1), not adjusted); bold: S above every control draw."
+                 + (fallback_note(run.meta, control) if control else ""), groups)
 
 
 def arms_table(run: RunData) -> Table | None:
@@ -356,7 +358,8 @@ def generic_damage_table(run: RunData) -> Table | None:
     return Table("Generic-damage controls (seed Table 12)", columns, rows,
                  "Each control type's statistic (mean over its draws, [min, max] over draws). The text arm is "
                  "the drop in P(key) on text-solvable items when the head-set is hidden from the text tokens: a "
-                 "set that is merely generically important hurts there too.", text_cols=2)
+                 "set that is merely generically important hurts there too."
+                 + fallback_note(run.meta, lambda label: "@" not in label and "/" not in label), text_cols=2)
 
 
 # ---- sweeps (Tables 14 and 18) ---------------------------------------------------------------
@@ -389,7 +392,9 @@ def sweep_table(run: RunData, param: str) -> Table | None:
                  f"At every {name}, S (95% t-interval over items; NCS: Welch over its two arms) against that point's own layer-matched draws "
                  f"({'drawn for the top-k set of each k' if param == 'k' else 'the first draws of the main layer-matched controls, re-run at each β'}); "
                  "rank p is one-sided with floor 1/(R+1), not adjusted. The main point (the study's own "
-                 f"{'k' if param == 'k' else 'β'}) carries the main controls.", text_cols=2)
+                 f"{'k' if param == 'k' else 'β'}) carries the main controls."
+                 + fallback_note(run.meta, (lambda label: label.startswith("layer-matched@k=")) if param == "k" else "layer-matched",
+                                 {s for s, _ in pts}), text_cols=2)
 
 
 # ---- overlap and ceilings -------------------------------------------------------------------
