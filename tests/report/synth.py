@@ -53,6 +53,7 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
                     rows["strip_attention"].append((s, f"strip{it}", l, h, json.dumps(m.tolist())))
 
     items = [f"item{i:03d}" for i in range(n_items)]
+    distinct_sets = list(itertools.islice(itertools.combinations(range(L * H), K), max(R, 1)))  # K flat head indices
     all_controls = dict(controls)
     if extra_controls:
         all_controls |= {"sinks": 1, "text-heavy": 1}
@@ -76,8 +77,8 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
                     hid = f"{c}#{d}"
                     v = rng.normal(0, 0.05, n_items) + rng.normal(0, 0.02)
                     rows["outcomes"] += [(f"u-{s}-{test}", s, test, hid, it, float(x)) for it, x in zip(items, v)]
-                    if test == test_list[0]:
-                        rows["headsets"].append((s, hid, c, d, 7, json.dumps(sorted(heads[s]))))
+                    if test == test_list[0]:  # every draw a head-set of its own (real draws rarely repeat)
+                        rows["headsets"].append((s, hid, c, d, 7, json.dumps([list(divmod(i, H)) for i in distinct_sets[d]])))
             if test == "ncs-all":
                 for arm, vals in arm_vals.items():
                     rows["arms"] += [(f"u-{s}-{test}", s, test, "S", it, arm, float(v)) for it, v in zip(items, vals)]

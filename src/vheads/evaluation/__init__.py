@@ -1,7 +1,7 @@
 """Causal evaluation: head-sets, random controls, the tests (CERS, NCS, …) and statistics."""
 
 from vheads.evaluation._controls import (
-    CONTROLS, MAX_R, Control, ControlDraws, ControlRequest, Fallback, any_layer_controls, attention_matched_controls,
+    CONTROLS, MAX_R, Control, ControlDraws, control_pool_size, ControlRequest, Fallback, any_layer_controls, attention_matched_controls,
     draw_controls, get_control, layer_matched_controls, split_control_name, parse_control_spec, random_n_controls, sink_heads,
     text_heavy_heads, whole_layer_controls,
 )
@@ -21,7 +21,7 @@ from vheads.evaluation._stats import (
 __all__ = [
     "AUDIT_SETS", "HeadsetResult", "TESTS", "TEST_SETS", "audit_sets", "check_request", "evaluate_headsets", "item_sets",
     "run_test",
-    "Action", "ProbeMemo", "prompt_digest", "BootstrapInterval", "CONTROLS", "MAX_R", "Control", "ControlDraws", "ControlRequest", "Fallback", "HeadSet",
+    "Action", "ProbeMemo", "prompt_digest", "BootstrapInterval", "CONTROLS", "MAX_R", "Control", "ControlDraws", "ControlRequest", "Fallback", "control_pool_size", "HeadSet",
     "ArmsDifference", "Holm", "Interval", "Outcomes", "PairedT", "RankP", "Spearman", "ZScore", "any_layer_controls",
     "attention_matched_controls", "baseline_audit", "bootstrap_ci", "bootstrap_diff_ci", "welch_interval", "cers", "default_k", "distractor_cell",
     "draw_controls", "get_control", "head_attention_mass", "holm", "layer_matched_controls", "ncs", "ncs_difference_t", "ncs_grid", "option_probs",

@@ -86,6 +86,22 @@ class Cell:
 
     s: np.ndarray | None = None
     controls: dict[str, np.ndarray] = field(default_factory=dict)
+    #: per control, the head-set each draw holds (its heads as stored; the draw's id where
+    #: the store has no heads for it), aligned with ``controls``: a small pool repeats sets
+    draw_sets: dict[str, list[str]] = field(default_factory=dict)
+
+    def distinct(self, control: str) -> np.ndarray:
+        """``T_r`` of the distinct head-sets of ``control``'s draws, one per head-set (its
+        first draw), in draw order. A repeated head-set is the same heads on the same items,
+        so the same outcome: counting it twice would shrink the SD and inflate z."""
+        t = self.controls[control]
+        keys = self.draw_sets.get(control)
+        if not keys or len(keys) != len(t):  # heads not known: every draw counts
+            return t
+        first: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            first.setdefault(key, i)
+        return t[sorted(first.values())]
 
 
 @dataclass
@@ -239,9 +255,11 @@ def _load(store: Store, run_dir: Path) -> RunData:
             continue
         per_item[(setting, test, hid)].append(float(value))
 
+    heads_of = {(setting, hid): json.dumps(sorted(map(tuple, _json(heads) or [])))
+                for setting, hid, heads in store.query("SELECT setting, headset_id, heads FROM headsets")}
     cells: dict[tuple[str, str], Cell] = {}
     ksweep: dict[tuple[str, str], dict[int, Cell]] = defaultdict(dict)
-    draws: dict[tuple[str, str, str, int | None], list[tuple[int, float]]] = defaultdict(list)
+    draws: dict[tuple[str, str, str, int | None], list[tuple[int, float, str]]] = defaultdict(list)
     for (setting, test, hid), values in per_item.items():
         h = parse_headset_id(hid)
         x = np.asarray(values, dtype=float)
@@ -250,19 +268,18 @@ def _load(store: Store, run_dir: Path) -> RunData:
             if h.is_s:
                 cell.s = x
             else:
-                draws[(setting, test, h.role, h.k)].append((h.draw or 0, float(x.mean())))
+                draws[(setting, test, h.role, h.k)].append((h.draw or 0, float(x.mean()), heads_of.get((setting, hid), hid)))
             continue
         cell = cells.setdefault((setting, test), Cell())
         if h.is_s:
             cell.s = x
         else:
-            draws[(setting, test, h.role, None)].append((h.draw or 0, float(x.mean())))
+            draws[(setting, test, h.role, None)].append((h.draw or 0, float(x.mean()), heads_of.get((setting, hid), hid)))
     for (setting, test, role, k), ts in draws.items():
-        t = np.asarray([v for _, v in sorted(ts)], dtype=float)
-        if k is None:
-            cells[(setting, test)].controls[role] = t
-        else:
-            ksweep[(setting, parse_test_id(test).base)][k].controls[role] = t
+        ts = sorted(ts)
+        cell = cells[(setting, test)] if k is None else ksweep[(setting, parse_test_id(test).base)][k]
+        cell.controls[role] = np.asarray([v for _, v, _ in ts], dtype=float)
+        cell.draw_sets[role] = [key for _, _, key in ts]
 
     headset_sizes: dict[tuple[str, str], int] = {}
     for setting, hid, control, heads in store.query(

@@ -126,6 +126,7 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
                         (f"{len(fallbacks)} fallback(s) in {', '.join(where)}: those draws do not keep S's per-layer "
                          "counts (the tables that use them say so); a smaller k, or the any-layer control, avoids them"
                          if fallbacks else None)))
+    checks.append(_distinct_check(run))
     other = sorted({c for cell in run.cells.values() for c in cell.controls if c not in MAIN_CONTROLS})
     checks.append(Check("Other controls", _join(other) if other else "none"))
 
@@ -162,6 +163,37 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
     seeds = cfg_get(run.config, "seeds", "seed")
     checks.append(Check("Seeds", str(seeds) if seeds is not None else "not recorded in the config"))
     return checks
+
+
+def _distinct_check(run: RunData) -> Check:
+    """Control draws that repeat head-sets: per setting and control (k-sweep points apart),
+    the distinct head-sets among the R draws, and where it can be counted the pool of
+    possible draws. A pool smaller than R is warned about, with what to change."""
+    from vheads.evaluation import HeadSet, control_pool_size
+
+    L, H = run.shape
+    short, seen = [], set()
+    cells = [(s, None, c) for (s, _), c in run.cells.items()]
+    cells += [(s, k, c) for (s, _), by_k in run.ksweep.items() for k, c in by_k.items()]
+    for s, k, cell in cells:
+        for name in cell.controls:
+            key = (s, k, name)
+            R, D = len(cell.controls[name]), len(cell.distinct(name))
+            if key in seen or R < 2 or D == R:
+                continue
+            seen.add(key)
+            pool = None
+            heads = run.discovery.get(s, {}).get("headset")
+            if k is None and heads and L and H:
+                pool = control_pool_size(name, HeadSet(heads, L, H, run.attention_layers))
+            where = f"{s}{f' at k={k}' if k is not None else ''}, {name}"
+            short.append(f"{where}: {D} distinct of R={R}" + (f" (pool {pool})" if pool is not None else ""))
+    if not short:
+        return Check("Distinct control head-sets", "every control draw is a distinct head-set")
+    return Check("Distinct control head-sets", "; ".join(short),
+                 f"{len(short)} control(s) repeat head-sets among their R draws (a pool smaller than R must): mean, "
+                 "SD, z and Spearman are taken over the distinct head-sets, the rank p over every draw; use a larger "
+                 "k, fewer draws (R within the pool), or the any-layer control")
 
 
 def _templates_text(config: dict | None) -> str:

@@ -62,20 +62,29 @@ def fmt_ci(iv: Interval | None, s: np.ndarray | None = None) -> str:
 
 @dataclass
 class ControlStat:
-    """S against the R draws of one control type."""
+    """S against the R draws of one control type.
+
+    ``mean``, ``sd`` and ``z`` are taken over the ``n_distinct`` distinct head-sets among the
+    draws (a small pool repeats head-sets, and a copy adds no information: counted, it
+    shrinks the SD); the rank p keeps every draw, as Phipson & Smyth define it."""
 
     control: str
     t: np.ndarray  # [R] the draws' statistics
     mean: float
-    sd: float | None  # None for R < 2
+    sd: float | None  # None for fewer than 2 distinct head-sets
     z: float | None
     rank: RankP | None
     p_holm: float | None = None  # None when S is outside the Holm family
     reject: bool = False
+    n_distinct: int = 0
 
     @property
     def R(self) -> int:
         return len(self.t)
+
+    def summary(self) -> str:
+        """``mean ± SD [distinct head-sets]``."""
+        return f"{fmt(self.mean)} ± {fmt(self.sd)} [{self.n_distinct}]"
 
 
 @dataclass
@@ -113,10 +122,11 @@ def compare(cell: Cell, setting: str, test: str, interval: Interval | None = Non
     for name, t in cell.controls.items():
         if not len(t):
             continue
-        sd = float(np.std(t, ddof=1)) if len(t) >= 2 else None
-        z = z_score(t_s, t).z if (t_s is not None and len(t) >= 2) else None
-        rank = rank_p(t_s, t) if t_s is not None else None
-        st.controls[name] = ControlStat(name, t, float(np.mean(t)), sd, z, rank)
+        td = cell.distinct(name)  # one value per distinct head-set
+        sd = float(np.std(td, ddof=1)) if len(td) >= 2 else None
+        z = z_score(t_s, td).z if (t_s is not None and len(td) >= 2) else None
+        rank = rank_p(t_s, t) if t_s is not None else None  # every draw
+        st.controls[name] = ControlStat(name, t, float(np.mean(td)), sd, z, rank, n_distinct=len(td))
     return st
 
 
@@ -173,7 +183,7 @@ def significance_table(run: RunData, tests: list[str], title: str, caption: str,
         cols = ["S [95% CI]"]
         for c in shown[t]:
             R = max(st.controls[c].R for st in per_test[t].values() if c in st.controls)
-            cols += [f"{c} (R={R}) mean ± SD", "z", "p (Holm)"]
+            cols += [f"{c} (R={R}) mean ± SD [distinct]", "z", "p (Holm)"]
         columns += cols
         groups.append((TEST_NAMES.get(t, t), len(cols)))
     rows = []
@@ -194,7 +204,7 @@ def significance_table(run: RunData, tests: list[str], title: str, caption: str,
                 if cs is None:
                     row += ["–", "–", "–"]
                     continue
-                row.append(f"{fmt(cs.mean)} ± {fmt(cs.sd)}")
+                row.append(cs.summary())
                 row.append(fmt(cs.z, 1))
                 p = fmt_p(cs.rank.p) if cs.rank else "–"
                 ph = fmt_p(cs.p_holm) if cs.p_holm is not None else "n/a"
@@ -384,14 +394,15 @@ def sweep_table(run: RunData, param: str) -> Table | None:
                 if cs is None:
                     rows.append(lead + ["–"] * 5)
                     continue
-                rows.append(lead + [c, str(cs.R), f"{fmt(cs.mean)} ± {fmt(cs.sd)}", f"[{fmt(cs.t.min())}, {fmt(cs.t.max())}]",
+                rows.append(lead + [c, f"{cs.R} ({cs.n_distinct})", cs.summary(), f"[{fmt(cs.t.min())}, {fmt(cs.t.max())}]",
                                     fmt_p(cs.rank.p) if cs.rank else "–"])
     name, table = ("k", "14") if param == "k" else ("β", "18")
     return Table(f"Sweep over {name} against controls at every point (seed Table {table})",
-                 ["Setting", "Test", name, "S [95% CI]", "Control", "R", "mean ± SD", "[min, max]", "rank p"], rows,
+                 ["Setting", "Test", name, "S [95% CI]", "Control", "R (distinct)", "mean ± SD [distinct]", "[min, max]", "rank p"], rows,
                  f"At every {name}, S (95% t-interval over items; NCS: Welch over its two arms) against that point's own layer-matched draws "
                  f"({'drawn for the top-k set of each k' if param == 'k' else 'the first draws of the main layer-matched controls, re-run at each β'}); "
-                 "rank p is one-sided with floor 1/(R+1), not adjusted. The main point (the study's own "
+                 "R (distinct): the draws and the distinct head-sets among them; mean ± SD over the distinct head-sets; "
+                 "rank p over every draw, one-sided with floor 1/(R+1), not adjusted. The main point (the study's own "
                  f"{'k' if param == 'k' else 'β'}) carries the main controls."
                  + fallback_note(run.meta, (lambda label: label.startswith("layer-matched@k=")) if param == "k" else "layer-matched",
                                  {s for s, _ in pts}), text_cols=2)
