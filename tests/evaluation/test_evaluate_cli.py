@@ -42,6 +42,12 @@ def test_evaluate_ncs_reports_welch_and_two_arm_bootstrap_intervals(tiny_headset
     vals = res["per_item"]["values"]
     t_s, t_c = np.mean(vals["S"]), [np.mean(vals[f"layer-matched#{i}"]) for i in range(3)]
     assert res["controls"]["layer-matched"]["rank_p"] == pytest.approx((1 + sum(t >= t_s for t in t_c)) / 4)
+    # mean, SD and z over the distinct head-sets (a repeated head-set repeats its per-item values exactly)
+    distinct = list({tuple(vals[f"layer-matched#{i}"]): np.mean(vals[f"layer-matched#{i}"]) for i in range(3)}.values())
+    lm = res["controls"]["layer-matched"]
+    assert lm["distinct"] == len(distinct) and lm["mean"] == pytest.approx(np.mean(distinct))
+    if len(distinct) > 1:
+        assert lm["sd"] == pytest.approx(np.std(distinct, ddof=1))
 
 
 def test_evaluate_runs_attention_matched_and_sized_random_n_controls(tiny_headset):

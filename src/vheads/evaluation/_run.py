@@ -2,8 +2,9 @@
 
 For each head-set S and test, the controls are drawn (recorded seeds), S and all draws run
 in the same batched forwards over the same items, and the summary gives T_S with its 95%
-t-interval, each control family's mean and SD, z, the rank p and — over the family of
-head-sets tested together — Holm-adjusted p.
+t-interval, each control family's mean and SD and z (over the distinct head-sets among its R
+draws), the rank p (over every draw) and — over the family of head-sets tested together —
+Holm-adjusted p.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class HeadsetResult:
     test: str
     t_s: float
     ci: tuple[float, float]
-    controls: dict[str, dict] = field(default_factory=dict)  # name -> mean, sd, z, rank_p, holm_p, R, seed, fallbacks
+    controls: dict[str, dict] = field(default_factory=dict)  # name -> mean, sd, z (over distinct draws), rank_p, holm_p, R, distinct, seed, fallbacks
     outcomes: Outcomes | None = None
     headset_ids: list[str] = field(default_factory=list)
     ci_method: str = "t"  # "t" (one sample over items) or "welch" (NCS: two independent arms)
@@ -185,10 +186,15 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                                 headset_ids=ids, ci_method=method, ci_bootstrap=boot)
             for req in requests:
                 idx = [j for j, h in enumerate(ids) if h.startswith(req.label + "#")]
-                tc = T[idx]
-                rp = rank_p(T[0], tc)
-                z = z_score(T[0], tc) if len(tc) > 1 else None
-                res.controls[req.label] = {**meta[req.label], "mean": float(tc.mean()), "sd": float(tc.std(ddof=1)) if len(tc) > 1 else float("nan"),
+                rp = rank_p(T[0], T[idx])  # every draw
+                # mean, SD and z over the distinct head-sets drawn: a repeat is the same outcome again
+                first: dict[HeadSet, int] = {}
+                for j in idx:
+                    first.setdefault(hs[j], j)
+                td = T[list(first.values())]
+                z = z_score(T[0], td) if len(td) > 1 else None
+                res.controls[req.label] = {**meta[req.label], "distinct": len(td), "mean": float(td.mean()),
+                                          "sd": float(td.std(ddof=1)) if len(td) > 1 else float("nan"),
                                           "z": None if z is None else float(z.z), "rank_p": float(rp.p)}
             results.append(res)
     # Holm over the family of head-sets tested together, per test and control
