@@ -7,7 +7,7 @@ from vheads.evaluation._controls import (
 )
 from vheads.evaluation._headsets import HeadSet, default_k
 from vheads.evaluation._metrics import (
-    Outcomes, baseline_audit, cers, distractor_cell, head_attention_mass, ncs, ncs_grid, text_arm,
+    METRICS, Outcomes, baseline_audit, cers, letter_metric, distractor_cell, head_attention_mass, ncs, ncs_grid, text_arm,
 )
 from vheads.evaluation._probe import Action, ProbeMemo, option_probs, prompt_digest
 from vheads.evaluation._run import (
@@ -22,7 +22,7 @@ __all__ = [
     "AUDIT_SETS", "HeadsetResult", "TESTS", "TEST_SETS", "audit_sets", "check_request", "evaluate_headsets", "item_sets",
     "run_test",
     "Action", "ProbeMemo", "prompt_digest", "BootstrapInterval", "CONTROLS", "MAX_R", "Control", "ControlDraws", "ControlRequest", "Fallback", "control_pool_size", "HeadSet",
-    "ArmsDifference", "Holm", "Interval", "Outcomes", "PairedT", "RankP", "Spearman", "ZScore", "any_layer_controls",
+    "ArmsDifference", "Holm", "Interval", "METRICS", "Outcomes", "letter_metric", "PairedT", "RankP", "Spearman", "ZScore", "any_layer_controls",
     "attention_matched_controls", "baseline_audit", "bootstrap_ci", "bootstrap_diff_ci", "welch_interval", "cers", "default_k", "distractor_cell",
     "draw_controls", "get_control", "head_attention_mass", "holm", "layer_matched_controls", "ncs", "ncs_difference_t", "ncs_grid", "option_probs",
     "paired_one_sided_p", "paired_t", "parse_control_spec", "random_n_controls", "rank_p", "sink_heads",

@@ -117,6 +117,9 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     t9 = T.matched_controls_table(run)
     if t9:
         b.append(t9)
+    robust = T.metric_robustness_table(run)
+    if robust:
+        b.append(robust)
     for t in ("ncs-grid", "cers-sym"):
         further = T.significance_table(run, [t], f"{T.TEST_NAMES[t]} (seed Table 16 layout)",
                                        "As Table 3, on the 2×2 grid." + (T.max_ncs_grid_note(run) if t == "ncs-grid" else ""))
@@ -172,7 +175,7 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     from vheads.report._extras import HOW as HOW_CMP
     from vheads.report._extras import comparison_tables
 
-    b = comparison_tables(run.run_dir, run.settings, run.model)
+    b = comparison_tables(run.run_dir, run.settings, run.model, run.metric)
     if b:
         sections.append(Section("comparisons", "Comparing head-sets and settings", HOW_CMP, b))
 
@@ -183,7 +186,7 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     from vheads.report._ood import HOW as HOW_OOD
     from vheads.report._ood import ood_blocks
 
-    b = ood_blocks(run.run_dir, run.model)
+    b = ood_blocks(run.run_dir, run.model, run.metric)
     if b:
         sections.append(Section("ood", "Out-of-domain pointing suite", HOW_OOD, b))
     return sections, warnings

@@ -25,7 +25,7 @@ from vheads.evaluation import ncs_difference_t, paired_t, spearman, t_interval
 from vheads.report._data import fallback_note, store_meta
 from vheads.report._doc import Table
 from vheads.report._tables import fmt, fmt_p, what_changes
-from vheads.store import Store
+from vheads.store import METRIC_COLUMNS, Store
 
 HOW = (
     "Head-set algebra asks whether the heads two settings share, or the heads only one finds, carry the effect: each "
@@ -37,18 +37,20 @@ HOW = (
 )
 
 
-def _per_item(store: Store, setting: str, test: str) -> dict[str, np.ndarray]:
-    rows = store.query("SELECT headset_id, value FROM outcomes WHERE setting=? AND test=? ORDER BY headset_id, item_id", setting, test)
+def _per_item(store: Store, setting: str, test: str, metric: str = "p4") -> dict[str, np.ndarray]:
+    """Per head-set id, its per-item values of ``test`` in ``metric``, in item order."""
+    rows = store.query(f"SELECT headset_id, {METRIC_COLUMNS[metric]} FROM outcomes WHERE setting=? AND test=? "
+                       "ORDER BY headset_id, item_id", setting, test)
     out: dict[str, list[float]] = defaultdict(list)
     for hid, v in rows:
         out[hid].append(float(v))
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def _arms(store: Store, setting: str, test: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per head-set id, its (matched, mismatched) per-item NCS drops in item order."""
-    rows = store.query("SELECT headset_id, arm, value FROM arms WHERE setting=? AND test=? ORDER BY headset_id, arm, item_id",
-                       setting, test)
+def _arms(store: Store, setting: str, test: str, metric: str = "p4") -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per head-set id, its (matched, mismatched) per-item NCS drops in ``metric``, in item order."""
+    rows = store.query(f"SELECT headset_id, arm, {METRIC_COLUMNS[metric]} FROM arms WHERE setting=? AND test=? "
+                       "ORDER BY headset_id, arm, item_id", setting, test)
     out: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for hid, arm, v in rows:
         out[hid][arm].append(float(v))
@@ -63,7 +65,7 @@ def _arm_items(store: Store, setting: str, test: str) -> tuple[tuple[str, ...], 
     return tuple(i for a, i in rows if a == "matched"), tuple(i for a, i in rows if a == "mismatched")
 
 
-def algebra_table(store: Store) -> Table | None:
+def algebra_table(store: Store, metric: str = "p4") -> Table | None:
     """Seed Table 15: NCS of each part (shared heads, heads only one setting has) against
     its same-size layer-matched controls, with both arms' variances: per matched item the
     part's drop minus the controls' mean drop, per mismatched item the same, and a one-sided
@@ -72,7 +74,7 @@ def algebra_table(store: Store) -> Table | None:
     pids = [p for (p,) in store.query("SELECT DISTINCT setting FROM outcomes WHERE setting LIKE '%&%' ORDER BY setting")]
     rows = []
     for pid in pids:
-        arms = _arms(store, pid, "ncs-all")
+        arms = _arms(store, pid, "ncs-all", metric)
         for part in sorted(k for k in arms if "/" not in k):
             ctrl = [v for k, v in sorted(arms.items()) if k.startswith(part + "/")]
             if not ctrl or min(len(arms[part][0]), len(arms[part][1])) < 2:
@@ -99,15 +101,15 @@ def algebra_table(store: Store) -> Table | None:
                  text_cols=3)
 
 
-def paired_settings_table(store: Store, settings: list[str], tests=("cers", "ncs-all")) -> Table | None:
+def paired_settings_table(store: Store, settings: list[str], tests=("cers", "ncs-all"), metric: str = "p4") -> Table | None:
     """Settings that differ in one factor, compared over the same evaluation items: NCS with
     :func:`vheads.evaluation.ncs_difference_t` on both stored arms (per-item differences in
     each arm, Welch t of the two); any other test with a paired t over items. A pair whose
     items differ is left out; NCS without stored arms gets no test."""
     rows = []
     for test in tests:
-        arms = {s: _arms(store, s, test).get("S") for s in settings} if test.startswith("ncs") else {}
-        s_vals = {s: _per_item(store, s, test).get("S") for s in settings}
+        arms = {s: _arms(store, s, test, metric).get("S") for s in settings} if test.startswith("ncs") else {}
+        s_vals = {s: _per_item(store, s, test, metric).get("S") for s in settings}
         for i, a in enumerate(settings):
             for b in settings[i + 1 :]:
                 change = what_changes(a, b)
@@ -142,7 +144,7 @@ MASS_STATS = {"mean": np.mean, "median": np.median, "min": np.min, "max": np.max
 MIN_SPEARMAN_P = 10  # fewer distinct head-sets: ρ is shown with its n and no p
 
 
-def mass_table(store: Store, settings: list[str]) -> Table | None:
+def mass_table(store: Store, settings: list[str], metric: str = "p4") -> Table | None:
     """Seed Table 17: image-attention mass of head-sets and its relation to CERS.
 
     Mass of a head-set: its heads' baseline image-attention mass (last prompt row, CERS
@@ -160,7 +162,7 @@ def mass_table(store: Store, settings: list[str]) -> Table | None:
     heads = {(s, h): json.loads(x) for s, h, x in store.query("SELECT setting, headset_id, heads FROM headsets")}
     rows = []
     for s in settings:
-        vals = _per_item(store, s, "cers")
+        vals = _per_item(store, s, "cers", metric)
         by_control: dict[str, dict[tuple, tuple[np.ndarray, float]]] = defaultdict(dict)
         n_draws: dict[str, int] = defaultdict(int)
         for hid, v in sorted(vals.items(), key=lambda kv: _draw_order(kv[0])):
@@ -204,9 +206,11 @@ def _draw_order(hid: str) -> tuple[str, int]:
     return name, int(draw) if draw.isdigit() else -1
 
 
-def comparison_tables(run_dir, settings: list[str], model: str = "") -> list[Table]:
+def comparison_tables(run_dir, settings: list[str], model: str = "", metric: str = "p4") -> list[Table]:
+    """The comparison tables of a run's ``model``, every outcome in ``metric``."""
     store = Store(run_dir, readonly=True, model=model)
     try:
-        return [t for t in (algebra_table(store), paired_settings_table(store, settings), mass_table(store, settings)) if t]
+        return [t for t in (algebra_table(store, metric), paired_settings_table(store, settings, metric=metric),
+                            mass_table(store, settings, metric)) if t]
     finally:
         store.close()
