@@ -119,7 +119,9 @@ def evaluate(
             z = "nan" if c["z"] is None else f"{c['z']:.2f}"
             typer.echo(f"{lead}  {cname:<15} {c['mean']:7.4f} ± {c['sd']:.4f} {z:>6} {c['rank_p']:8.4f} {c['holm_p']:8.4f}  R={c['R']} ({c['distinct']} distinct)")
         if r.ci_bootstrap is not None:
-            typer.echo(f"{'':<25} bootstrap [{r.ci_bootstrap[0]:8.4f},{r.ci_bootstrap[1]:8.4f}] (both arms resampled, 2000)")
+            bca = (f"; fewer than 30 items per arm: may undercover, BCa [{r.ci_bca[0]:8.4f},{r.ci_bca[1]:8.4f}]"
+                   if r.ci_bca is not None else "")
+            typer.echo(f"{'':<25} bootstrap [{r.ci_bootstrap[0]:8.4f},{r.ci_bootstrap[1]:8.4f}] (both arms resampled, 2000{bca})")
 
 
 @app.command()

@@ -14,7 +14,7 @@ from vheads.evaluation._run import (
     AUDIT_SETS, TEST_SETS, TESTS, HeadsetResult, audit_sets, check_request, evaluate_headsets, item_sets, run_test,
 )
 from vheads.evaluation._stats import (
-    ArmsDifference, BootstrapInterval, Holm, Interval, PairedT, RankP, Spearman, ZScore, bootstrap_ci, bootstrap_diff_ci, welch_interval, holm, ncs_difference_t, paired_one_sided_p,
+    MIN_BOOTSTRAP_N, ArmsDifference, BootstrapInterval, bca_diff_ci, Holm, Interval, PairedT, RankP, Spearman, ZScore, bootstrap_ci, bootstrap_diff_ci, welch_interval, holm, ncs_difference_t, paired_one_sided_p,
     paired_t, rank_p, spearman, t_interval, z_score,
 )
 
@@ -22,7 +22,7 @@ __all__ = [
     "AUDIT_SETS", "HeadsetResult", "TESTS", "TEST_SETS", "audit_sets", "check_request", "evaluate_headsets", "item_sets",
     "run_test",
     "Action", "ProbeMemo", "prompt_digest", "BootstrapInterval", "CONTROLS", "MAX_R", "Control", "ControlDraws", "ControlRequest", "Fallback", "control_pool_size", "HeadSet",
-    "ArmsDifference", "Holm", "Interval", "METRICS", "Outcomes", "letter_metric", "PairedT", "RankP", "Spearman", "ZScore", "any_layer_controls",
+    "MIN_BOOTSTRAP_N", "ArmsDifference", "bca_diff_ci", "Holm", "Interval", "METRICS", "Outcomes", "letter_metric", "PairedT", "RankP", "Spearman", "ZScore", "any_layer_controls",
     "attention_matched_controls", "baseline_audit", "bootstrap_ci", "bootstrap_diff_ci", "welch_interval", "cers", "default_k", "distractor_cell",
     "draw_controls", "get_control", "head_attention_mass", "holm", "layer_matched_controls", "ncs", "ncs_difference_t", "ncs_grid", "option_probs",
     "paired_one_sided_p", "paired_t", "parse_control_spec", "random_n_controls", "rank_p", "sink_heads",

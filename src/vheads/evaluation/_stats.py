@@ -143,6 +143,30 @@ def bootstrap_diff_ci(x, y, n_resamples: int = 2000, confidence: float = 0.95, s
                              int(n_resamples), seed)
 
 
+#: fewer items than this per arm: a percentile bootstrap may undercover, so BCa is shown beside it
+MIN_BOOTSTRAP_N = 30
+
+
+def bca_diff_ci(x, y, n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> BootstrapInterval:
+    """Bias-corrected and accelerated (BCa) bootstrap interval of ``mean(x) − mean(y)``, both
+    arms resampled: ``scipy.stats.bootstrap((x, y), mean(x) − mean(y), method="BCa",
+    n_resamples=B, rng=numpy.random.default_rng(seed))`` (bias correction from the share of
+    resampled differences below the observed one, acceleration from the jackknife of each
+    arm). With few items per arm (below :data:`MIN_BOOTSTRAP_N`) the percentile interval
+    of :func:`bootstrap_diff_ci` tends to be too narrow; BCa corrects part of that."""
+    _check_confidence(confidence)
+    x = _vector(x, "x", min_n=2)
+    y = _vector(y, "y", min_n=2)
+    if float(np.ptp(x)) == 0 and float(np.ptp(y)) == 0:  # no spread: the interval is the point
+        d = float(x.mean() - y.mean())
+        return BootstrapInterval(d, d, d, len(x), confidence, int(n_resamples), seed)
+    res = sps.bootstrap((x, y), lambda a, b, axis=-1: a.mean(axis=axis) - b.mean(axis=axis), n_resamples=n_resamples,
+                        confidence_level=confidence, method="BCa", rng=np.random.default_rng(seed))
+    ci = res.confidence_interval
+    return BootstrapInterval(float(x.mean() - y.mean()), float(ci.low), float(ci.high), len(x), confidence,
+                             int(n_resamples), seed)
+
+
 @dataclass(frozen=True)
 class RankP:
     """One-sided rank p of a head-set against R controls; ``n_at_least`` = #{T_r ≥ T_S}."""

@@ -129,6 +129,7 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
                          "counts (the tables that use them say so); a smaller k, or the any-layer control, avoids them"
                          if fallbacks else None)))
     checks.append(_distinct_check(run))
+    checks.append(_floors_check(run, alpha))
     other = sorted({c for cell in run.cells.values() for c in cell.controls if c not in MAIN_CONTROLS})
     checks.append(Check("Other controls", _join(other) if other else "none"))
 
@@ -165,6 +166,60 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
     seeds = cfg_get(run.config, "seeds", "seed")
     checks.append(Check("Seeds", str(seeds) if seeds is not None else "not recorded in the config"))
     return checks
+
+
+HOLM_TESTS = ("cers", "ncs-all", "ncs", "cers-sym", "ncs-grid")  # tables with Holm over the settings
+
+
+def _floors_check(run: RunData, alpha: float = ALPHA) -> Check:
+    """Every table's rank-p floor ``1/(R+1)`` per control (R: its fewest draws there) and, where
+    the table Holm-adjusts over the settings (Table 3, Table 16: the main controls), the Holm
+    floor ``m/(R+1)``; a warning names each one above ``alpha`` with the R it needs (Table 3's
+    main controls are warned about under "Holm family")."""
+    from vheads.report._data import parse_test_id
+
+    fam = holm_family(run)
+    found: dict[tuple[str, str], dict] = {}  # (table, control) -> R, m (None: not adjusted), config key
+
+    def add(table, control, R, holm_m, key):
+        e = found.setdefault((table, control), {"R": R, "m": holm_m, "key": key})
+        e["R"] = min(e["R"], R)
+
+    for (s, t), cell in run.cells.items():
+        tid = parse_test_id(t)
+        for c, draws in cell.controls.items():
+            if len(draws) < 2 and c not in MAIN_CONTROLS:  # a deterministic control: no rank p is read
+                continue
+            if tid.param == "beta":
+                add(f"β sweep ({tid.base})", c, len(draws), None, "beta_sweep_controls")
+            elif t in ROW_GROUP_TESTS and t != "ncs-all":
+                add(f"row groups ({t})", c, len(draws), None, f"controls.{c}")
+            elif t in HOLM_TESTS:
+                m = None
+                if c in MAIN_CONTROLS:
+                    m = len([x for x in run.settings if (x, t) in run.cells and c in run.cells[(x, t)].controls
+                             and (fam is None or x in fam)])
+                add(f"{'Table 3' if t in ('cers', 'ncs-all', 'ncs') else 'Table 16'} ({t})", c, len(draws), m, f"controls.{c}")
+    for (s, base), by_k in run.ksweep.items():
+        for k, cell in by_k.items():
+            for c, draws in cell.controls.items():
+                add(f"k sweep ({base})", c, len(draws), None, "k_sweep_controls")
+    lines, warns = [], []
+    for (table, c), e in sorted(found.items()):
+        R, m = e["R"], e["m"]
+        floor = 1 / (R + 1)
+        text = f"{table}, {c}: R={R}, rank-p floor {floor:.3f}" + (f", Holm floor {min_holm_p(m, R):.3f} (m={m})" if m else "")
+        lines.append(text)
+        if table.startswith("Table 3") and c in MAIN_CONTROLS:  # warned above, under "Holm family"
+            continue
+        if floor > alpha:
+            warns.append(f"{table}, {c}: with R={R} no rank p can fall below 1/(R+1) = {floor:.3f}; "
+                         f"use {e['key']} ≥ {required_R(1, alpha)}")
+        elif m and min_holm_p(m, R) > alpha:
+            warns.append(f"{table}, {c}: Holm over {m} settings cannot fall below {m}/(R+1) = {min_holm_p(m, R):.3f}; "
+                         f"use {e['key']} ≥ {required_R(m, alpha)}")
+    return Check("Rank-p and Holm floors by table", "; ".join(lines) if lines else "no control draws stored",
+                 "; ".join(warns) if warns else None)
 
 
 def _distinct_check(run: RunData) -> Check:

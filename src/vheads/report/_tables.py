@@ -297,36 +297,50 @@ def row_group_table(run: RunData) -> Table | None:
                 row += [fmt(cs.mean) if cs else "–", f"**{p}**" if at_floor else p]
         rows.append(row)
     return Table("NCS per row group (seed Tables 5 and 13)", columns, rows,
-                 f"S with a 95% t-interval over items; ctrl: mean of the {control or 'control'} draws; p: rank p "
+                 f"S with NCS's Welch 95% interval over its matched and mismatched arms (a t-interval over items where "
+                 f"no arms are stored); ctrl: mean of the distinct {control or 'control'} draws; p: rank p "
                  "(one-sided, floor 1/(R+1), not adjusted); bold: S above every control draw."
                  + (fallback_note(run.meta, control) if control else ""), groups)
 
 
 def arms_table(run: RunData) -> Table | None:
     """Seed Table 11: NCS of S split into its matched and mismatched drops, with NCS's
-    Welch interval and its percentile bootstrap (2,000 resamples of both arms, seeded by
-    the run's seed)."""
+    Welch interval and its percentile bootstrap (2,000 resamples of both arms; each row's
+    seed derived from the run's seed, the table and the row). With fewer than
+    :data:`vheads.evaluation.MIN_BOOTSTRAP_N` items in an arm, where a percentile bootstrap
+    may undercover, the BCa interval is printed beside it."""
+    from vheads._seeds import derived_seed
+    from vheads.evaluation import MIN_BOOTSTRAP_N, bca_diff_ci
+
     seed = cfg_get(run.config, "seed", default=0)
     seed = seed if isinstance(seed, int) and seed >= 0 else 0
-    rows = []
+    rows, small = [], False
     for s in run.settings:
         for t in sorted({t for (ss, t, _) in run.arms if ss == s}):
             m, mm = run.arms.get((s, t, "matched")), run.arms.get((s, t, "mismatched"))
             if m is None or mm is None:
                 continue
             two = len(m) >= 2 and len(mm) >= 2
+            row_seed = derived_seed(seed, "table", "arms", s, t)
+            few = two and min(len(m), len(mm)) < MIN_BOOTSTRAP_N
+            small |= few
             rows.append([s, t, fmt_ci(t_interval(m) if len(m) >= 2 else None, m),
                          fmt_ci(t_interval(mm) if len(mm) >= 2 else None, mm),
                          fmt_ci(welch_interval(m, mm)) if two else fmt(float(np.mean(m) - np.mean(mm))),
-                         fmt_ci(bootstrap_diff_ci(m, mm, seed=seed)) if two else "–"])
+                         fmt_ci(bootstrap_diff_ci(m, mm, seed=row_seed)) if two else "–",
+                         fmt_ci(bca_diff_ci(m, mm, seed=row_seed)) if few else "–"])
     if not rows:
         return None
     return Table("NCS split into its arms (seed Table 11)", ["Setting", "Test", "Matched drop [95% CI]",
-                 "Mismatched drop [95% CI]", "NCS [Welch 95% CI]", "NCS [bootstrap 95% CI]"], rows,
-                 "Drops are P_base(key) − P_masked(key) of the discovered set; NCS = mean matched drop − mean "
-                 "mismatched drop. Generic damage moves both arms alike and cancels. The arms are different items, "
-                 "so NCS is a difference of two independent means: its interval is Welch's t (both arms' variances, "
-                 "Welch–Satterthwaite df) and a percentile bootstrap resampling both arms (2,000 resamples).",
+                 "Mismatched drop [95% CI]", "NCS [Welch 95% CI]", "NCS [bootstrap 95% CI]",
+                 f"NCS [BCa 95% CI] (n < {MIN_BOOTSTRAP_N})"], rows,
+                 f"Drops are the {run.metric} of the key at baseline minus masked, for the discovered set; NCS = mean "
+                 "matched drop − mean mismatched drop. Generic damage moves both arms alike and cancels. The arms are "
+                 "different items, so NCS is a difference of two independent means: its interval is Welch's t (both "
+                 "arms' variances, Welch–Satterthwaite df) and a percentile bootstrap resampling both arms (2,000 "
+                 "resamples; seed derived from the run's seed, this table and the row)."
+                 + (f" With fewer than {MIN_BOOTSTRAP_N} items per arm the percentile bootstrap may undercover; the "
+                    "bias-corrected and accelerated (BCa) interval is printed beside it." if small else ""),
                  text_cols=2)
 
 
