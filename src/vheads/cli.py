@@ -112,15 +112,18 @@ def evaluate(
 
         typer.echo(json.dumps(json_safe([r.to_dict(per_item=True) for r in results]), indent=1, allow_nan=False))
         return
-    typer.echo(f"{'head-set':<14} {'test':<10} {'T_S':>8} {'95% CI':>19}  control          mean ± sd        z     rank p   Holm p")
-    typer.echo("(95% CI: t over items; NCS: Welch over its two arms, bootstrap below — see --json)")
+    typer.echo(f"{'head-set':<14} {'test':<10} {'T_S':>8} {'95% CI':>19}  control          mean ± sd        z     rank p   Holm p  draws")
+    typer.echo("(95% CI: t over items; NCS: Welch over its two arms, bootstrap below — see --json; mean ± sd and z "
+               "over the distinct head-sets drawn, rank p over every draw)")
     for r in results:
         for i, (cname, c) in enumerate(r.controls.items()):
             lead = f"{r.name:<14} {r.test:<10} {r.t_s:8.4f} [{r.ci[0]:8.4f},{r.ci[1]:8.4f}]" if i == 0 else " " * 48
             z = "nan" if c["z"] is None else f"{c['z']:.2f}"
-            typer.echo(f"{lead}  {cname:<15} {c['mean']:7.4f} ± {c['sd']:.4f} {z:>6} {c['rank_p']:8.4f} {c['holm_p']:8.4f}")
+            typer.echo(f"{lead}  {cname:<15} {c['mean']:7.4f} ± {c['sd']:.4f} {z:>6} {c['rank_p']:8.4f} {c['holm_p']:8.4f}  R={c['R']} ({c['distinct']} distinct)")
         if r.ci_bootstrap is not None:
-            typer.echo(f"{'':<25} bootstrap [{r.ci_bootstrap[0]:8.4f},{r.ci_bootstrap[1]:8.4f}] (both arms resampled, 2000)")
+            bca = (f"; fewer than 30 items per arm: may undercover, BCa [{r.ci_bca[0]:8.4f},{r.ci_bca[1]:8.4f}]"
+                   if r.ci_bca is not None else "")
+            typer.echo(f"{'':<25} bootstrap [{r.ci_bootstrap[0]:8.4f},{r.ci_bootstrap[1]:8.4f}] (both arms resampled, 2000{bca})")
 
 
 @app.command()

@@ -24,7 +24,11 @@ Schema (version 3: the ``model`` column; version 2: overlap at half size, random
 sweep controls) — the columns each model's view shows
 ------------------
 meta(key PRIMARY KEY, value)                      config (JSON), config_hash, vheads_version,
-                                                  model_id, model_fingerprint, n_layers, n_heads;
+                                                  model_id, model_fingerprint, n_layers, n_heads,
+                                                  control_fallbacks (JSON {setting: {control label:
+                                                  [fallback, ...]}}, labels e.g. 'layer-matched',
+                                                  'layer-matched@k=8', 'shared/layer-matched';
+                                                  older runs: {setting: [fallback, ...]});
                                                   a multi-model run's '' rows: config, config_hash,
                                                   vheads_version, models (JSON [{name, model, ...}])
 units(unit_id PRIMARY KEY, kind, finished, seconds)
@@ -39,16 +43,19 @@ random_overlap(setting, k, draw, seed, overlap)   overlap of S with uniform rand
 ceilings(setting, k, mean, lo, hi, splits)        half-split noise ceiling of one setting
 headsets(setting, headset_id, control, draw, seed, heads)
                                                   control: 'S', a control name, or 'S@k=K' for the k sweep
-outcomes(unit_id, setting, test, headset_id, item_id, value)
+outcomes(unit_id, setting, test, headset_id, item_id, value, logprob, logit_diff)
                                                   per-item outcome; test e.g. 'cers', 'cers-sym',
                                                   'ncs-all', 'ncs-image', 'ncs-question', 'ncs-last',
-                                                  'ncs-grid', 'text', 'cers@beta=100', 'cers@k=8'
-arms(unit_id, setting, test, headset_id, item_id, arm, value)
+                                                  'ncs-grid', 'text', 'cers@beta=100', 'cers@k=8';
+                                                  value in p4 (P over the four letters), logprob and
+                                                  logit_diff the same outcome in the other metrics
+                                                  (METRIC_COLUMNS; NULL in a store of an older vheads)
+arms(unit_id, setting, test, headset_id, item_id, arm, value, logprob, logit_diff)
                                                   NCS arms: arm 'matched' / 'mismatched' drops
 audit(name PRIMARY KEY, n, mean_p_key, lo, hi, ok)
 strip_attention(setting, item_id, layer, head, masses)
                                                   masses: JSON list of the mass on each panel, for figures
-ood_outcomes(unit_id, task, setting, test, headset_id, item_id, value)
+ood_outcomes(unit_id, task, setting, test, headset_id, item_id, value, logprob, logit_diff)
                                                   pointing suite: per-item CERS ('cers') and NCS
                                                   ('ncs-all', with arms 'ncs-matched' / 'ncs-mismatched')
 ood_audit(task, name, n, mean_p_key, lo, hi, ok)  pointing suite: baseline audit of each task
@@ -80,13 +87,13 @@ TABLES: dict[str, tuple[str, str]] = {
     "ceilings": ("setting TEXT, k INTEGER, mean REAL, lo REAL, hi REAL, splits INTEGER", "setting, k"),
     "headsets": ("setting TEXT, headset_id TEXT, control TEXT, draw INTEGER, seed INTEGER, heads TEXT",
                  "setting, headset_id"),
-    "outcomes": ("unit_id TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT, value REAL",
-                 "setting, test, headset_id, item_id"),
-    "arms": ("unit_id TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT, arm TEXT, value REAL",
-             "setting, test, headset_id, item_id, arm"),
+    "outcomes": ("unit_id TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT, value REAL, logprob REAL, "
+                 "logit_diff REAL", "setting, test, headset_id, item_id"),
+    "arms": ("unit_id TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT, arm TEXT, value REAL, logprob REAL, "
+             "logit_diff REAL", "setting, test, headset_id, item_id, arm"),
     "audit": ("name TEXT, n INTEGER, mean_p_key REAL, lo REAL, hi REAL, ok INTEGER", "name"),
-    "ood_outcomes": ("unit_id TEXT, task TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT, value REAL",
-                     "task, setting, test, headset_id, item_id"),
+    "ood_outcomes": ("unit_id TEXT, task TEXT, setting TEXT, test TEXT, headset_id TEXT, item_id TEXT, value REAL, "
+                     "logprob REAL, logit_diff REAL", "task, setting, test, headset_id, item_id"),
     "ood_audit": ("task TEXT, name TEXT, n INTEGER, mean_p_key REAL, lo REAL, hi REAL, ok INTEGER", "task, name"),
     "strip_attention": ("setting TEXT, item_id TEXT, layer INTEGER, head INTEGER, masses TEXT",
                         "setting, item_id, layer, head"),
@@ -94,6 +101,10 @@ TABLES: dict[str, tuple[str, str]] = {
 SCHEMA_VERSION = 3
 SCHEMA = "\n".join(f"CREATE TABLE IF NOT EXISTS {t}(model TEXT NOT NULL DEFAULT '', {cols}, PRIMARY KEY(model, {pk}));"
                    for t, (cols, pk) in TABLES.items())
+
+
+#: the column of each metric of an outcome (vheads.evaluation.METRICS) in outcomes, arms, ood_outcomes
+METRIC_COLUMNS = {"p4": "value", "logprob": "logprob", "logit-diff": "logit_diff"}
 
 
 def columns(table: str) -> list[str]:
@@ -126,8 +137,11 @@ class Store:
             self.scoped = _has_model_column(self.db)
             if not readonly:  # a new store, or tables a later version added
                 self.db.executescript(SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};" if self.scoped else SCHEMA_V2)
+                self._add_later_columns()
             if self.scoped:
                 self._create_model_views()
+            elif readonly:
+                self._fill_later_columns()
             elif model:
                 raise VheadsError(f"results store {self.path} was written by a single-model vheads (schema 2); "
                                   f"it has no rows of model {model!r}")
@@ -137,11 +151,41 @@ class Store:
                 raise
             raise explained from None
 
+    def _stored_columns(self, table: str) -> set[str]:
+        return {r[1] for r in self.db.execute(f"PRAGMA main.table_info({table})")}
+
+    def _select_list(self, table: str) -> str:
+        """``table``'s columns, ``NULL AS c`` for a column a later vheads added that this
+        (older, read-only) store lacks: the metric columns of a run made before them."""
+        have = self._stored_columns(table)
+        return ", ".join(c if c in have or not have else f"NULL AS {c}" for c in columns(table))
+
+    def _add_later_columns(self) -> None:
+        """A writable store of an older vheads gets the columns added since (as NULL)."""
+        for table, (cols, _) in TABLES.items():
+            have = self._stored_columns(table)
+            for col in cols.split(", "):
+                if col.split()[0] not in have:
+                    self.db.execute(f"ALTER TABLE main.{table} ADD COLUMN {col}")
+
+    def _fill_later_columns(self) -> None:
+        """A read-only schema-2 store lacking later columns: TEMP VIEWs that add them as NULL."""
+        for table in TABLES:
+            have = self._stored_columns(table)
+            if have and not set(columns(table)) <= have:
+                self.db.execute(f"CREATE TEMP VIEW IF NOT EXISTS {table} AS SELECT {self._select_list(table)} FROM main.{table}")
+
+    def has_metric(self, metric: str, table: str = "outcomes") -> bool:
+        """Whether every row of ``table`` holds ``metric`` (a store of an older vheads, or a
+        run resumed across versions, has NULL there)."""
+        col = METRIC_COLUMNS[metric]
+        return not self.db.execute(f"SELECT 1 FROM {table} WHERE {col} IS NULL LIMIT 1").fetchone()
+
     def _create_model_views(self) -> None:
         """On this connection, each table name is a TEMP VIEW of ``self.model``'s rows."""
         literal = "'" + self.model.replace("'", "''") + "'"
         for table in TABLES:
-            self.db.execute(f"CREATE TEMP VIEW IF NOT EXISTS {table} AS SELECT {', '.join(columns(table))} "
+            self.db.execute(f"CREATE TEMP VIEW IF NOT EXISTS {table} AS SELECT {self._select_list(table)} "
                             f"FROM main.{table} WHERE model = {literal}")
 
     def models(self) -> list[str]:
@@ -192,16 +236,18 @@ class Store:
             self._insert("units", (unit_id, kind, time.time(), seconds))
 
     def _insert(self, table: str, values, conflict: str = "", many: bool = False) -> None:
-        """INSERT one tuple (or ``many``) of ``table``'s view columns, into this model's rows."""
+        """INSERT one tuple (or ``many``) of ``table``'s view columns, in order, into this
+        model's rows; a tuple may stop before the last columns (they stay NULL)."""
         if table not in TABLES:
             raise ValueError(f"unknown results-store table {table!r}")
         rows = values if many else [values]
         n = len(rows[0])
+        names = ", ".join(columns(table)[:n])  # a shorter tuple leaves the last columns NULL (the metric columns)
         if self.scoped:  # the view is read-only: write the stored table, model first
-            sql = f"INSERT {conflict} INTO main.{table} VALUES ({','.join('?' * (n + 1))})"
+            sql = f"INSERT {conflict} INTO main.{table} (model, {names}) VALUES ({','.join('?' * (n + 1))})"
             self.db.executemany(sql, [(self.model, *r) for r in rows])
         else:
-            self.db.executemany(f"INSERT {conflict} INTO {table} VALUES ({','.join('?' * n)})", rows)
+            self.db.executemany(f"INSERT {conflict} INTO main.{table} ({names}) VALUES ({','.join('?' * n)})", rows)
 
     def query(self, sql: str, *args) -> list[tuple]:
         return self.db.execute(sql, args).fetchall()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from vheads.engine import Engine
-from vheads.evaluation._probe import Action, Probe, _run_probes, run_probes
+from vheads.evaluation._probe import Action, Probe, _run_probes, run_scores
 from tests.evaluation.test_cross_item import _counting, _headsets, _items
 
 
@@ -19,7 +19,7 @@ def test_repeated_headsets_run_once_and_give_the_values_of_every_row(loaded, fam
     probes = [Probe(pr, None) for pr in prompts] + [Probe(pr, act, listed) for pr in prompts
                                                     for act in (Action("mask", rows="all"), Action("steer", rows="last", target="left", beta=3.0))]
     calls = _counting(eng)
-    got = run_probes(eng, probes)
+    got = run_scores(eng, probes)  # letter logits and log-sum-exp: every metric follows from them
     rows_distinct = sum(n for _, counts, _, _ in calls for n in counts)
     calls.clear()
     every = _run_probes(eng, probes)

@@ -2,6 +2,7 @@
 independent means (Welch, and a bootstrap resampling both arms), recomputable from the
 per-item arms the JSON carries."""
 
+import hashlib
 import json
 
 import numpy as np
@@ -35,13 +36,24 @@ def test_evaluate_ncs_reports_welch_and_two_arm_bootstrap_intervals(tiny_headset
     welch = sps.ttest_ind(m, mm, equal_var=False).confidence_interval(0.95)
     assert res["ci95_method"] == "welch"
     assert res["ci95"] == pytest.approx([welch.low, welch.high], rel=1e-9)
-    boot = sps.bootstrap((m, mm), lambda a, b, axis=-1: a.mean(axis=axis) - b.mean(axis=axis), n_resamples=2000,
-                         method="percentile", rng=np.random.default_rng(2)).confidence_interval
+    # the bootstrap's seed derives from (run seed, head-set, test); 6 < 30 items per arm: BCa beside it
+    seed = int(hashlib.sha256(f"2|bootstrap|{tiny_headset.stem}|ncs".encode()).hexdigest()[:8], 16)
+    assert res["bootstrap_seed"] == seed
+    diff = lambda a, b, axis=-1: a.mean(axis=axis) - b.mean(axis=axis)  # noqa: E731
+    boot = sps.bootstrap((m, mm), diff, n_resamples=2000, method="percentile", rng=np.random.default_rng(seed)).confidence_interval
     assert res["ci95_bootstrap"] == pytest.approx([boot.low, boot.high], rel=1e-9)
+    bca = sps.bootstrap((m, mm), diff, n_resamples=2000, method="BCa", rng=np.random.default_rng(seed)).confidence_interval
+    assert res["ci95_bca"] == pytest.approx([bca.low, bca.high], rel=1e-9)
     # every control draw's per-item values are there, so the rank p can be recomputed
     vals = res["per_item"]["values"]
     t_s, t_c = np.mean(vals["S"]), [np.mean(vals[f"layer-matched#{i}"]) for i in range(3)]
     assert res["controls"]["layer-matched"]["rank_p"] == pytest.approx((1 + sum(t >= t_s for t in t_c)) / 4)
+    # mean, SD and z over the distinct head-sets (a repeated head-set repeats its per-item values exactly)
+    distinct = list({tuple(vals[f"layer-matched#{i}"]): np.mean(vals[f"layer-matched#{i}"]) for i in range(3)}.values())
+    lm = res["controls"]["layer-matched"]
+    assert lm["distinct"] == len(distinct) and lm["mean"] == pytest.approx(np.mean(distinct))
+    if len(distinct) > 1:
+        assert lm["sd"] == pytest.approx(np.std(distinct, ddof=1))
 
 
 def test_evaluate_runs_attention_matched_and_sized_random_n_controls(tiny_headset):

@@ -82,3 +82,70 @@ def test_audit_flags_values_outside_their_expected_range(engine):
     for name, r in rep.items():
         lo, hi = r["expected"]
         assert r["ok"] == (lo <= r["mean_p_key"] <= hi)
+
+
+# --- the three metrics of an outcome ---------------------------------------------------------
+
+
+def test_three_metrics_on_a_hand_built_logit_vector_equal_a_hand_computation():
+    import math
+    from types import SimpleNamespace
+
+    import torch
+
+    from vheads.evaluation import METRICS, letter_metric
+
+    logits = [0.3, -1.2, 2.0, 1.1, 0.0, -0.4, 3.3, 0.7, -2.5, 1.9]  # a vocabulary of 10 tokens
+    ids = [3, 6, 1, 9]  # the letters A, B, C, D
+    fake = SimpleNamespace(lm=SimpleNamespace(adapter=SimpleNamespace(letter_token_ids=lambda processor: ids), processor=None))
+    scores = Engine.letter_scores(fake, torch.tensor([logits]))[0].numpy()  # [5]
+    z = [logits[i] for i in ids]
+    lse = math.log(sum(math.exp(v) for v in logits))
+    for k in range(4):
+        want = {"p4": math.exp(z[k]) / sum(math.exp(v) for v in z),
+                "logprob": z[k] - lse,
+                "logit-diff": z[k] - sum(v for j, v in enumerate(z) if j != k) / 3}
+        for m in METRICS:
+            assert float(letter_metric(scores, k, m)) == pytest.approx(want[m], abs=1e-6), m
+    with pytest.raises(ValueError, match="unknown metric"):
+        letter_metric(scores, 0, "logits")
+
+
+def test_logprob_is_log_softmax_over_the_full_vocabulary_of_the_plain_model(engine):
+    """The engine's letter scores at a baseline row: log P(letter) over every token of the
+    vocabulary equals log_softmax of the plain model's last-position logits."""
+    import torch
+
+    from vheads.evaluation import letter_metric
+    from vheads.evaluation._probe import Probe, run_scores
+
+    lm = engine.lm
+    pr = lm.adapter.build(_grid(3), lm.processor)
+    with torch.no_grad():
+        plain = lm.model(**pr.inputs).logits[0, -1].double()  # [V]
+    want = torch.log_softmax(plain, dim=-1)[lm.adapter.letter_token_ids(lm.processor)].numpy()
+    (sc,) = run_scores(engine, [Probe(pr, None)])
+    for k in range(4):
+        assert float(letter_metric(sc[0], k, "logprob")) == pytest.approx(float(want[k]), abs=1e-4)
+
+
+def test_ncs_arms_under_each_metric_equal_their_definition_from_separate_runs(engine):
+    """drop = metric_base(key) − metric_masked(key) in every metric, from one run per row."""
+    from vheads.evaluation import METRICS, letter_metric
+    from vheads.evaluation._probe import Probe, run_scores
+
+    L, H = engine.shape
+    hs = [HeadSet([(0, 0), (1, 1)], L, H), _all_heads(engine)]
+    matched = [Item(f"m{s}", "class-matched", _grid(s).image, "which object is shown ?", "B", options=OPTS) for s in range(2)]
+    out = ncs(engine, matched, matched[:1], hs)
+    for m in METRICS:
+        got = out.under(m)
+        for i, it in enumerate(matched):
+            pr = engine.lm.adapter.build(it, engine.lm.processor)
+            (base,) = run_scores(engine, [Probe(pr, None)])
+            for j, h in enumerate(hs):
+                (masked,) = run_scores(engine, [Probe(pr, Action("mask", rows="all"), [h])], prefix_reuse=False)
+                want = letter_metric(base[0], 1, m) - letter_metric(masked[0], 1, m)
+                assert got.detail["drop_matched"][j, i] == pytest.approx(float(want), abs=1e-5)
+        assert np.allclose(got.values, got.detail["drop_matched"] - got.detail["drop_mismatched"].mean(axis=1, keepdims=True))
+    assert not np.allclose(out.under("logprob").values, out.values)  # the metrics differ (not vacuous)

@@ -13,6 +13,7 @@ from vheads.evaluation._stats import (
     bootstrap_diff_ci,
     welch_interval,
     holm,
+    ncs_difference_t,
     paired_one_sided_p,
     paired_t,
     rank_p,
@@ -264,3 +265,38 @@ def test_holm_equals_statsmodels_holm_on_random_families_with_ties(seed):
     res = holm(p)
     assert res.p_adjusted == pytest.approx(p_sm, abs=1e-15)
     assert (res.reject == reject).all()
+
+
+# --- NCS of two head-sets on the same items: both arms -------------------------------------------
+
+def test_ncs_difference_t_equals_a_hand_welch_t_of_the_per_arm_differences():
+    rng = np.random.default_rng(31)
+    am, ax = rng.normal(0.3, 0.1, 16), rng.normal(0.1, 0.2, 14)
+    bm, bx = am - rng.normal(0.05, 0.05, 16), ax + rng.normal(0.0, 0.2, 14)
+    u, v = am - bm, ax - bx
+    se2 = u.var(ddof=1) / 16 + v.var(ddof=1) / 14
+    t_hand = (u.mean() - v.mean()) / math.sqrt(se2)
+    df_hand = se2**2 / ((u.var(ddof=1) / 16) ** 2 / 15 + (v.var(ddof=1) / 14) ** 2 / 13)
+    res = ncs_difference_t(am, ax, bm, bx)
+    assert res.t == pytest.approx(t_hand) and res.df == pytest.approx(df_hand)
+    assert res.p == pytest.approx(2 * sps.t.sf(abs(t_hand), df_hand))
+    assert res.mean_diff == pytest.approx((am.mean() - ax.mean()) - (bm.mean() - bx.mean()))
+    ci = sps.ttest_ind(u, v, equal_var=False).confidence_interval(0.95)
+    assert (res.interval.low, res.interval.high) == pytest.approx((ci.low, ci.high))
+    # the old test: a paired t of matched drops minus each head-set's mismatched mean
+    old = sps.ttest_rel(am - ax.mean(), bm - bx.mean())
+    assert old.statistic == pytest.approx(res.mean_diff / (u.std(ddof=1) / 4))  # ignores v's variance
+    assert abs(res.t) < abs(old.statistic)
+
+
+def test_ncs_difference_t_against_controls_averages_them_per_item_one_sided():
+    rng = np.random.default_rng(32)
+    pm, px = rng.normal(0.3, 0.1, 12), rng.normal(0.1, 0.1, 10)
+    cm, cx = rng.normal(0.1, 0.1, (7, 12)), rng.normal(0.05, 0.1, (7, 10))
+    u = [pm[i] - statistics.fmean(cm[:, i]) for i in range(12)]
+    v = [px[j] - statistics.fmean(cx[:, j]) for j in range(10)]
+    want = sps.ttest_ind(u, v, equal_var=False, alternative="greater")
+    res = ncs_difference_t(pm, px, cm, cx, alternative="greater")
+    assert res.t == pytest.approx(want.statistic) and res.p == pytest.approx(want.pvalue)
+    with pytest.raises(ValueError, match="same items"):
+        ncs_difference_t(pm, px, cm[:, :11], cx)

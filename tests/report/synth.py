@@ -17,18 +17,29 @@ SOURCES = {"last": "last", "qsp": "qspan", "out": "out"}
 SETTINGS = [f"{c}-{q}-{s}" for c in CORPORA for q in QUERIES for s in SOURCES]  # 12
 
 
+def LOGPROB(v):  # noqa: N802 - the synthetic store's logprob of a p4 value
+    return 3.0 * v  # linear: NCS = matched − mismatched mean holds in it too
+
+
+def LOGIT_DIFF(v):  # noqa: N802 - and its logit-diff: the sign flips, so conclusions change
+    return -v
+
+
 def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12, tests=("cers", "ncs-all"),
              row_groups: bool = True, text: bool = True, extra_controls: bool = True, sweeps: bool = True,
              overlap: bool = True, audit: str | None = "ok", strips: bool = True, any_layer: bool = True,
-             config_R: int | None = None, seed: int = 0, meta_extra: dict | None = None) -> Path:
-    """Write a store into ``run_dir``. ``audit``: 'ok', 'bad' (oracle out of range) or None."""
+             config_R: int | None = None, seed: int = 0, meta_extra: dict | None = None, metrics: bool = True,
+             config_extra: dict | None = None) -> Path:
+    """Write a store into ``run_dir``. ``audit``: 'ok', 'bad' (oracle out of range) or None.
+    ``metrics=False``: no logprob / logit-diff columns (a store of an older vheads)."""
     rng = np.random.default_rng(seed)
     store = Store(run_dir)
     controls = {"layer-matched": R} | ({"any-layer": R} if any_layer else {})
     config = {"model": "tiny", "corpora": list(CORPORA.values()), "settings": list(settings), "k": K,
               "controls": {c: (config_R or r) for c, r in controls.items()}, "n_items": n_items, "seeds": {"controls": 7},
               "beta": 10000.0,
-              "row_groups": ["all", "image", "question", "last"] if row_groups else ["all"] if "ncs-all" in tests else []}
+              "row_groups": ["all", "image", "question", "last"] if row_groups else ["all"] if "ncs-all" in tests else [],
+              **(config_extra or {})}
     store.set_meta(config=config, model_id="vheads/tiny-test", n_layers=L, n_heads=H, **(meta_extra or {}))
 
     rows: dict[str, list[tuple]] = {k: [] for k in ("discovery", "overlap", "ceilings", "headsets", "outcomes",
@@ -53,6 +64,7 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
                     rows["strip_attention"].append((s, f"strip{it}", l, h, json.dumps(m.tolist())))
 
     items = [f"item{i:03d}" for i in range(n_items)]
+    distinct_sets = list(itertools.islice(itertools.combinations(range(L * H), K), max(R, 1)))  # K flat head indices
     all_controls = dict(controls)
     if extra_controls:
         all_controls |= {"sinks": 1, "text-heavy": 1}
@@ -76,8 +88,8 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
                     hid = f"{c}#{d}"
                     v = rng.normal(0, 0.05, n_items) + rng.normal(0, 0.02)
                     rows["outcomes"] += [(f"u-{s}-{test}", s, test, hid, it, float(x)) for it, x in zip(items, v)]
-                    if test == test_list[0]:
-                        rows["headsets"].append((s, hid, c, d, 7, json.dumps(sorted(heads[s]))))
+                    if test == test_list[0]:  # every draw a head-set of its own (real draws rarely repeat)
+                        rows["headsets"].append((s, hid, c, d, 7, json.dumps([list(divmod(i, H)) for i in distinct_sets[d]])))
             if test == "ncs-all":
                 for arm, vals in arm_vals.items():
                     rows["arms"] += [(f"u-{s}-{test}", s, test, "S", it, arm, float(v)) for it, v in zip(items, vals)]
@@ -95,6 +107,9 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
         rows["audit"] += [("oracle", 40, oracle, 0.9, 1.0, int(0.9 <= oracle <= 1.0)),
                           ("floor", 40, 0.26, 0.15, 0.35, 1), ("matched", 40, 0.95, 0.9, 1.0, 1),
                           ("mismatched", 40, 0.2, 0.0, 0.45, 1)]
+    if metrics:  # the other metrics' columns: linear maps of p4 (NCS = matched − mismatched mean holds in each)
+        for table in ("outcomes", "arms"):
+            rows[table] = [(*r, LOGPROB(r[-1]), LOGIT_DIFF(r[-1])) for r in rows[table]]
     store.commit_unit("synthetic", "synthetic", 0.0, rows)
     store.close()
     if strips:

@@ -20,47 +20,100 @@ def test_algebra_pairs_cover_query_type_corpus_and_source_like_the_seed():
     assert algebra_pairs(["cm-ord-last", "cm-ref-qsp"]) == []
 
 
-def _store(tmp_path):
+def _store(tmp_path, mass_draws=None):
+    """A hand-written store: two settings' S (NCS values and both arms), one algebra part with
+    three controls (both arms), five CERS control draws with head masses. ``mass_draws``:
+    the CERS control draws' head lists (default: five distinct ones)."""
     st = Store(tmp_path)
     rng = np.random.default_rng(0)
-    a, b = rng.normal(0.2, 0.1, 6), rng.normal(0.1, 0.1, 6)
-    rows = [("u", "cm-ord-last", "ncs-all", "S", f"i{i}", float(v)) for i, v in enumerate(a)]
-    rows += [("u", "cm-ref-last", "ncs-all", "S", f"i{i}", float(v)) for i, v in enumerate(b)]
-    part = rng.normal(0.3, 0.1, 6)
-    ctrl = rng.normal(0.1, 0.1, (3, 6))
+    nm, nx = 6, 5  # matched and mismatched items
+    arms = {"cm-ord-last": (rng.normal(0.3, 0.1, nm), rng.normal(0.05, 0.2, nx)),
+            "cm-ref-last": (rng.normal(0.1, 0.1, nm), rng.normal(0.1, 0.2, nx))}
+    rows, arm_rows = [], []
+    for s, (m, x) in arms.items():  # as the study stores NCS: matched drops minus the mismatched mean
+        rows += [("u", s, "ncs-all", "S", f"i{i}", float(v - x.mean())) for i, v in enumerate(m)]
+        arm_rows += [("u", s, "ncs-all", "S", f"i{i}", "matched", float(v)) for i, v in enumerate(m)]
+        arm_rows += [("u", s, "ncs-all", "S", f"x{j}", "mismatched", float(v)) for j, v in enumerate(x)]
     pid = "cm-ord-last&cm-ref-last"
-    rows += [("u", pid, "ncs-all", "shared", f"i{i}", float(v)) for i, v in enumerate(part)]
-    for r in range(3):
-        rows += [("u", pid, "ncs-all", f"shared/layer-matched#{r}", f"i{i}", float(v)) for i, v in enumerate(ctrl[r])]
+    part = (rng.normal(0.3, 0.1, nm), rng.normal(0.1, 0.3, nx))
+    ctrl = (rng.normal(0.1, 0.1, (3, nm)), rng.normal(0.05, 0.1, (3, nx)))
+    for hid, (m, x) in [("shared", part)] + [(f"shared/layer-matched#{r}", (ctrl[0][r], ctrl[1][r])) for r in range(3)]:
+        rows += [("u", pid, "ncs-all", hid, f"i{i}", float(v - x.mean())) for i, v in enumerate(m)]
+        arm_rows += [("u", pid, "ncs-all", hid, f"i{i}", "matched", float(v)) for i, v in enumerate(m)]
+        arm_rows += [("u", pid, "ncs-all", hid, f"x{j}", "mismatched", float(v)) for j, v in enumerate(x)]
     mass = rng.uniform(size=(2, 4))
     cers = []
     hs = [(pid, "shared", "S", 0, 0, json.dumps([[0, 1]]))]
-    for r in range(5):
-        heads = [[0, r % 4], [1, (r + 1) % 4]]
+    draws = mass_draws or [[[0, r % 4], [1, (r + 1 + r // 4) % 4]] for r in range(5)]
+    values = {}
+    for r, heads in enumerate(draws):
         hs.append(("cm-ord-last", f"layer-matched#{r}", "layer-matched", r, 0, json.dumps(heads)))
-        v = rng.normal(size=6)
+        key = json.dumps(sorted(heads))
+        v = values.setdefault(key, rng.normal(size=6))  # one head-set gives one outcome, however often drawn
         cers.append(([mass[l, h] for l, h in heads], v.mean()))
         rows += [("u", "cm-ord-last", "cers", f"layer-matched#{r}", f"i{i}", float(x)) for i, x in enumerate(v)]
-    st.commit_unit("u", "eval", 0.0, {"outcomes": rows, "headsets": hs, "meta": [("image_mass", json.dumps(mass.tolist()))]})
-    return st, a, b, part, ctrl, cers
+    st.commit_unit("u", "eval", 0.0, {"outcomes": rows, "arms": arm_rows, "headsets": hs,
+                                      "meta": [("image_mass", json.dumps(mass.tolist()))]})
+    return st, arms, part, ctrl, cers
+
+
+def test_paired_ncs_of_two_settings_uses_both_arms_like_a_hand_welch_t(tmp_path):
+    """NCS_A − NCS_B = mean over matched items of (drop_A − drop_B) − mean over mismatched
+    items of (drop_A − drop_B); its test is scipy's Welch t of those two sets of differences,
+    not a paired t of the stored values (which treats the mismatched mean as a constant)."""
+    st, arms, *_ = _store(tmp_path)
+    (am, ax), (bm, bx) = arms["cm-ord-last"], arms["cm-ref-last"]
+    u, v = am - bm, ax - bx
+    want = stats.ttest_ind(u, v, equal_var=False)
+    ci = want.confidence_interval(0.95)
+    (row,) = paired_settings_table(st, ["cm-ord-last", "cm-ref-last"], tests=("ncs-all",)).rows
+    assert row[5] == f"{u.mean() - v.mean():.3f} [{ci.low:.3f}, {ci.high:.3f}]"
+    assert row[6] == "Welch, both arms"
+    assert row[7] == f"{want.statistic:.2f}" and float(row[8]) == round(want.pvalue, 3)
+    old = stats.ttest_rel(am - ax.mean(), bm - bx.mean())  # what a paired t of the stored values gives
+    assert abs(old.statistic - want.statistic) > 0.1
+    st.close()
+
+
+def test_algebra_part_against_controls_uses_both_arms_like_a_hand_welch_t(tmp_path):
+    st, arms, part, ctrl, _ = _store(tmp_path)
+    u = part[0] - ctrl[0].mean(axis=0)
+    v = part[1] - ctrl[1].mean(axis=0)
+    want = stats.ttest_ind(u, v, equal_var=False, alternative="greater")
+    (row,) = algebra_table(st).rows
+    assert row[0] == "query type" and row[2] == "shared" and row[4] == "3"
+    assert row[5] == f"{part[0].mean() - part[1].mean():.3f}"
+    assert row[8] == f"{want.statistic:.2f}" and row[9] == f"{want.df:.1f}" and float(row[10]) == round(want.pvalue, 3)
+    st.close()
 
 
 def test_comparison_tables_equal_scipy(tmp_path):
-    st, a, b, part, ctrl, cers = _store(tmp_path)
-    alg = algebra_table(st)
-    want = stats.ttest_rel(part, ctrl.mean(0), alternative="greater")
-    assert alg.rows[0][0] == "query type" and alg.rows[0][2] == "shared" and float(alg.rows[0][-1]) == round(want.pvalue, 3)
-    pair = paired_settings_table(st, ["cm-ord-last", "cm-ref-last"], tests=("ncs-all",))
-    assert float(pair.rows[0][-1]) == round(stats.ttest_rel(a, b).pvalue, 3)
+    st, *_, cers = _store(tmp_path)
     sp = mass_table(st, ["cm-ord-last"])
     (row,) = sp.rows
     draws, c = zip(*cers)
     means = [float(np.mean(d)) for d in draws]
-    assert row[1] == "layer-matched" and row[2] == "5"
+    assert row[1] == "layer-matched" and row[2] == "5 (5 distinct)"
     assert row[4] == f"{np.mean(means):.3f} [{min(means):.3f}, {max(means):.3f}]"
     for col, stat in zip(row[5:], (np.mean, np.median, np.min, np.max, lambda x: np.std(x, ddof=1))):
         rho = stats.spearmanr([stat(d) for d in draws], c).statistic
-        assert col == f"{rho:.2f} (n=5)"  # 5 < 10 draws: no p
+        assert col == f"{rho:.2f} (n=5)"  # 5 < 10 distinct draws: no p
+    st.close()
+
+
+def test_spearman_of_repeated_draws_is_taken_over_distinct_head_sets(tmp_path):
+    """30 draws that hold 10 distinct head-sets: the table says so, and ρ and p are those of
+    scipy over the 10 distinct (mass, CERS) points, not over 30 copies."""
+    distinct = [[[0, a], [1, b]] for a in range(4) for b in range(4)][:10]
+    draws = [distinct[i % 10] for i in range(30)]
+    st, *_, cers = _store(tmp_path, mass_draws=draws)
+    (row,) = mass_table(st, ["cm-ord-last"]).rows
+    assert row[2] == "30 (10 distinct)"
+    pts = cers[:10]
+    x = [float(np.mean(m)) for m, _ in pts]
+    y = [c for _, c in pts]
+    want = stats.spearmanr(x, y)
+    assert row[5] == f"{want.statistic:.2f} ({want.pvalue:.3f})" or row[5] == f"{want.statistic:.2f} ({want.pvalue:.1e})"
     st.close()
 
 

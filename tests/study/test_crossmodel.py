@@ -78,7 +78,8 @@ def test_single_model_config_keeps_its_hash():
     assert "models" not in d
     d.pop("run")
     for key in ("eval_source", "eval_classes", "eval_exclude", "eval_groups", "eval_cell", "eval_resize", "ood_tasks",
-                "n_ood", "ood_controls", "device_map", "quantization", "trust_remote_code", "templates"):
+                "n_ood", "ood_controls", "device_map", "quantization", "trust_remote_code", "templates",
+                "metric"):  # metric: which stored metric the report leads with, never in the hash
         d.pop(key)
     assert cfg.science_hash() == hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -123,7 +124,8 @@ def test_store_views_show_one_models_rows(tmp_path):
     assert sorted(rows(tmp_path, "SELECT model, value FROM outcomes")) == [("", 0.5), ("a", 1.5), ("b", 2.5)]
     for model, v in (("", 0.5), ("a", 1.5), ("b", 2.5)):
         st = Store(tmp_path, readonly=True, model=model)
-        assert st.query("SELECT * FROM outcomes") == [("u1", "s", "cers", "S", "i0", v)]
+        # the single-model columns; the metric columns (logprob, logit_diff) stay NULL when not written
+        assert st.query("SELECT * FROM outcomes") == [("u1", "s", "cers", "S", "i0", v, None, None)]
         assert st.done_units() == {"u1"} and st.get_meta("model_id") == f"id-{model}"
         st.close()
     assert Store(tmp_path, readonly=True).models() == ["", "a", "b"]
@@ -456,8 +458,8 @@ def test_export_of_a_multi_model_store_names_each_rows_model(tmp_path):
     export_run(tmp_path / "run", "csv", tmp_path / "x")
     with open(tmp_path / "x" / "outcomes.csv") as f:
         got = list(csv.reader(f))
-    assert got == [["model", "unit_id", "setting", "test", "headset_id", "item_id", "value"],
-                   ["a", "u1", "s", "cers", "S", "i0", "1.5"], ["b", "u1", "s", "cers", "S", "i0", "2.5"]]
+    assert got == [["model", "unit_id", "setting", "test", "headset_id", "item_id", "value", "logprob", "logit_diff"],
+                   ["a", "u1", "s", "cers", "S", "i0", "1.5", "", ""], ["b", "u1", "s", "cers", "S", "i0", "2.5", "", ""]]
 
 
 def test_a_model_name_read_from_a_store_never_leaves_the_report_folder(tmp_path):

@@ -288,6 +288,15 @@ class Engine:
         ids = self.lm.adapter.letter_token_ids(self.lm.processor)
         return torch.softmax(logits_last[:, ids].float(), dim=-1)
 
+    def letter_scores(self, logits_last: torch.Tensor) -> torch.Tensor:
+        """The four option letters' logits and the log-sum-exp over the full vocabulary:
+        [B, 5] (float32). Every metric of an outcome follows from these five numbers
+        (:func:`vheads.evaluation.outcome_metrics`): P renormalised over the letters is the
+        softmax of the first four, log P(x) over the vocabulary is ``logit(x) − lse``."""
+        ids = self.lm.adapter.letter_token_ids(self.lm.processor)
+        full = logits_last.float()  # [B, V]
+        return torch.cat([full[:, ids], torch.logsumexp(full, dim=-1, keepdim=True)], dim=-1)
+
     def plan(self, batch: int, interventions: list[Intervention] = (), captures: list[Capture] = ()) -> ProbePlan:
         L, H = self.shape
         return ProbePlan(batch, L, H, list(interventions), list(captures), self.lm.attention_layers)

@@ -314,6 +314,22 @@ def random_n_controls(n: int, R: int, seed: int, n_layers: int, n_heads: int,
     return ControlDraws("random-n", int(seed), tuple(sets))
 
 
+def control_pool_size(name: str, S: HeadSet) -> int | None:
+    """How many distinct head-sets control ``name`` can draw for S, where that is a simple
+    count: ``layer-matched`` ∏_l C(H − c_l, c_l) (c_l = S's heads in layer l; ``None`` when
+    a layer falls back), ``any-layer`` C(N − |S|, |S|) (N = the model's heads). ``None`` for
+    any other control. With R above the pool, draws must repeat."""
+    if name == "layer-matched":
+        counts = S.per_layer_counts()
+        if any(c > S.n_heads - c for c in counts):
+            return None
+        return math.prod(math.comb(S.n_heads - int(c), int(c)) for c in counts if c)
+    if name == "any-layer":
+        total = int(S.head_mask().sum())
+        return math.comb(total - len(S), len(S))
+    return None
+
+
 # --- rule-based controls ---------------------------------------------------------------
 
 

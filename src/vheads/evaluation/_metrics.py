@@ -5,11 +5,15 @@ head-set under test and its controls, all run in the same batched forwards) and 
 per-item outcomes ``[n_headsets, n_items]`` so that statistics can be taken over items.
 ``P(x)`` is the probability of option letter x renormalized over the four letters at the
 last prompt position.
+
+Every outcome is computed under the three metrics of DESIGN.md (:data:`METRICS`, from
+the same forwards: :func:`letter_metric`): ``values`` holds ``p4`` (the seed's), and
+``Outcomes.metrics`` the same test under ``logprob`` and ``logit-diff``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from PIL import Image
@@ -17,7 +21,31 @@ from PIL import Image
 from vheads.data import OPTION_LETTERS, Item
 from vheads.engine import Engine
 from vheads.evaluation._headsets import HeadSet
-from vheads.evaluation._probe import Action, Probe, ProbeMemo, run_probes
+from vheads.evaluation._probe import Action, Probe, ProbeMemo, letter_p, run_probes, run_scores
+
+#: the metrics of an outcome (DESIGN.md "Metrics of an outcome"); the first is the seed's
+METRICS = ("p4", "logprob", "logit-diff")
+
+
+def letter_metric(scores: np.ndarray, letter: int, metric: str = "p4") -> np.ndarray:
+    """Option ``letter``'s value under ``metric``, from letter scores ``[..., 5]`` (the four
+    letters' logits z_A..z_D, then lse = log Σ_v exp z_v over the full vocabulary):
+
+    - ``p4``: ``exp z_x / Σ_{y ∈ letters} exp z_y`` (P renormalised over the four letters);
+    - ``logprob``: ``z_x − lse`` (log P(x) over the full vocabulary);
+    - ``logit-diff``: ``z_x − mean_{y ≠ x} z_y`` (the key's logit minus the mean of the
+      other three letters' logits), close to linear in the logits.
+
+    Returns ``[...]``."""
+    sc = np.asarray(scores, dtype=float)
+    z = sc[..., :4]
+    if metric == "p4":
+        return letter_p(sc)[..., letter]
+    if metric == "logprob":
+        return z[..., letter] - sc[..., 4]
+    if metric == "logit-diff":
+        return z[..., letter] - (z.sum(axis=-1) - z[..., letter]) / 3
+    raise ValueError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
 
 
 def _check_items(items: list[Item], what: str) -> None:
@@ -47,15 +75,36 @@ def distractor_cell(item: Item, seed: int) -> str:
 
 @dataclass
 class Outcomes:
-    """Per-item values ``[n_headsets, n_items]`` of one test, and the item ids."""
+    """Per-item values ``[n_headsets, n_items]`` of one test, and the item ids; ``values``
+    and ``detail`` in ``p4``, ``metrics`` the same outcomes under the other metrics."""
 
     test: str
     values: np.ndarray
     item_ids: list[str]
     detail: dict[str, np.ndarray]
+    metrics: dict[str, Outcomes] = field(default_factory=dict)
 
     def means(self) -> np.ndarray:
         return self.values.mean(axis=1)
+
+    def under(self, metric: str) -> Outcomes:
+        """These outcomes under ``metric`` (one of :data:`METRICS`)."""
+        if metric == "p4":
+            return self
+        if metric not in self.metrics:
+            raise ValueError(f"outcomes of {self.test!r} have no {metric!r} values; stored: p4, {', '.join(self.metrics)}")
+        return self.metrics[metric]
+
+
+def _by_metric(test: str, item_ids: list[str], make) -> Outcomes:
+    """``make(metric) -> (values, detail)`` under every metric, as one :class:`Outcomes`."""
+    outs = {}
+    for m in METRICS:
+        values, detail = make(m)
+        outs[m] = Outcomes(test, values, item_ids, detail)
+    main = outs.pop("p4")
+    main.metrics = outs
+    return main
 
 
 def cers(engine: Engine, items: list[Item], headsets: list[HeadSet], beta: float = 1e4, rows: str = "all",
@@ -76,38 +125,42 @@ def cers(engine: Engine, items: list[Item], headsets: list[HeadSet], beta: float
     prompts = [engine.lm.adapter.build(it, engine.lm.processor) for it in items]
     cells = [(it.target, distractor_cell(it, seed)) for it in items]
     probes = [Probe(pr, Action("steer", rows=rows, target=cell, beta=beta), headsets) for pr, cd in zip(prompts, cells) for cell in cd]
-    p = run_probes(engine, probes, max_rows=batch_size, progress=progress, desc="CERS", memo=memo)  # per item: steer onto c, steer onto d
-    one = np.zeros((len(headsets), len(items)))  # P(c | S→c) − P(c | S→d)
-    sym = np.zeros((len(headsets), len(items)))  # its average with P(d | S→d) − P(d | S→c)
-    for i, (it, (c, d)) in enumerate(zip(items, cells)):
-        lc, ld = _cell_letter(it, c), _cell_letter(it, d)
-        to_c, to_d = p[2 * i], p[2 * i + 1]
-        one[:, i] = to_c[:, lc] - to_d[:, lc]
-        sym[:, i] = 0.5 * (one[:, i] + to_d[:, ld] - to_c[:, ld])
-    # both variants come from the same two forwards; ``detail`` carries the other one
-    if symmetric:
-        return Outcomes("cers-sym", sym, [it.id for it in items], {"cers": one})
-    return Outcomes("cers", one, [it.id for it in items], {"cers-sym": sym})
+    sc = run_scores(engine, probes, max_rows=batch_size, progress=progress, desc="CERS", memo=memo)  # per item: steer onto c, steer onto d
+    letters = [(_cell_letter(it, c), _cell_letter(it, d)) for it, (c, d) in zip(items, cells)]
+
+    def make(metric):
+        one = np.zeros((len(headsets), len(items)))  # P(c | S→c) − P(c | S→d)
+        sym = np.zeros((len(headsets), len(items)))  # its average with P(d | S→d) − P(d | S→c)
+        for i, (lc, ld) in enumerate(letters):
+            to_c, to_d = sc[2 * i], sc[2 * i + 1]
+            one[:, i] = letter_metric(to_c, lc, metric) - letter_metric(to_d, lc, metric)
+            sym[:, i] = 0.5 * (one[:, i] + letter_metric(to_d, ld, metric) - letter_metric(to_c, ld, metric))
+        # both variants come from the same two forwards; ``detail`` carries the other one
+        return (sym, {"cers": one}) if symmetric else (one, {"cers-sym": sym})
+
+    return _by_metric("cers-sym" if symmetric else "cers", [it.id for it in items], make)
 
 
 def _drops(engine, items, headsets, action, batch_size, progress, desc, cache=None, memo=None):
-    """``P_base(key) − P_masked(key)`` per head-set and item.
+    """``metric_base(key) − metric_masked(key)`` per head-set and item, under every metric:
+    ``{metric: [n_headsets, n_items]}`` (p4: ``P_base(key) − P_masked(key)``).
 
-    ``cache`` (a dict the caller keeps) holds each item's prompt and baseline P by item id,
-    so NCS at several row groups builds and runs the unmasked prompt once per item."""
+    ``cache`` (a dict the caller keeps) holds each item's prompt and baseline letter scores by
+    item id, so NCS at several row groups builds and runs the unmasked prompt once per item."""
     cache = {} if cache is None else cache
     for it in items:
         if it.id not in cache:
             cache[it.id] = (engine.lm.adapter.build(it, engine.lm.processor), None)
     need = list(dict.fromkeys(it.id for it in items if cache[it.id][1] is None))  # baselines not run yet
     probes = [Probe(cache[iid][0], None) for iid in need] + [Probe(cache[it.id][0], action, headsets) for it in items]
-    p = run_probes(engine, probes, max_rows=batch_size, progress=progress, desc=desc, memo=memo)
-    for iid, base in zip(need, p):
+    sc = run_scores(engine, probes, max_rows=batch_size, progress=progress, desc=desc, memo=memo)
+    for iid, base in zip(need, sc):
         cache[iid] = (cache[iid][0], base[0])
-    drops = np.zeros((len(headsets), len(items)))
-    for i, (it, masked) in enumerate(zip(items, p[len(need):])):
+    drops = {m: np.zeros((len(headsets), len(items))) for m in METRICS}
+    for i, (it, masked) in enumerate(zip(items, sc[len(need):])):
         k = _letter(it)
-        drops[:, i] = cache[it.id][1][k] - masked[:, k]
+        for m, d in drops.items():
+            d[:, i] = letter_metric(cache[it.id][1], k, m) - letter_metric(masked, k, m)
     return drops
 
 
@@ -129,8 +182,8 @@ def ncs(engine: Engine, matched: list[Item], mismatched: list[Item], headsets: l
     action = Action("mask", rows=rows, keys=keys)
     dm = _drops(engine, matched, headsets, action, batch_size, progress, "NCS matched", cache, memo)
     dx = _drops(engine, mismatched, headsets, action, batch_size, progress, "NCS mismatched", cache, memo)
-    values = dm - dx.mean(axis=1, keepdims=True)
-    return Outcomes(f"ncs-{rows}", values, [it.id for it in matched], {"drop_matched": dm, "drop_mismatched": dx})
+    return _by_metric(f"ncs-{rows}", [it.id for it in matched], lambda m: (
+        dm[m] - dx[m].mean(axis=1, keepdims=True), {"drop_matched": dm[m], "drop_mismatched": dx[m]}))
 
 
 def ncs_grid(engine: Engine, items: list[Item], headsets: list[HeadSet], rows: str = "all", seed: int = 0,
@@ -141,13 +194,17 @@ def ncs_grid(engine: Engine, items: list[Item], headsets: list[HeadSet], rows: s
     prompts = [engine.lm.adapter.build(it, engine.lm.processor) for it in items]
     cells = [(it.target, distractor_cell(it, seed)) for it in items]
     # per item: hide R_d, hide R_c
-    p = run_probes(engine, [Probe(pr, Action("mask", rows=rows, keys=cell), headsets) for pr, (c, d) in zip(prompts, cells) for cell in (d, c)],
-                   max_rows=batch_size, progress=progress, desc="NCS_grid", memo=memo)
-    vals = np.zeros((len(headsets), len(items)))
-    for i, (it, (c, d)) in enumerate(zip(items, cells)):
-        lc = _cell_letter(it, c)
-        vals[:, i] = p[2 * i][:, lc] - p[2 * i + 1][:, lc]
-    return Outcomes("ncs-grid", vals, [it.id for it in items], {})
+    sc = run_scores(engine, [Probe(pr, Action("mask", rows=rows, keys=cell), headsets) for pr, (c, d) in zip(prompts, cells) for cell in (d, c)],
+                    max_rows=batch_size, progress=progress, desc="NCS_grid", memo=memo)
+
+    def make(metric):
+        vals = np.zeros((len(headsets), len(items)))
+        for i, (it, (c, d)) in enumerate(zip(items, cells)):
+            lc = _cell_letter(it, c)
+            vals[:, i] = letter_metric(sc[2 * i], lc, metric) - letter_metric(sc[2 * i + 1], lc, metric)
+        return vals, {}
+
+    return _by_metric("ncs-grid", [it.id for it in items], make)
 
 
 def text_arm(engine: Engine, items: list[Item], headsets: list[HeadSet], batch_size: int = 64, progress: bool = False,
@@ -156,7 +213,7 @@ def text_arm(engine: Engine, items: list[Item], headsets: list[HeadSet], batch_s
     tokens at all rows: a head-set that is only generically important drops here too."""
     _check_items(items, "text arm")
     drops = _drops(engine, items, headsets, Action("mask", rows="all", keys="text"), batch_size, progress, "text arm", memo=memo)
-    return Outcomes("text", drops, [it.id for it in items], {})
+    return _by_metric("text", [it.id for it in items], lambda m: (drops[m], {}))
 
 
 def head_attention_mass(engine: Engine, items: list[Item]) -> dict[str, np.ndarray]:

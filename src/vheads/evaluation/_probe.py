@@ -1,9 +1,12 @@
 """Option-letter probabilities of many head-sets on many items, batched through the engine.
 
 Every test of DESIGN.md reduces to: for an item and a list of head-sets, run one action
-(mask some keys, or steer onto a region) at a row group, and read P over the four option
-letters at the last prompt position. One such request is a :class:`Probe`; a test hands
-all of its probes (every item, every action, the baselines) to :func:`run_probes` at once.
+(mask some keys, or steer onto a region) at a row group, and read the four option letters
+at the last prompt position. One such request is a :class:`Probe`; a test hands all of
+its probes (every item, every action, the baselines) to :func:`run_scores` at once, which
+gives per row the four letters' logits and the log-sum-exp over the vocabulary (every
+metric of an outcome follows from them, :func:`vheads.evaluation.outcome_metrics`);
+:func:`run_probes` gives P renormalised over the four letters.
 Head-sets share a forward (batch row = head-set), rows of different items share a
 forward (cross-item batching), and the prefix before the first acted-on row is computed
 once per item when the row group allows it (``question`` and ``last``).
@@ -23,6 +26,9 @@ from vheads.engine import Engine, Intervention, RowBatch, mask_keys, pack, posit
 from vheads.engine import can_split, first_biased_key
 from vheads.evaluation._headsets import HeadSet
 from vheads.models import Prompt
+
+
+N_SCORES = 5  # per row: the four letters' logits, then the log-sum-exp over the vocabulary
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,8 @@ class Probe:
 
 
 class ProbeMemo:
-    """Option probabilities of probe rows already run, looked up by (prompt, action, head-set).
+    """Letter scores (four logits and the vocabulary's log-sum-exp) of probe rows already run,
+    looked up by (prompt, action, head-set).
 
     The tests of a study ask for many rows again: every setting runs the same evaluation
     items, controls of settings whose heads lie in the same layers draw many of the same
@@ -108,14 +115,14 @@ class ProbeMemo:
     items that only share an id never share a row. The rows equal those a new forward gives,
     up to the float rounding of another batch composition (≤ 1e-5 in fp32,
     tests/evaluation/test_probe_memo.py). At most ``max_rows`` rows are kept, the oldest
-    dropped first (about 170 bytes a row).
+    dropped first (about 180 bytes a row).
     """
 
     def __init__(self, max_rows: int = 1_000_000):
         if max_rows < 1:
             raise ValueError(f"a probe memo keeps at least one row, got max_rows={max_rows}")
         self.max_rows = max_rows
-        self.rows: dict[bytes, bytes] = {}  # key digest -> four float64 probabilities
+        self.rows: dict[bytes, bytes] = {}  # key digest -> five float64 scores
         self.hits = self.misses = 0
 
     def __len__(self) -> int:
@@ -156,10 +163,27 @@ def prompt_digest(prompt: Prompt) -> bytes:
     return h.digest()
 
 
+def letter_p(scores: np.ndarray) -> np.ndarray:
+    """P over the four option letters, renormalised over them, from letter scores
+    ``[..., 5]`` (four logits, then the log-sum-exp): ``softmax(scores[..., :4])``. [..., 4]"""
+    z = np.asarray(scores, dtype=float)[..., :4]
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
 def run_probes(engine: Engine, probes: list[Probe], prefix_reuse: bool = True, max_rows: int | None = None,
                progress: bool = False, desc: str = "forwards", memo: ProbeMemo | None = None) -> list[np.ndarray]:
     """P over the four option letters at each probe's last prompt row: one ``[n_rows, 4]``
-    array per probe (row j = head-set j; a baseline gives ``[1, 4]``).
+    array per probe (row j = head-set j; a baseline gives ``[1, 4]``); the letter
+    softmax of :func:`run_scores`, which says how rows are run."""
+    return [letter_p(x) for x in run_scores(engine, probes, prefix_reuse, max_rows, progress, desc, memo)]
+
+
+def run_scores(engine: Engine, probes: list[Probe], prefix_reuse: bool = True, max_rows: int | None = None,
+               progress: bool = False, desc: str = "forwards", memo: ProbeMemo | None = None) -> list[np.ndarray]:
+    """The four option letters' logits and the log-sum-exp over the vocabulary at each
+    probe's last prompt row: one ``[n_rows, 5]`` array per probe (row j = head-set j; a
+    baseline gives ``[1, 5]``).
 
     A head-set listed more than once in a probe runs once and its row is copied: controls
     are independent draws, so a small pool repeats (249 layer-matched draws of three heads
@@ -175,7 +199,7 @@ def run_probes(engine: Engine, probes: list[Probe], prefix_reuse: bool = True, m
 
 
 def _run_with_memo(engine, probes: list[Probe], memo: ProbeMemo, prefix_reuse, max_rows, progress, desc) -> list[np.ndarray]:
-    """:func:`run_probes` running only the rows ``memo`` does not hold."""
+    """:func:`run_scores` running only the rows ``memo`` does not hold."""
     digests: dict[int, bytes] = {}
     hs_keys: dict[int, bytes] = {}
     for pb in probes:
@@ -185,7 +209,7 @@ def _run_with_memo(engine, probes: list[Probe], memo: ProbeMemo, prefix_reuse, m
             if id(hs) not in hs_keys:
                 hs_keys[id(hs)] = repr((hs.n_layers, hs.n_heads, hs.heads)).encode()
     keys = [memo.keys(pb, digests[id(pb.prompt)], hs_keys) for pb in probes]
-    out = [np.zeros((pb.n_rows, 4)) for pb in probes]
+    out = [np.zeros((pb.n_rows, N_SCORES)) for pb in probes]
     todo, where = [], []  # probes of the missing rows, and (probe, rows) each fills
     for i, (pb, ks) in enumerate(zip(probes, keys)):
         missing = []
@@ -200,7 +224,7 @@ def _run_with_memo(engine, probes: list[Probe], memo: ProbeMemo, prefix_reuse, m
         if missing:
             todo.append(pb if len(missing) == len(ks) else Probe(pb.prompt, pb.action, [pb.headsets[j] for j in missing]))
             where.append((i, missing))
-    for (i, missing), p in zip(where, run_probes(engine, todo, prefix_reuse, max_rows, progress, desc)):
+    for (i, missing), p in zip(where, run_scores(engine, todo, prefix_reuse, max_rows, progress, desc)):
         out[i][missing] = p
         for j, row in zip(missing, p):
             memo.put(keys[i][j], row)
@@ -229,7 +253,7 @@ def _distinct_headsets(probes: list[Probe]) -> tuple[list[Probe], list[np.ndarra
 
 def _run_probes(engine: Engine, probes: list[Probe], prefix_reuse: bool = True, max_rows: int | None = None,
                 progress: bool = False, desc: str = "forwards") -> list[np.ndarray]:
-    """:func:`run_probes` with every listed head-set run (no duplicate detection).
+    """:func:`run_scores` with every listed head-set run (no duplicate detection).
 
     Rows are packed into forwards by ``engine.batching``: with cross-item batching, rows
     of different probes and items share a forward (padded, each with its own position ids
@@ -265,7 +289,7 @@ def _run_probes(engine: Engine, probes: list[Probe], prefix_reuse: bool = True, 
         forwards = [part for f in forwards for part in _split_by(f, lambda pc: reusable[id(probes[pc[0]].prompt)])]
     else:
         forwards = [[pc] for pc in pieces]
-    out = [np.zeros((pb.n_rows, 4)) for pb in probes]
+    out = [np.zeros((pb.n_rows, N_SCORES)) for pb in probes]
     for f in tqdm(forwards, desc=desc, unit="forward", disable=not progress):
         for (i, lo, n), p in zip(f, _run_forward(engine, probes, f, prefix_reuse)):
             out[i][lo : lo + n] = p
@@ -292,10 +316,10 @@ def _split_by(seq, key):
 
 def _run_forward(engine: Engine, probes: list[Probe], pieces: list[tuple[int, int, int]], prefix_reuse: bool) -> list[np.ndarray]:
     """One forward of ``pieces`` ((probe, first head-set, n rows), grouped by prompt):
-    the probabilities of each piece's rows."""
+    the letter scores of each piece's rows."""
     batch, plan = probe_batch(engine, probes, pieces, prefix_reuse)
     logits = engine.run(batch, plan, logits_at=[batch.length - 1]).logits[:, 0]
-    p = engine.letter_probs(logits).cpu().numpy()
+    p = engine.letter_scores(logits).cpu().numpy()
     out, at = [], 0
     for _, _, n in pieces:
         out.append(p[at : at + n])

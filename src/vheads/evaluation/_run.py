@@ -2,8 +2,9 @@
 
 For each head-set S and test, the controls are drawn (recorded seeds), S and all draws run
 in the same batched forwards over the same items, and the summary gives T_S with its 95%
-t-interval, each control family's mean and SD, z, the rank p and — over the family of
-head-sets tested together — Holm-adjusted p.
+t-interval, each control family's mean and SD and z (over the distinct head-sets among its R
+draws), the rank p (over every draw) and — over the family of head-sets tested together —
+Holm-adjusted p.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from vheads.evaluation._controls import draw_controls, get_control, parse_contro
 from vheads.evaluation._headsets import HeadSet
 from vheads.evaluation._metrics import Outcomes, cers, head_attention_mass, ncs, ncs_grid, text_arm
 from vheads.evaluation._probe import ProbeMemo
-from vheads.evaluation._stats import bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score
+from vheads.evaluation._stats import (
+    MIN_BOOTSTRAP_N, bca_diff_ci, bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score,
+)
 
 TESTS = ("cers", "ncs", "ncs-grid", "text")
 
@@ -30,17 +33,22 @@ class HeadsetResult:
     test: str
     t_s: float
     ci: tuple[float, float]
-    controls: dict[str, dict] = field(default_factory=dict)  # name -> mean, sd, z, rank_p, holm_p, R, seed
+    controls: dict[str, dict] = field(default_factory=dict)  # name -> mean, sd, z (over distinct draws), rank_p, holm_p, R, distinct, seed, fallbacks
     outcomes: Outcomes | None = None
     headset_ids: list[str] = field(default_factory=list)
     ci_method: str = "t"  # "t" (one sample over items) or "welch" (NCS: two independent arms)
     ci_bootstrap: tuple[float, float] | None = None  # NCS: percentile bootstrap, both arms resampled
+    ci_bca: tuple[float, float] | None = None  # NCS with fewer than MIN_BOOTSTRAP_N items per arm: BCa beside it
+    bootstrap_seed: int | None = None  # derived from (run seed, head-set, test)
 
     def to_dict(self, per_item: bool = False) -> dict:
         d = {"headset": self.name, "test": self.test, "T_S": self.t_s, "ci95": list(self.ci),
              "ci95_method": self.ci_method, "controls": self.controls}
         if self.ci_bootstrap is not None:
             d["ci95_bootstrap"] = list(self.ci_bootstrap)
+            d["bootstrap_seed"] = self.bootstrap_seed
+        if self.ci_bca is not None:
+            d["ci95_bca"] = list(self.ci_bca)
         if per_item and self.outcomes is not None:
             d["per_item"] = {
                 "item_ids": self.outcomes.item_ids,
@@ -53,16 +61,19 @@ class HeadsetResult:
         return d
 
 
-def headset_interval(out: Outcomes, j: int = 0, seed: int = 0) -> tuple[str, tuple[float, float], tuple[float, float] | None]:
+def headset_interval(out: Outcomes, j: int = 0, seed: int = 0):
     """The 95% interval of head-set ``j``'s statistic: NCS (a difference of two independent
-    arm means) gets a Welch interval and a bootstrap resampling both arms; every other test
-    a t-interval over its per-item values. Returns (method, interval, bootstrap or None)."""
+    arm means) gets a Welch interval and a percentile bootstrap resampling both arms (from
+    ``seed``), and, with fewer than :data:`MIN_BOOTSTRAP_N` items in an arm (where the
+    percentile bootstrap may undercover), the BCa interval beside it; every other test a
+    t-interval over its per-item values. Returns (method, interval, bootstrap or None, BCa or None)."""
     if "drop_matched" in out.detail:
         m, mm = out.detail["drop_matched"][j], out.detail["drop_mismatched"][j]
         w, b = welch_interval(m, mm), bootstrap_diff_ci(m, mm, seed=seed)
-        return "welch", (w.low, w.high), (b.low, b.high)
+        bca = bca_diff_ci(m, mm, seed=seed) if min(len(m), len(mm)) < MIN_BOOTSTRAP_N else None
+        return "welch", (w.low, w.high), (b.low, b.high), None if bca is None else (bca.low, bca.high)
     ci = t_interval(out.values[j])
-    return "t", (ci.low, ci.high), None
+    return "t", (ci.low, ci.high), None, None
 
 
 #: the item kinds each test runs on
@@ -173,22 +184,29 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
             for req in requests:
                 cseed = derived_seed(seed, "control", name, req.label)
                 draws = draw_controls(req.name, S, req.R, cseed, **({"n": req.n} if req.n else {}), **inputs)
-                meta[req.label] = {"R": req.R, "seed": cseed}
+                meta[req.label] = {"R": req.R, "seed": cseed, "fallbacks": [str(f) for f in draws.fallbacks]}
                 for i, d in enumerate(draws):
                     ids.append(f"{req.label}#{i}")
                     hs.append(d)
             out = run_test(engine, test, sets, hs, beta, steer_rows if test.startswith("cers") else rows, seed, batch_size,
                            progress, memo=memo)
             T = out.means()
-            method, ci, boot = headset_interval(out, 0, seed)
+            bseed = derived_seed(seed, "bootstrap", name, test)  # each head-set and test resamples on its own
+            method, ci, boot, bca = headset_interval(out, 0, bseed)
             res = HeadsetResult(name, test if test != "ncs" else f"ncs-{rows}", float(T[0]), ci, outcomes=out,
-                                headset_ids=ids, ci_method=method, ci_bootstrap=boot)
+                                headset_ids=ids, ci_method=method, ci_bootstrap=boot, ci_bca=bca,
+                                bootstrap_seed=bseed if boot is not None else None)
             for req in requests:
                 idx = [j for j, h in enumerate(ids) if h.startswith(req.label + "#")]
-                tc = T[idx]
-                rp = rank_p(T[0], tc)
-                z = z_score(T[0], tc) if len(tc) > 1 else None
-                res.controls[req.label] = {**meta[req.label], "mean": float(tc.mean()), "sd": float(tc.std(ddof=1)) if len(tc) > 1 else float("nan"),
+                rp = rank_p(T[0], T[idx])  # every draw
+                # mean, SD and z over the distinct head-sets drawn: a repeat is the same outcome again
+                first: dict[HeadSet, int] = {}
+                for j in idx:
+                    first.setdefault(hs[j], j)
+                td = T[list(first.values())]
+                z = z_score(T[0], td) if len(td) > 1 else None
+                res.controls[req.label] = {**meta[req.label], "distinct": len(td), "mean": float(td.mean()),
+                                          "sd": float(td.std(ddof=1)) if len(td) > 1 else float("nan"),
                                           "z": None if z is None else float(z.z), "rank_p": float(rp.p)}
             results.append(res)
     # Holm over the family of head-sets tested together, per test and control

@@ -40,7 +40,7 @@ HOW = {
         "One row per discovery setting (corpus-query-source, e.g. cm-ref-qsp). S is the discovered head-set's "
         "statistic (mean over items) with a 95% t-interval over items (for NCS, a difference of two independent arm "
         "means, Welch's interval; the arms table adds a bootstrap resampling both arms). Each control type shows the mean ± SD of its "
-        "R random head-sets, z = (T_S − mean)/SD, the one-sided rank p = (1 + #{controls ≥ S})/(R+1) and, in "
+        "R random head-sets (over the distinct ones, with their number), z = (T_S − mean)/SD, the one-sided rank p = (1 + #{controls ≥ S})/(R+1) and, in "
         "parentheses, the Holm-adjusted p over the settings (one family per test and control type); bold: ≤ 0.05. "
         "* on S: significant against the first control shown. A large z with an unadjusted p at its floor says S "
         "beats every control drawn; only the Holm-adjusted p says so for the whole family. The figure shows each S "
@@ -104,8 +104,10 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     for t in main_tests:
         t3 = T.significance_table(
             run, [t], f"Table 3 layout: {T.TEST_NAMES.get(t, t)} of every setting",
-            "S: discovered head-set, 95% t-interval over items (NCS: Welch interval over its matched and mismatched arms). Controls: mean ± SD over R draws; z in control SDs; "
-            "p: one-sided rank p (floor 1/(R+1)), Holm-adjusted p in parentheses (family: the settings, per test "
+            "S: discovered head-set, 95% t-interval over items (NCS: Welch interval over its matched and mismatched arms). Controls: "
+            "mean ± SD over the distinct head-sets among the R draws [their number: a small pool repeats head-sets, and a "
+            "copy is the same outcome again]; z in control SDs, over the distinct head-sets; "
+            "p: one-sided rank p over every draw (floor 1/(R+1)), Holm-adjusted p in parentheses (family: the settings, per test "
             "and control type; bold ≤ 0.05). *: Holm-significant against the first control type shown.")
         if t3:
             b.append(t3)
@@ -115,6 +117,9 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     t9 = T.matched_controls_table(run)
     if t9:
         b.append(t9)
+    robust = T.metric_robustness_table(run)
+    if robust:
+        b.append(robust)
     for t in ("ncs-grid", "cers-sym"):
         further = T.significance_table(run, [t], f"{T.TEST_NAMES[t]} (seed Table 16 layout)",
                                        "As Table 3, on the 2×2 grid." + (T.max_ncs_grid_note(run) if t == "ncs-grid" else ""))
@@ -170,7 +175,7 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     from vheads.report._extras import HOW as HOW_CMP
     from vheads.report._extras import comparison_tables
 
-    b = comparison_tables(run.run_dir, run.settings, run.model)
+    b = comparison_tables(run.run_dir, run.settings, run.model, run.metric)
     if b:
         sections.append(Section("comparisons", "Comparing head-sets and settings", HOW_CMP, b))
 
@@ -181,7 +186,7 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     from vheads.report._ood import HOW as HOW_OOD
     from vheads.report._ood import ood_blocks
 
-    b = ood_blocks(run.run_dir, run.model)
+    b = ood_blocks(run.run_dir, run.model, run.metric)
     if b:
         sections.append(Section("ood", "Out-of-domain pointing suite", HOW_OOD, b))
     return sections, warnings

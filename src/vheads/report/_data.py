@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from vheads.evaluation import AUDIT_SETS
-from vheads.store import STORE_NAME, Store
+from vheads._errors import VheadsError
+from vheads.store import METRIC_COLUMNS, STORE_NAME, Store
 
 _HEADSET_RE = re.compile(r"^(?P<name>[^@#]+)(?:@k=(?P<k>\d+))?(?:#(?P<draw>\d+))?$")
 _TEST_RE = re.compile(r"^(?P<base>[^@]+)(?:@(?P<param>[A-Za-z_]+)=(?P<value>.+))?$")
@@ -86,6 +87,22 @@ class Cell:
 
     s: np.ndarray | None = None
     controls: dict[str, np.ndarray] = field(default_factory=dict)
+    #: per control, the head-set each draw holds (its heads as stored; the draw's id where
+    #: the store has no heads for it), aligned with ``controls``: a small pool repeats sets
+    draw_sets: dict[str, list[str]] = field(default_factory=dict)
+
+    def distinct(self, control: str) -> np.ndarray:
+        """``T_r`` of the distinct head-sets of ``control``'s draws, one per head-set (its
+        first draw), in draw order. A repeated head-set is the same heads on the same items,
+        so the same outcome: counting it twice would shrink the SD and inflate z."""
+        t = self.controls[control]
+        keys = self.draw_sets.get(control)
+        if not keys or len(keys) != len(t):  # heads not known: every draw counts
+            return t
+        first: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            first.setdefault(key, i)
+        return t[sorted(first.values())]
 
 
 @dataclass
@@ -108,6 +125,8 @@ class RunData:
     nonfinite: int = 0  # outcome rows left out because their value was NaN/inf
     random_overlap: dict[str, list[int]] = field(default_factory=dict)  # setting -> overlap with each uniform draw
     model: str = ""  # the model's name in a multi-model run's store ('' = a single-model run)
+    metric: str = "p4"  # the metric of every outcome value above (the config's ``metric``)
+    heads_of: dict[tuple[str, str], str] = field(default_factory=dict)  # (setting, head-set id) -> its heads
 
     @property
     def model_id(self) -> str:
@@ -195,9 +214,11 @@ def _setting_order(ids: set[str], config_settings: Any) -> list[str]:
     return listed + sorted(ids - set(listed))
 
 
-def load_run(run_dir: str | Path, model: str = "") -> RunData:
+def load_run(run_dir: str | Path, model: str = "", metric: str | None = None) -> RunData:
     """Read ``run_dir/results.sqlite`` (read only; nothing is written): the rows of
-    ``model`` (a name of a multi-model run's ``models``; '' = a single-model run)."""
+    ``model`` (a name of a multi-model run's ``models``; '' = a single-model run), every
+    outcome in ``metric`` (``p4``, ``logprob``, ``logit-diff``; default: the config's
+    ``metric``, else ``p4``)."""
     run_dir = Path(run_dir)
     if not (run_dir / STORE_NAME).is_file():
         raise FileNotFoundError(
@@ -205,15 +226,15 @@ def load_run(run_dir: str | Path, model: str = "") -> RunData:
         )
     store = Store(run_dir, readonly=True, model=model)
     try:
-        run = _load(store, run_dir)
+        run = _load(store, run_dir, metric)
         run.model = model
         return run
     finally:
         store.close()
 
 
-def _load(store: Store, run_dir: Path) -> RunData:
-    meta = {k: _json(v) for k, v in store.query("SELECT key, value FROM meta")}
+def _load(store: Store, run_dir: Path, metric: str | None = None) -> RunData:
+    meta = store_meta(store)
     config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
 
     discovery = {}
@@ -226,43 +247,15 @@ def _load(store: Store, run_dir: Path) -> RunData:
             "headset": [tuple(h) for h in (_json(headset) or [])],
         }
 
-    # per-item values, grouped: (setting, test, headset_id) -> values in item order
-    per_item: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-    nonfinite = 0
-    for setting, test, hid, value in store.query(
-        "SELECT setting, test, headset_id, value FROM outcomes ORDER BY setting, test, headset_id, item_id"
-    ):
-        if "&" in setting:  # head-set algebra pseudo-settings: see vheads.report._extras
-            continue
-        if value is None or not np.isfinite(float(value)):
-            nonfinite += 1
-            continue
-        per_item[(setting, test, hid)].append(float(value))
-
-    cells: dict[tuple[str, str], Cell] = {}
-    ksweep: dict[tuple[str, str], dict[int, Cell]] = defaultdict(dict)
-    draws: dict[tuple[str, str, str, int | None], list[tuple[int, float]]] = defaultdict(list)
-    for (setting, test, hid), values in per_item.items():
-        h = parse_headset_id(hid)
-        x = np.asarray(values, dtype=float)
-        if h.k is not None:  # a k-sweep set or one of its controls
-            cell = ksweep[(setting, parse_test_id(test).base)].setdefault(h.k, Cell())
-            if h.is_s:
-                cell.s = x
-            else:
-                draws[(setting, test, h.role, h.k)].append((h.draw or 0, float(x.mean())))
-            continue
-        cell = cells.setdefault((setting, test), Cell())
-        if h.is_s:
-            cell.s = x
-        else:
-            draws[(setting, test, h.role, None)].append((h.draw or 0, float(x.mean())))
-    for (setting, test, role, k), ts in draws.items():
-        t = np.asarray([v for _, v in sorted(ts)], dtype=float)
-        if k is None:
-            cells[(setting, test)].controls[role] = t
-        else:
-            ksweep[(setting, parse_test_id(test).base)][k].controls[role] = t
+    heads_of = {(setting, hid): json.dumps(sorted(map(tuple, _json(heads) or [])))
+                for setting, hid, heads in store.query("SELECT setting, headset_id, heads FROM headsets")}
+    metric = metric or cfg_get(config, "metric", default="p4")
+    if metric not in METRIC_COLUMNS:
+        raise VheadsError(f"config key 'metric': unknown metric {metric!r}; choose from {', '.join(METRIC_COLUMNS)}")
+    if metric != "p4" and not store.has_metric(metric):  # p4 is the value every vheads stored
+        raise VheadsError(f"this run's results store holds no {metric} values for some outcomes (written by a vheads "
+                          f"from before the metric columns); report it with metric = \"p4\", or rerun the study")
+    cells, ksweep, arms, nonfinite = outcome_cells(store, metric, heads_of)
 
     headset_sizes: dict[tuple[str, str], int] = {}
     for setting, hid, control, heads in store.query(
@@ -274,15 +267,6 @@ def _load(store: Store, run_dir: Path) -> RunData:
         headset_sizes.setdefault((setting, role), len(_json(heads) or []))
     for setting, d in discovery.items():
         headset_sizes.setdefault((setting, "S"), len(d["headset"]))
-
-    arm_values: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-    for setting, test, hid, arm, value in store.query(
-        "SELECT setting, test, headset_id, arm, value FROM arms WHERE headset_id='S' OR headset_id LIKE 'S@k=%' "
-        "ORDER BY setting, test, headset_id, arm, item_id"
-    ):  # S's arms under (setting, test, arm); a k-sweep set's under (setting, "test@k=K", arm)
-        k = parse_headset_id(hid).k
-        arm_values[(setting, test if k is None else f"{test}@k={k}", arm)].append(float(value))
-    arms = {key: np.asarray(v, dtype=float) for key, v in arm_values.items()}
 
     cols = ("a", "b", "k", "overlap", "half_mean", "half_lo", "half_hi", "same_items", "ceiling_a", "ceiling_b",
             "geo_ceiling", "fraction")
@@ -312,10 +296,108 @@ def _load(store: Store, run_dir: Path) -> RunData:
     settings = _setting_order(ids, cfg_get(config, "settings"))
     return RunData(
         run_dir=run_dir, config=config, meta=meta, settings=settings, discovery=discovery, cells=cells,
-        ksweep=dict(ksweep), headset_sizes=headset_sizes, arms=arms, overlap=overlap, ceilings=ceilings,
+        ksweep=ksweep, headset_sizes=headset_sizes, arms=arms, overlap=overlap, ceilings=ceilings,
         audit=audit, strip_attention={s: dict(v) for s, v in strips.items()}, nonfinite=nonfinite,
-        random_overlap=dict(random_overlap),
+        random_overlap=dict(random_overlap), metric=metric, heads_of=heads_of,
     )
+
+
+def control_fallbacks(meta: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
+    """``setting -> control label -> fallbacks`` of every control draw of the run, from
+    a run's ``meta['control_fallbacks']`` (:mod:`vheads.store`; ``meta`` as JSON-decoded
+    values, like :attr:`RunData.meta`). Labels: ``layer-matched`` (the
+    main draws, reused by the row groups, the β sweep and the pointing suite),
+    ``layer-matched@k=K`` (a k-sweep point), ``<part>/layer-matched`` (head-set algebra; the
+    setting is ``A&B``). A store of an older run recorded only the main draws, as a list per
+    setting: they come back under ``layer-matched``. Any other meta key naming
+    'fallback' is read the same way."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for key, value in meta.items():
+        if "fallback" not in key.lower() or not isinstance(value, (dict, list)):
+            continue
+        if isinstance(value, list):
+            value = {"": value}
+        for setting, v in value.items():
+            by_label = v if isinstance(v, dict) else {"layer-matched": v}
+            for label, fbs in by_label.items():
+                items = [str(x) for x in (fbs if isinstance(fbs, list) else [fbs]) if x not in (None, "")]
+                if items:
+                    out.setdefault(str(setting), {}).setdefault(str(label), []).extend(items)
+    return out
+
+
+def store_meta(store: Store) -> dict[str, Any]:
+    """A store's ``meta`` rows, JSON-decoded (as :attr:`RunData.meta`)."""
+    return {k: _json(v) for k, v in store.query("SELECT key, value FROM meta")}
+
+
+def fallback_note(meta: dict[str, Any], labels, settings=None) -> str:
+    """A caption sentence naming, by setting, the control draws of ``labels`` (a label, a
+    list of labels, or a predicate on a label) that fell back, so do not keep S's per-layer
+    counts; '' if none. ``settings``: only these settings (default: all)."""
+    match = labels if callable(labels) else (lambda lab, want=tuple([labels] if isinstance(labels, str) else labels): lab in want)
+    hits = [f"{s} ({label})" for s, by in control_fallbacks(meta).items() if settings is None or s in settings
+            for label in by if match(label)]
+    if not hits:
+        return ""
+    return (f" Layer-matched fallback (S fills a layer, so those draws borrow heads from nearby layers and do not keep "
+            f"S's per-layer counts; see the protocol section): {', '.join(hits)}.")
+
+
+def outcome_cells(store: Store, metric: str, heads_of: dict[tuple[str, str], str], tests: tuple[str, ...] | None = None):
+    """The per-item outcomes of the store under ``metric`` (its column,
+    :data:`vheads.store.METRIC_COLUMNS`), as ``(cells, ksweep, arms, nonfinite)`` of
+    :class:`RunData`; ``tests``: only these test ids (default: all). ``heads_of`` maps
+    (setting, head-set id) to its heads, to tell repeated control draws apart."""
+    col = METRIC_COLUMNS[metric]
+    where = f" WHERE test IN ({', '.join('?' * len(tests))})" if tests else ""
+    # per-item values, grouped: (setting, test, headset_id) -> values in item order
+    per_item: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    nonfinite = 0
+    for setting, test, hid, value in store.query(
+        f"SELECT setting, test, headset_id, {col} FROM outcomes{where} ORDER BY setting, test, headset_id, item_id", *(tests or ())
+    ):
+        if "&" in setting:  # head-set algebra pseudo-settings: see vheads.report._extras
+            continue
+        if value is None or not np.isfinite(float(value)):
+            nonfinite += 1
+            continue
+        per_item[(setting, test, hid)].append(float(value))
+
+    cells: dict[tuple[str, str], Cell] = {}
+    ksweep: dict[tuple[str, str], dict[int, Cell]] = defaultdict(dict)
+    draws: dict[tuple[str, str, str, int | None], list[tuple[int, float, str]]] = defaultdict(list)
+    for (setting, test, hid), values in per_item.items():
+        h = parse_headset_id(hid)
+        x = np.asarray(values, dtype=float)
+        if h.k is not None:  # a k-sweep set or one of its controls
+            cell = ksweep[(setting, parse_test_id(test).base)].setdefault(h.k, Cell())
+            if h.is_s:
+                cell.s = x
+            else:
+                draws[(setting, test, h.role, h.k)].append((h.draw or 0, float(x.mean()), heads_of.get((setting, hid), hid)))
+            continue
+        cell = cells.setdefault((setting, test), Cell())
+        if h.is_s:
+            cell.s = x
+        else:
+            draws[(setting, test, h.role, None)].append((h.draw or 0, float(x.mean()), heads_of.get((setting, hid), hid)))
+    for (setting, test, role, k), ts in draws.items():
+        ts = sorted(ts)
+        cell = cells[(setting, test)] if k is None else ksweep[(setting, parse_test_id(test).base)][k]
+        cell.controls[role] = np.asarray([v for _, v, _ in ts], dtype=float)
+        cell.draw_sets[role] = [key for _, _, key in ts]
+
+    arm_values: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for setting, test, hid, arm, value in store.query(
+        f"SELECT setting, test, headset_id, arm, {col} FROM arms WHERE (headset_id='S' OR headset_id LIKE 'S@k=%')"
+        + where.replace(" WHERE", " AND") + " ORDER BY setting, test, headset_id, arm, item_id", *(tests or ())
+    ):  # S's arms under (setting, test, arm); a k-sweep set's under (setting, "test@k=K", arm)
+        k = parse_headset_id(hid).k
+        arm_values[(setting, test if k is None else f"{test}@k={k}", arm)].append(float(value))
+    arms = {key: np.asarray(v, dtype=float) for key, v in arm_values.items()}
+
+    return cells, dict(ksweep), arms, nonfinite
 
 
 def sweep_points(run: RunData, param: str) -> dict[tuple[str, str], dict[float, Cell]]:

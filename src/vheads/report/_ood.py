@@ -20,9 +20,10 @@ import numpy as np
 from scipy import stats as sps
 
 from vheads.evaluation import t_interval
+from vheads.report._data import fallback_note, store_meta
 from vheads.report._doc import Table
 from vheads.report._tables import fmt
-from vheads.store import Store
+from vheads.store import METRIC_COLUMNS, Store
 
 HOW = (
     "The pointing suite converts benchmarks into the 2×2 apparatus (same-image overlay: one photo, one answer "
@@ -58,11 +59,12 @@ def ood_audit_table(store: Store) -> Table | None:
                  "leak 0.25 (the ranges of the in-domain audit). Bold: outside the expected range.", flagged_rows=flagged)
 
 
-def _values(store: Store) -> dict[tuple[str, str, str, str], dict[str, np.ndarray]]:
-    """(task, setting, test, role) -> {item_id-ordered values}; role 'S' or 'random' (draws averaged)."""
+def _values(store: Store, metric: str = "p4") -> dict[tuple[str, str, str, str], dict[str, np.ndarray]]:
+    """(task, setting, test, role) -> {item_id-ordered values in ``metric``}; role 'S' or 'random' (draws averaged)."""
     raw: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for task, setting, test, hid, _item, v in store.query(
-            "SELECT task, setting, test, headset_id, item_id, value FROM ood_outcomes ORDER BY task, setting, test, headset_id, item_id"):
+            f"SELECT task, setting, test, headset_id, item_id, {METRIC_COLUMNS[metric]} FROM ood_outcomes "
+            "ORDER BY task, setting, test, headset_id, item_id"):
         raw[(task, setting, test, "S" if hid == "S" else "random")][hid].append(float(v))
     return {k: np.mean([np.asarray(v) for v in d.values()], axis=0) for k, d in raw.items()}
 
@@ -82,8 +84,8 @@ def _cers(x: np.ndarray) -> str:
     return f"{fmt(iv.mean)} [{fmt(iv.low)}, {fmt(iv.high)}]"
 
 
-def ood_pooled_table(store: Store) -> Table | None:
-    vals = _values(store)
+def ood_pooled_table(store: Store, metric: str = "p4") -> Table | None:
+    vals = _values(store, metric)
     if not vals:
         return None
     tasks = sorted({k[0] for k in vals})
@@ -101,11 +103,12 @@ def ood_pooled_table(store: Store) -> Table | None:
     return Table(f"Out-of-domain CERS and NCS pooled over {len(tasks)} task(s) (seed Table 23)",
                  ["Head-set", "CERS [95% CI]", "NCS [95% CI]"], rows,
                  "Each discovered set is followed by its layer-matched random draw(s) (averaged per item). CERS: t-interval "
-                 "over items; NCS: matched minus mismatched mean drop, Welch interval.")
+                 "over items; NCS: matched minus mismatched mean drop, Welch interval."
+                 + fallback_note(store_meta(store), "layer-matched", {k[1] for k in vals}))
 
 
-def ood_task_table(store: Store) -> Table | None:
-    vals = _values(store)
+def ood_task_table(store: Store, metric: str = "p4") -> Table | None:
+    vals = _values(store, metric)
     rows = []
     for task, setting in sorted({(k[0], k[1]) for k in vals if k[2] == "cers"}):
         s, r = vals.get((task, setting, "cers", "S")), vals.get((task, setting, "cers", "random"))
@@ -119,10 +122,10 @@ def ood_task_table(store: Store) -> Table | None:
                  "Gap = S − random, from unrounded values.", text_cols=2)
 
 
-def ood_blocks(run_dir, model: str = "") -> list[Table]:
-    """The pointing-suite tables of a run's ``model`` (empty when it has none)."""
+def ood_blocks(run_dir, model: str = "", metric: str = "p4") -> list[Table]:
+    """The pointing-suite tables of a run's ``model`` (empty when it has none), in ``metric``."""
     store = Store(run_dir, readonly=True, model=model)
     try:
-        return [t for t in (ood_audit_table(store), ood_pooled_table(store), ood_task_table(store)) if t]
+        return [t for t in (ood_audit_table(store), ood_pooled_table(store, metric), ood_task_table(store, metric)) if t]
     finally:
         store.close()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from vheads.report._data import RunData, cfg_get
+from vheads.report._data import RunData, cfg_get, control_fallbacks
 from vheads.report._doc import Check
 from vheads.report._tables import ALPHA, MAIN_CONTROLS, ROW_GROUP_TESTS, audit_flags, holm_family
 
@@ -53,22 +53,10 @@ def _configured_R(run: RunData, control: str) -> int | None:
 
 
 def _fallbacks(run: RunData) -> list[str]:
-    """Layer-matched fallbacks recorded in ``meta`` (any key naming 'fallback')."""
-    out = []
-    for key, value in run.meta.items():
-        if "fallback" not in key.lower() or value in (None, "", [], {}):
-            continue
-        if isinstance(value, dict):
-            for k, v in value.items():
-                if v in (None, "", [], {}):
-                    continue
-                items = v if isinstance(v, list) else [v]
-                out += [f"{k}: {x}" for x in items]
-        elif isinstance(value, list):
-            out += [str(x) for x in value]
-        else:
-            out.append(str(value))
-    return out
+    """Every control draw's fallbacks, by setting and control label (main draws, k-sweep
+    points, head-set algebra parts): ``"cm-ref-out, layer-matched@k=8: layer 3: ..."``."""
+    return [f"{s}, {label}: {f}" if label else f"{s}: {f}"
+            for s, by in control_fallbacks(run.meta).items() for label, fbs in by.items() for f in fbs]
 
 
 def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
@@ -88,6 +76,8 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
     if ks and L and H:
         k_text += f" ({100 * ks[0] / (L * H):.1f}% of heads" + (")" if len(ks) == 1 else ", smallest k)")
     checks.append(Check("Head-set size k (flat top-k)", k_text, none))
+    checks.append(Check("Outcome metric", f"{run.metric} in the tables (config key metric); the metric robustness "
+                        "table shows Table 3 under p4, logprob and logit-diff"))
     checks.append(Check("Settings", f"{len(run.settings)}: {', '.join(run.settings)}" if run.settings else "none"))
     checks.append(Check("Question templates ([..]: query span)", _templates_text(run.config)))
 
@@ -132,9 +122,14 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
         checks.append(Check(f"Holm family ({c})", f"{m} settings (per test); smallest possible adjusted p "
                             f"m/(R+1) = {floor:.4f}", warn))
     fallbacks = _fallbacks(run)
-    checks.append(Check("Layer-matched fallbacks", "; ".join(fallbacks) if fallbacks else "none recorded",
-                        (f"{len(fallbacks)} fallback(s): those draws do not keep S's per-layer counts"
+    where = sorted({f"{s} ({label})" for s, by in control_fallbacks(run.meta).items() for label in by})
+    checks.append(Check("Layer-matched fallbacks", "; ".join(fallbacks) if fallbacks else
+                        "none recorded (every control draw: main, row groups, k and β sweeps, algebra, pointing suite)",
+                        (f"{len(fallbacks)} fallback(s) in {', '.join(where)}: those draws do not keep S's per-layer "
+                         "counts (the tables that use them say so); a smaller k, or the any-layer control, avoids them"
                          if fallbacks else None)))
+    checks.append(_distinct_check(run))
+    checks.append(_floors_check(run, alpha))
     other = sorted({c for cell in run.cells.values() for c in cell.controls if c not in MAIN_CONTROLS})
     checks.append(Check("Other controls", _join(other) if other else "none"))
 
@@ -171,6 +166,91 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
     seeds = cfg_get(run.config, "seeds", "seed")
     checks.append(Check("Seeds", str(seeds) if seeds is not None else "not recorded in the config"))
     return checks
+
+
+HOLM_TESTS = ("cers", "ncs-all", "ncs", "cers-sym", "ncs-grid")  # tables with Holm over the settings
+
+
+def _floors_check(run: RunData, alpha: float = ALPHA) -> Check:
+    """Every table's rank-p floor ``1/(R+1)`` per control (R: its fewest draws there) and, where
+    the table Holm-adjusts over the settings (Table 3, Table 16: the main controls), the Holm
+    floor ``m/(R+1)``; a warning names each one above ``alpha`` with the R it needs (Table 3's
+    main controls are warned about under "Holm family")."""
+    from vheads.report._data import parse_test_id
+
+    fam = holm_family(run)
+    found: dict[tuple[str, str], dict] = {}  # (table, control) -> R, m (None: not adjusted), config key
+
+    def add(table, control, R, holm_m, key):
+        e = found.setdefault((table, control), {"R": R, "m": holm_m, "key": key})
+        e["R"] = min(e["R"], R)
+
+    for (s, t), cell in run.cells.items():
+        tid = parse_test_id(t)
+        for c, draws in cell.controls.items():
+            if len(draws) < 2 and c not in MAIN_CONTROLS:  # a deterministic control: no rank p is read
+                continue
+            if tid.param == "beta":
+                add(f"β sweep ({tid.base})", c, len(draws), None, "beta_sweep_controls")
+            elif t in ROW_GROUP_TESTS and t != "ncs-all":
+                add(f"row groups ({t})", c, len(draws), None, f"controls.{c}")
+            elif t in HOLM_TESTS:
+                m = None
+                if c in MAIN_CONTROLS:
+                    m = len([x for x in run.settings if (x, t) in run.cells and c in run.cells[(x, t)].controls
+                             and (fam is None or x in fam)])
+                add(f"{'Table 3' if t in ('cers', 'ncs-all', 'ncs') else 'Table 16'} ({t})", c, len(draws), m, f"controls.{c}")
+    for (s, base), by_k in run.ksweep.items():
+        for k, cell in by_k.items():
+            for c, draws in cell.controls.items():
+                add(f"k sweep ({base})", c, len(draws), None, "k_sweep_controls")
+    lines, warns = [], []
+    for (table, c), e in sorted(found.items()):
+        R, m = e["R"], e["m"]
+        floor = 1 / (R + 1)
+        text = f"{table}, {c}: R={R}, rank-p floor {floor:.3f}" + (f", Holm floor {min_holm_p(m, R):.3f} (m={m})" if m else "")
+        lines.append(text)
+        if table.startswith("Table 3") and c in MAIN_CONTROLS:  # warned above, under "Holm family"
+            continue
+        if floor > alpha:
+            warns.append(f"{table}, {c}: with R={R} no rank p can fall below 1/(R+1) = {floor:.3f}; "
+                         f"use {e['key']} ≥ {required_R(1, alpha)}")
+        elif m and min_holm_p(m, R) > alpha:
+            warns.append(f"{table}, {c}: Holm over {m} settings cannot fall below {m}/(R+1) = {min_holm_p(m, R):.3f}; "
+                         f"use {e['key']} ≥ {required_R(m, alpha)}")
+    return Check("Rank-p and Holm floors by table", "; ".join(lines) if lines else "no control draws stored",
+                 "; ".join(warns) if warns else None)
+
+
+def _distinct_check(run: RunData) -> Check:
+    """Control draws that repeat head-sets: per setting and control (k-sweep points apart),
+    the distinct head-sets among the R draws, and where it can be counted the pool of
+    possible draws. A pool smaller than R is warned about, with what to change."""
+    from vheads.evaluation import HeadSet, control_pool_size
+
+    L, H = run.shape
+    short, seen = [], set()
+    cells = [(s, None, c) for (s, _), c in run.cells.items()]
+    cells += [(s, k, c) for (s, _), by_k in run.ksweep.items() for k, c in by_k.items()]
+    for s, k, cell in cells:
+        for name in cell.controls:
+            key = (s, k, name)
+            R, D = len(cell.controls[name]), len(cell.distinct(name))
+            if key in seen or R < 2 or D == R:
+                continue
+            seen.add(key)
+            pool = None
+            heads = run.discovery.get(s, {}).get("headset")
+            if k is None and heads and L and H:
+                pool = control_pool_size(name, HeadSet(heads, L, H, run.attention_layers))
+            where = f"{s}{f' at k={k}' if k is not None else ''}, {name}"
+            short.append(f"{where}: {D} distinct of R={R}" + (f" (pool {pool})" if pool is not None else ""))
+    if not short:
+        return Check("Distinct control head-sets", "every control draw is a distinct head-set")
+    return Check("Distinct control head-sets", "; ".join(short),
+                 f"{len(short)} control(s) repeat head-sets among their R draws (a pool smaller than R must): mean, "
+                 "SD, z and Spearman are taken over the distinct head-sets, the rank p over every draw; use a larger "
+                 "k, fewer draws (R within the pool), or the any-layer control")
 
 
 def _templates_text(config: dict | None) -> str:

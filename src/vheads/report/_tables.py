@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vheads.evaluation import Interval, RankP, bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score
-from vheads.report._data import Cell, RunData, cfg_get, sweep_points
+from vheads.report._data import Cell, RunData, cfg_get, fallback_note, sweep_points
 from vheads.report._doc import Table
 
 ALPHA = 0.05
@@ -62,20 +62,29 @@ def fmt_ci(iv: Interval | None, s: np.ndarray | None = None) -> str:
 
 @dataclass
 class ControlStat:
-    """S against the R draws of one control type."""
+    """S against the R draws of one control type.
+
+    ``mean``, ``sd`` and ``z`` are taken over the ``n_distinct`` distinct head-sets among the
+    draws (a small pool repeats head-sets, and a copy adds no information: counted, it
+    shrinks the SD); the rank p keeps every draw, as Phipson & Smyth define it."""
 
     control: str
     t: np.ndarray  # [R] the draws' statistics
     mean: float
-    sd: float | None  # None for R < 2
+    sd: float | None  # None for fewer than 2 distinct head-sets
     z: float | None
     rank: RankP | None
     p_holm: float | None = None  # None when S is outside the Holm family
     reject: bool = False
+    n_distinct: int = 0
 
     @property
     def R(self) -> int:
         return len(self.t)
+
+    def summary(self) -> str:
+        """``mean ± SD [distinct head-sets]``."""
+        return f"{fmt(self.mean)} ± {fmt(self.sd)} [{self.n_distinct}]"
 
 
 @dataclass
@@ -113,10 +122,11 @@ def compare(cell: Cell, setting: str, test: str, interval: Interval | None = Non
     for name, t in cell.controls.items():
         if not len(t):
             continue
-        sd = float(np.std(t, ddof=1)) if len(t) >= 2 else None
-        z = z_score(t_s, t).z if (t_s is not None and len(t) >= 2) else None
-        rank = rank_p(t_s, t) if t_s is not None else None
-        st.controls[name] = ControlStat(name, t, float(np.mean(t)), sd, z, rank)
+        td = cell.distinct(name)  # one value per distinct head-set
+        sd = float(np.std(td, ddof=1)) if len(td) >= 2 else None
+        z = z_score(t_s, td).z if (t_s is not None and len(td) >= 2) else None
+        rank = rank_p(t_s, t) if t_s is not None else None  # every draw
+        st.controls[name] = ControlStat(name, t, float(np.mean(td)), sd, z, rank, n_distinct=len(td))
     return st
 
 
@@ -173,7 +183,7 @@ def significance_table(run: RunData, tests: list[str], title: str, caption: str,
         cols = ["S [95% CI]"]
         for c in shown[t]:
             R = max(st.controls[c].R for st in per_test[t].values() if c in st.controls)
-            cols += [f"{c} (R={R}) mean ± SD", "z", "p (Holm)"]
+            cols += [f"{c} (R={R}) mean ± SD [distinct]", "z", "p (Holm)"]
         columns += cols
         groups.append((TEST_NAMES.get(t, t), len(cols)))
     rows = []
@@ -194,13 +204,14 @@ def significance_table(run: RunData, tests: list[str], title: str, caption: str,
                 if cs is None:
                     row += ["–", "–", "–"]
                     continue
-                row.append(f"{fmt(cs.mean)} ± {fmt(cs.sd)}")
+                row.append(cs.summary())
                 row.append(fmt(cs.z, 1))
                 p = fmt_p(cs.rank.p) if cs.rank else "–"
                 ph = fmt_p(cs.p_holm) if cs.p_holm is not None else "n/a"
                 row.append(f"{p} (**{ph}**)" if cs.reject else f"{p} ({ph})")
         rows.append(row)
-    return Table(title, columns, rows, caption, groups)
+    note = fallback_note(run.meta, sorted({c for t in tests for c in shown[t]}))
+    return Table(title, columns, rows, caption + note, groups)
 
 
 # ---- Table 9: layer-matched (A) against layer- and attention-matched (B) ----------------------
@@ -239,7 +250,7 @@ def matched_controls_table(run: RunData) -> Table | None:
     return Table("Rank p against layer-matched (A) and layer- and attention-matched (B) controls (seed Table 9)",
                  cols, rows, "p: one-sided rank p, floor 1/(R+1), not adjusted. B draws, per layer of S, the non-S head "
                  "whose baseline image-attention mass (last prompt row, CERS grids, no intervention) is nearest to that "
-                 "of S's head.", groups)
+                 "of S's head." + fallback_note(run.meta, ["layer-matched", "attention-matched"]), groups)
 
 
 def max_ncs_grid_note(run: RunData) -> str:
@@ -286,35 +297,50 @@ def row_group_table(run: RunData) -> Table | None:
                 row += [fmt(cs.mean) if cs else "–", f"**{p}**" if at_floor else p]
         rows.append(row)
     return Table("NCS per row group (seed Tables 5 and 13)", columns, rows,
-                 f"S with a 95% t-interval over items; ctrl: mean of the {control or 'control'} draws; p: rank p "
-                 "(one-sided, floor 1/(R+1), not adjusted); bold: S above every control draw.", groups)
+                 f"S with NCS's Welch 95% interval over its matched and mismatched arms (a t-interval over items where "
+                 f"no arms are stored); ctrl: mean of the distinct {control or 'control'} draws; p: rank p "
+                 "(one-sided, floor 1/(R+1), not adjusted); bold: S above every control draw."
+                 + (fallback_note(run.meta, control) if control else ""), groups)
 
 
 def arms_table(run: RunData) -> Table | None:
     """Seed Table 11: NCS of S split into its matched and mismatched drops, with NCS's
-    Welch interval and its percentile bootstrap (2,000 resamples of both arms, seeded by
-    the run's seed)."""
+    Welch interval and its percentile bootstrap (2,000 resamples of both arms; each row's
+    seed derived from the run's seed, the table and the row). With fewer than
+    :data:`vheads.evaluation.MIN_BOOTSTRAP_N` items in an arm, where a percentile bootstrap
+    may undercover, the BCa interval is printed beside it."""
+    from vheads._seeds import derived_seed
+    from vheads.evaluation import MIN_BOOTSTRAP_N, bca_diff_ci
+
     seed = cfg_get(run.config, "seed", default=0)
     seed = seed if isinstance(seed, int) and seed >= 0 else 0
-    rows = []
+    rows, small = [], False
     for s in run.settings:
         for t in sorted({t for (ss, t, _) in run.arms if ss == s}):
             m, mm = run.arms.get((s, t, "matched")), run.arms.get((s, t, "mismatched"))
             if m is None or mm is None:
                 continue
             two = len(m) >= 2 and len(mm) >= 2
+            row_seed = derived_seed(seed, "table", "arms", s, t)
+            few = two and min(len(m), len(mm)) < MIN_BOOTSTRAP_N
+            small |= few
             rows.append([s, t, fmt_ci(t_interval(m) if len(m) >= 2 else None, m),
                          fmt_ci(t_interval(mm) if len(mm) >= 2 else None, mm),
                          fmt_ci(welch_interval(m, mm)) if two else fmt(float(np.mean(m) - np.mean(mm))),
-                         fmt_ci(bootstrap_diff_ci(m, mm, seed=seed)) if two else "–"])
+                         fmt_ci(bootstrap_diff_ci(m, mm, seed=row_seed)) if two else "–",
+                         fmt_ci(bca_diff_ci(m, mm, seed=row_seed)) if few else "–"])
     if not rows:
         return None
     return Table("NCS split into its arms (seed Table 11)", ["Setting", "Test", "Matched drop [95% CI]",
-                 "Mismatched drop [95% CI]", "NCS [Welch 95% CI]", "NCS [bootstrap 95% CI]"], rows,
-                 "Drops are P_base(key) − P_masked(key) of the discovered set; NCS = mean matched drop − mean "
-                 "mismatched drop. Generic damage moves both arms alike and cancels. The arms are different items, "
-                 "so NCS is a difference of two independent means: its interval is Welch's t (both arms' variances, "
-                 "Welch–Satterthwaite df) and a percentile bootstrap resampling both arms (2,000 resamples).",
+                 "Mismatched drop [95% CI]", "NCS [Welch 95% CI]", "NCS [bootstrap 95% CI]",
+                 f"NCS [BCa 95% CI] (n < {MIN_BOOTSTRAP_N})"], rows,
+                 f"Drops are the {run.metric} of the key at baseline minus masked, for the discovered set; NCS = mean "
+                 "matched drop − mean mismatched drop. Generic damage moves both arms alike and cancels. The arms are "
+                 "different items, so NCS is a difference of two independent means: its interval is Welch's t (both "
+                 "arms' variances, Welch–Satterthwaite df) and a percentile bootstrap resampling both arms (2,000 "
+                 "resamples; seed derived from the run's seed, this table and the row)."
+                 + (f" With fewer than {MIN_BOOTSTRAP_N} items per arm the percentile bootstrap may undercover; the "
+                    "bias-corrected and accelerated (BCa) interval is printed beside it." if small else ""),
                  text_cols=2)
 
 
@@ -356,7 +382,8 @@ def generic_damage_table(run: RunData) -> Table | None:
     return Table("Generic-damage controls (seed Table 12)", columns, rows,
                  "Each control type's statistic (mean over its draws, [min, max] over draws). The text arm is "
                  "the drop in P(key) on text-solvable items when the head-set is hidden from the text tokens: a "
-                 "set that is merely generically important hurts there too.", text_cols=2)
+                 "set that is merely generically important hurts there too."
+                 + fallback_note(run.meta, lambda label: "@" not in label and "/" not in label), text_cols=2)
 
 
 # ---- sweeps (Tables 14 and 18) ---------------------------------------------------------------
@@ -381,15 +408,18 @@ def sweep_table(run: RunData, param: str) -> Table | None:
                 if cs is None:
                     rows.append(lead + ["–"] * 5)
                     continue
-                rows.append(lead + [c, str(cs.R), f"{fmt(cs.mean)} ± {fmt(cs.sd)}", f"[{fmt(cs.t.min())}, {fmt(cs.t.max())}]",
+                rows.append(lead + [c, f"{cs.R} ({cs.n_distinct})", cs.summary(), f"[{fmt(cs.t.min())}, {fmt(cs.t.max())}]",
                                     fmt_p(cs.rank.p) if cs.rank else "–"])
     name, table = ("k", "14") if param == "k" else ("β", "18")
     return Table(f"Sweep over {name} against controls at every point (seed Table {table})",
-                 ["Setting", "Test", name, "S [95% CI]", "Control", "R", "mean ± SD", "[min, max]", "rank p"], rows,
+                 ["Setting", "Test", name, "S [95% CI]", "Control", "R (distinct)", "mean ± SD [distinct]", "[min, max]", "rank p"], rows,
                  f"At every {name}, S (95% t-interval over items; NCS: Welch over its two arms) against that point's own layer-matched draws "
                  f"({'drawn for the top-k set of each k' if param == 'k' else 'the first draws of the main layer-matched controls, re-run at each β'}); "
-                 "rank p is one-sided with floor 1/(R+1), not adjusted. The main point (the study's own "
-                 f"{'k' if param == 'k' else 'β'}) carries the main controls.", text_cols=2)
+                 "R (distinct): the draws and the distinct head-sets among them; mean ± SD over the distinct head-sets; "
+                 "rank p over every draw, one-sided with floor 1/(R+1), not adjusted. The main point (the study's own "
+                 f"{'k' if param == 'k' else 'β'}) carries the main controls."
+                 + fallback_note(run.meta, (lambda label: label.startswith("layer-matched@k=")) if param == "k" else "layer-matched",
+                                 {s for s, _ in pts}), text_cols=2)
 
 
 # ---- overlap and ceilings -------------------------------------------------------------------
@@ -492,3 +522,87 @@ def audit_table(run: RunData) -> Table | None:
                  "No intervention. oracle: target cell named in the prompt (expect ≈ 1); floor: blank image "
                  "(expect 0.25); matched: the image shows the keyed class (high); mismatched: the keyed option "
                  "is wrong (low); leak: matched questions with the image blanked (chance).", flagged_rows=flag_rows)
+
+
+# ---- metric robustness -----------------------------------------------------------------------
+
+METRIC_NAMES = {"p4": "p4 (P over the four letters)", "logprob": "logprob (log P, full vocabulary)",
+                "logit-diff": "logit-diff (key − mean of the other letters)"}
+
+
+def metric_runs(run: RunData, tests: tuple[str, ...]) -> dict[str, RunData]:
+    """``run`` under every metric the store holds for all its outcomes, ``tests`` only
+    (``run`` itself for its own metric), in :data:`vheads.evaluation.METRICS` order."""
+    import dataclasses
+
+    from vheads.evaluation import METRICS
+    from vheads.report._data import outcome_cells
+    from vheads.store import Store
+
+    out: dict[str, RunData] = {}
+    store = Store(run.run_dir, readonly=True, model=run.model)
+    try:
+        for m in METRICS:
+            if m == run.metric:
+                out[m] = run
+            elif m == "p4" or store.has_metric(m):
+                cells, ksweep, arms, nonfinite = outcome_cells(store, m, run.heads_of, tests)
+                out[m] = dataclasses.replace(run, cells=cells, ksweep=ksweep, arms=arms, nonfinite=nonfinite, metric=m)
+    finally:
+        store.close()
+    return out
+
+
+def metric_robustness_table(run: RunData) -> Table | None:
+    """Table 3's CERS and NCS rows under each metric of an outcome (``p4``, ``logprob``,
+    ``logit-diff``; the one the report leads with first): per setting and metric, S with its
+    interval (as in Table 3) and the Holm-adjusted rank p against the first main control
+    (layer-matched), and whether the conclusion (Holm-significant at 0.05 or not) is the same
+    under every metric. A metric the store lacks (an older run) is left out and named."""
+    ncs = "ncs-all" if any((s, "ncs-all") in run.cells for s in run.settings) else "ncs"
+    tests = tuple(t for t in ("cers", ncs) if any((s, t) in run.cells for s in run.settings))
+    if not tests:
+        return None
+    runs = metric_runs(run, tests)
+    metrics = [run.metric] + [m for m in runs if m != run.metric]
+    control = next((c for c in MAIN_CONTROLS if any(c in run.cells[k].controls for k in run.cells if k[1] in tests)), None)
+    if control is None:
+        return None
+    per = {(m, t): {st.setting: st for st in significance(runs[m], t, controls=(control,))} for m in metrics for t in tests}
+    columns, groups = ["Test", "Setting"], [("", 2)]
+    for m in metrics:
+        columns += ["S [95% CI]", f"p (Holm) vs {control}"]
+        groups.append((METRIC_NAMES.get(m, m), 2))
+    columns.append("conclusion")
+    groups.append(("", 1))
+    rows, changed = [], []
+    for t in tests:
+        for s in run.settings:
+            sts = [per[(m, t)].get(s) for m in metrics]
+            if any(st is None or control not in st.controls for st in sts):
+                continue
+            row = [TEST_NAMES.get(t, t), s]
+            verdicts = []
+            for st in sts:
+                cs = st.controls[control]
+                verdicts.append(cs.reject)
+                ph = fmt_p(cs.p_holm) if cs.p_holm is not None else "n/a"
+                row += [fmt_ci(st.interval, st.s), f"**{ph}**" if cs.reject else ph]
+            if len(set(verdicts)) == 1:
+                row.append("same: " + ("significant" if verdicts[0] else "not significant"))
+            else:
+                row.append("changes: significant under " + ", ".join(m for m, v in zip(metrics, verdicts) if v))
+                changed.append(f"{s} ({t})")
+            rows.append(row)
+    if not rows:
+        return None
+    missing = [m for m in ("p4", "logprob", "logit-diff") if m not in runs]
+    verdict = (f"The conclusion changes with the metric for {len(changed)} of {len(rows)} rows: {', '.join(changed)}."
+               if changed else f"The conclusion is the same under every metric shown, for all {len(rows)} rows.")
+    return Table("Metric robustness: Table 3's CERS and NCS under each metric", columns, rows,
+                 f"{verdict} Each metric's S and interval as in Table 3 (NCS: Welch over its arms; CERS: t over items), "
+                 f"drops and contrasts taken in that metric; p: one-sided rank p against the {control} draws, "
+                 "Holm-adjusted over the settings (per test and metric); bold ≤ 0.05. p4 is P renormalised over the "
+                 "four option letters (bounded, saturates near 0 and 1); logprob and logit-diff are close to linear "
+                 "in the logits. The report's other tables use " + run.metric + "."
+                 + (f" Not stored in this run: {', '.join(missing)}." if missing else ""), groups, text_cols=2)

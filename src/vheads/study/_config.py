@@ -16,7 +16,7 @@ from typing import Any
 
 from vheads._errors import MissingFileError, VheadsError, safe_name
 from vheads.engine import ROW_GROUPS
-from vheads.evaluation import MAX_R, TESTS
+from vheads.evaluation import MAX_R, METRICS, TESTS
 
 MAX_ITEMS = 1_000_000  # items or splits above this are a typo, not a study
 DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
@@ -49,6 +49,7 @@ tests = ["cers", "ncs", "ncs-grid", "text"]   # also: cers-sym (stored with cers
 n_eval = 16               # items per evaluation set
 beta = 10000.0            # steering strength
 steer_rows = "all"        # query rows CERS steers at: all (default, as public steering code) | image | question | last
+metric = "p4"             # the metric the tables lead with: p4 (P over the four letters) | logprob | logit-diff (all three are stored)
 row_groups = ["all", "image", "question", "last"]   # NCS is run at each (default mask: all rows)
 row_group_controls = ["layer-matched"]   # controls run at the row groups other than "all"
 beta_sweep = [1.0, 10.0, 100.0, 1000.0, 10000.0]   # CERS of S over beta ([] to skip)
@@ -132,6 +133,7 @@ class StudyConfig:
     n_eval: int = 16
     beta: float = 1e4
     steer_rows: str = "all"
+    metric: str = "p4"  # the metric the report's tables lead with (every test stores all three)
     row_groups: list[str] = field(default_factory=lambda: list(ROW_GROUPS))
     row_group_controls: list[str] = field(default_factory=lambda: ["layer-matched"])
     beta_sweep: list[float] = field(default_factory=lambda: [1.0, 10.0, 100.0, 1000.0, 10000.0])
@@ -171,6 +173,7 @@ class StudyConfig:
         """Hash of everything that changes results (not the backend or batching)."""
         d = self.to_dict()
         d.pop("run")
+        d.pop("metric")  # which stored metric the report leads with changes no result
         for key, default in LATER_KEY_DEFAULTS.items():  # runs made before these keys keep their hash
             if d[key] == default:
                 d.pop(key)
@@ -271,6 +274,8 @@ def validate(cfg: StudyConfig) -> None:
     for c in cfg.row_group_controls:
         if c not in cfg.controls:
             bad("row_group_controls", f"{c!r} is not one of the configured controls ({', '.join(cfg.controls)})")
+    if cfg.metric not in METRICS:
+        bad("metric", f"unknown metric {cfg.metric!r}; choose from {', '.join(METRICS)}")
     if cfg.steer_rows not in ROW_GROUPS:
         bad("steer_rows", f"unknown row group {cfg.steer_rows!r}; choose from {', '.join(ROW_GROUPS)}")
     for g in cfg.row_groups:

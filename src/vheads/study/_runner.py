@@ -183,6 +183,14 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
             inputs[key] = np.array(json.loads(v))
     rows, fallbacks = [], {}
     discovered = {}
+
+    def record(setting: str, label: str, draws) -> None:
+        """Keep the fallbacks of one control draw: ``fallbacks[setting][label]``. The row
+        groups, the β sweep and the pointing suite reuse the main draws (label
+        ``layer-matched``), so they carry the main record."""
+        if draws.fallbacks:
+            fallbacks.setdefault(setting, {})[label] = [str(f) for f in draws.fallbacks]
+
     for sid, scores, heads in store.query("SELECT setting, scores, headset FROM discovery ORDER BY setting"):
         S = HeadSet([tuple(h) for h in json.loads(heads)], L, H, attention_layers)
         discovered[sid] = S
@@ -192,8 +200,7 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
             base, n = split_control_name(name)  # "random-n@200": 200 heads per draw
             draws = draw_controls(base, S, R, seed, **({"n": n} if n else {}), **inputs)
             label = f"{base}(n={n})" if n else name
-            if getattr(draws, "fallbacks", None):
-                fallbacks.setdefault(sid, []).extend(str(f) for f in draws.fallbacks)
+            record(sid, label, draws)
             for i, d in enumerate(draws):
                 rows.append((sid, f"{label}#{i}", label, i, seed, _heads_json(d)))
         sc = np.array(json.loads(scores))
@@ -204,6 +211,7 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
                 if cfg.k_sweep_controls:  # every sweep point is tested against its own controls
                     seed = derived_seed(cfg.seed, "control", sid, "layer-matched", f"k={kk}")
                     draws = draw_controls("layer-matched", Sk, cfg.k_sweep_controls, seed)
+                    record(sid, f"layer-matched@k={kk}", draws)
                     for i, d in enumerate(draws):
                         rows.append((sid, f"layer-matched@k={kk}#{i}", "layer-matched@k", i, seed, _heads_json(d)))
     # head-set algebra: shared heads and heads only one setting has, each with
@@ -217,7 +225,9 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
                     continue
                 rows.append((pid, part, "S", 0, cfg.seed, _heads_json(hs)))
                 seed = derived_seed(cfg.seed, "algebra", pid, part)
-                for i, d in enumerate(draw_controls("layer-matched", hs, cfg.algebra_controls, seed)):
+                draws = draw_controls("layer-matched", hs, cfg.algebra_controls, seed)
+                record(pid, f"{part}/layer-matched", draws)
+                for i, d in enumerate(draws):
                     rows.append((pid, f"{part}/layer-matched#{i}", f"{part}/layer-matched", i, seed, _heads_json(d)))
     store.commit_unit("headsets", "headsets", time.time() - t0, {"headsets": rows})
     store.set_meta(control_fallbacks=json.dumps(fallbacks))

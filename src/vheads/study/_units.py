@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from vheads._seeds import derived_seed
-from vheads.evaluation import TEST_SETS, HeadSet, Outcomes, ProbeMemo, audit_sets, item_sets, run_test
+from vheads.evaluation import METRICS, TEST_SETS, HeadSet, Outcomes, ProbeMemo, audit_sets, item_sets, run_test
 from vheads.study._config import StudyConfig
 
 ALL_HEADS = "all-heads"  # head-set id of every head (the maximum attainable NCS_grid)
@@ -132,10 +132,12 @@ class UnitComputer:
         uid, setting = unit["unit_id"], unit["setting"]
 
         def put(test_id, res, which):
-            """Rows of ``res`` (one per entry of ``which``, indices into ``ids``)."""
+            """Rows of ``res`` (one per entry of ``which``, indices into ``ids``), each with its
+            value under every metric (p4, logprob, logit-diff: the store's metric columns)."""
+            vals = [res.under(m).values for m in METRICS]
             for jj, j in enumerate(which):
                 for i, iid in enumerate(res.item_ids):
-                    out["outcomes"].append((uid, setting, test_id, ids[j], iid, float(res.values[jj, i])))
+                    out["outcomes"].append((uid, setting, test_id, ids[j], iid, *(float(v[jj, i]) for v in vals)))
 
         if test == "ncs-grid" and "S" in ids:
             # the maximum attainable NCS_grid of the item set: every head hidden from the cell
@@ -154,15 +156,17 @@ class UnitComputer:
                 put(f"ncs-{g}", res, keep)
                 for jj, j in enumerate(keep):
                     for arm, key in (("matched", "drop_matched"), ("mismatched", "drop_mismatched")):
+                        drops = [res.under(m).detail[key] for m in METRICS]
                         for i, it in enumerate(sets[f"class-{arm}"]):
-                            out["arms"].append((uid, setting, f"ncs-{g}", ids[j], it.id, arm, float(res.detail[key][jj, i])))
+                            out["arms"].append((uid, setting, f"ncs-{g}", ids[j], it.id, arm, *(float(d[jj, i]) for d in drops)))
             return {"rows": out}
         res = run_test(eng, test, sets, [hsets[j] for j in every], cfg.beta, cfg.steer_rows if test.startswith("cers") else "all",
                        cfg.seed, bs, memo=self.memo)
         put(test, res, every)
         for other in ("cers", "cers-sym"):  # CERS and symmetric CERS come from the same forwards
             if other in res.detail and other not in cfg.tests:
-                put(other, Outcomes(other, res.detail[other], res.item_ids, {}), every)
+                put(other, Outcomes(other, res.detail[other], res.item_ids, {},
+                                    {m: Outcomes(other, o.detail[other], o.item_ids, {}) for m, o in res.metrics.items()}), every)
         if test == "cers" and "S" in ids:
             # every β point: S and the first beta_sweep_controls layer-matched draws
             at_beta = [ids.index("S")] + [ids.index(f"layer-matched#{i}") for i in range(cfg.beta_sweep_controls)
@@ -222,15 +226,15 @@ class UnitComputer:
         if unit["test"] == "cers":
             res = run_test(eng, "cers", {"grid-neutral": sets["cers"]}, hsets, self.cfg.beta, "all", self.cfg.seed, self.cfg.run.batch_size,
                            memo=self.memo)
-            detail = {"cers": res.values}
+            detail = {"cers": [res.under(m).values for m in METRICS]}
         else:
             res = run_test(eng, "ncs", {"class-matched": sets["matched"], "class-mismatched": sets["mismatched"]}, hsets,
                            self.cfg.beta, "all", self.cfg.seed, self.cfg.run.batch_size, memo=self.memo)
-            detail = {"ncs-matched": res.detail["drop_matched"], "ncs-mismatched": res.detail["drop_mismatched"]}
-        for test, values in detail.items():
+            detail = {f"ncs-{arm}": [res.under(m).detail[f"drop_{arm}"] for m in METRICS] for arm in ("matched", "mismatched")}
+        for test, values in detail.items():  # each value under every metric (the store's metric columns)
             items = sets["cers"] if test == "cers" else sets[test.split("-")[1]]
             for j, hid in enumerate(ids):
-                rows += [(*key, test, hid, it.id, float(values[j, i])) for i, it in enumerate(items)]
+                rows += [(*key, test, hid, it.id, *(float(v[j, i]) for v in values)) for i, it in enumerate(items)]
         return {"rows": {"ood_outcomes": rows}}
 
 

@@ -1,0 +1,61 @@
+"""Control draws that repeat head-sets: counted once for mean, SD and z, every draw for rank p."""
+
+import json
+import math
+
+import numpy as np
+
+from vheads.report import load_run, protocol_checks, significance
+from vheads.report._tables import significance_table
+from vheads.store import Store
+
+L, H = 2, 6
+
+
+def _run(tmp_path, R=30, n_sets=10, n_items=5):
+    """S with 1 head in layer 0 (5 free) and 2 in layer 1 (4 free: C(4, 2) = 6): a pool of
+    5 · 6 = 30 layer-matched sets; R draws cycle through ``n_sets`` of them, and a set's
+    outcome is the same every time it is drawn."""
+    rng = np.random.default_rng(3)
+    S = [[0, 0], [1, 0], [1, 1]]
+    pool = [[[0, a], [1, b], [1, c]] for a in range(1, 6) for b in range(2, 6) for c in range(b + 1, 6)]
+    assert len(pool) == 30
+    st = Store(tmp_path)
+    st.set_meta(config={"model": "t", "settings": ["cm-ord-last"], "controls": {"layer-matched": R}, "seed": 0},
+                model_id="t", n_layers=L, n_heads=H)
+    items = [f"i{i}" for i in range(n_items)]
+    s_vals = rng.normal(0.2, 0.1, n_items)
+    rows = [("u", "cm-ord-last", "cers", "S", it, float(v)) for it, v in zip(items, s_vals)]
+    hs = [("cm-ord-last", "S", "S", 0, 0, json.dumps(S))]
+    per_set = {j: rng.normal(0.0, 0.1, n_items) for j in range(n_sets)}
+    for d in range(R):
+        j = d % n_sets
+        hs.append(("cm-ord-last", f"layer-matched#{d}", "layer-matched", d, 1, json.dumps(pool[j])))
+        rows += [("u", "cm-ord-last", "cers", f"layer-matched#{d}", it, float(v)) for it, v in zip(items, per_set[j])]
+    st.commit_unit("u", "eval", 0.0, {"outcomes": rows, "headsets": hs, "discovery": [
+        ("cm-ord-last", "ordinal", "last", "comics", 4, 3, json.dumps(np.zeros((L, H)).tolist()), json.dumps(S))]})
+    st.close()
+    T = np.array([per_set[d % n_sets].mean() for d in range(R)])
+    return tmp_path, s_vals.mean(), T, np.array([per_set[j].mean() for j in range(n_sets)])
+
+
+def test_repeated_draws_count_once_for_sd_and_z_and_every_draw_for_rank_p(tmp_path):
+    d, t_s, T, distinct = _run(tmp_path)
+    run = load_run(d)
+    (st,) = significance(run, "cers")
+    cs = st.controls["layer-matched"]
+    assert cs.R == 30 and cs.n_distinct == 10
+    assert math.isclose(cs.sd, np.std(distinct, ddof=1)) and math.isclose(cs.mean, distinct.mean())
+    assert not math.isclose(cs.sd, np.std(T, ddof=1))  # the 30 draws' SD is another number
+    assert math.isclose(cs.z, (t_s - distinct.mean()) / np.std(distinct, ddof=1))
+    assert math.isclose(cs.rank.p, (1 + np.sum(T >= t_s)) / 31)  # Phipson & Smyth: every draw
+    table = significance_table(run, ["cers"], "t", "c")
+    assert table.rows[0][2].endswith("[10]") and "[distinct]" in table.columns[2]
+    (check,) = [c for c in protocol_checks(run) if c.item == "Distinct control head-sets"]
+    assert "cm-ord-last, layer-matched: 10 distinct of R=30 (pool 30)" in check.value and check.warning
+
+
+def test_no_warning_when_every_draw_is_distinct(tmp_path):
+    d, *_ = _run(tmp_path, R=10, n_sets=10)
+    (check,) = [c for c in protocol_checks(load_run(d)) if c.item == "Distinct control head-sets"]
+    assert check.warning is None

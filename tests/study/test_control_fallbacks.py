@@ -1,0 +1,58 @@
+"""Every control draw of a study records its layer-matched fallbacks, and the report shows them."""
+
+import json
+
+import numpy as np
+
+from tests.report.synth import make_run
+from vheads.evaluation import HeadSet, layer_matched_controls
+from vheads.report import load_run, protocol_checks
+from vheads.report._tables import sweep_table
+from vheads.store import Store
+from vheads.study import config_from_dict
+from vheads.study._runner import _headset_stage
+
+L, H = 4, 8
+
+
+def _scores() -> np.ndarray:
+    """Top 2: heads (1, 0) and (2, 0); top 8 adds six heads of layer 3 (which has 8)."""
+    s = np.zeros((L, H))
+    s[1, 0], s[2, 0] = 1.0, 0.9
+    s[3, :6] = 0.5 - 0.01 * np.arange(6)
+    return s
+
+
+def test_k_sweep_draws_record_their_fallback_and_the_report_shows_it(tmp_path):
+    st = Store(tmp_path)
+    sc = _scores()
+    st.commit_unit("discovery/x", "discovery", 0.0, {"discovery": [
+        ("cm-ref-out", "referring", "out", "comics", 4, 2, json.dumps(sc.tolist()), json.dumps([[1, 0], [2, 0]]))]})
+    cfg = config_from_dict({"model": "unused", "controls": {"layer-matched": 5}, "k_sweep": [2, 8], "k_sweep_controls": 4,
+                            "algebra_controls": 0})
+    _headset_stage(st, cfg, (L, H))
+    recorded = json.loads(st.get_meta("control_fallbacks"))
+    st.close()
+    # S at k = 8 has 6 of layer 3's 8 heads: a layer-matched draw can take only the other 2 there
+    S8 = HeadSet([(1, 0), (2, 0)] + [(3, h) for h in range(6)], L, H)
+    want = [str(f) for f in layer_matched_controls(S8, 4, 0).fallbacks]
+    assert want and want[0].startswith("layer 3: S has 6 heads there but only 2")
+    assert recorded == {"cm-ref-out": {"layer-matched@k=8": want}}  # main (k = 2) and k = 2 draws keep counts
+
+    d = make_run(tmp_path / "run", settings=["cm-ref-out", "cm-ref-qsp"], R=3, n_items=4, tests=("cers",),
+                 row_groups=False, text=False, extra_controls=False, overlap=False, strips=False, any_layer=False,
+                 meta_extra={"control_fallbacks": recorded})
+    run = load_run(d)
+    (check,) = [c for c in protocol_checks(run) if c.item == "Layer-matched fallbacks"]
+    assert "cm-ref-out, layer-matched@k=8: layer 3" in check.value and check.warning
+    assert "cm-ref-out (layer-matched@k=8)" in check.warning
+    assert "cm-ref-out (layer-matched@k=8)" in sweep_table(run, "k").caption
+    assert "fallback" not in sweep_table(run, "beta").caption  # the β sweep reuses the main draws, which keep counts
+
+
+def test_fallbacks_of_an_older_run_are_read_as_the_main_draws(tmp_path):
+    d = make_run(tmp_path, settings=["cm-ord-last"], R=3, n_items=3, tests=("cers",), row_groups=False, text=False,
+                 extra_controls=False, sweeps=False, overlap=False, strips=False, any_layer=False,
+                 meta_extra={"control_fallbacks": {"cm-ord-last": ["layer 3: S has 8 heads there but only 0 other heads"]}})
+    (check,) = [c for c in protocol_checks(load_run(d)) if c.item == "Layer-matched fallbacks"]
+    assert check.value == "cm-ord-last, layer-matched: layer 3: S has 8 heads there but only 0 other heads"
