@@ -3,6 +3,12 @@
 Used by the tests and benchmarks, and as the starting point of the built-in tiny model.
 Each builder saves a complete model folder (weights, config, tokenizer, image processor)
 that :func:`vheads.models.load_model` loads like any checkpoint.
+
+Chat templates: a family whose released checkpoints ship a chat template that could be
+had here gets a faithful copy of it (Qwen2-VL / Qwen2.5-VL: :data:`QWEN2_VL_CHAT_TEMPLATE`,
+with its default system turn), so the template path of :meth:`vheads.models.Adapter.build`
+runs on it; the other families' tokenizers carry none, so they exercise the adapters'
+hand-written fallback.
 """
 
 from __future__ import annotations
@@ -19,6 +25,23 @@ BASE_WORDS = (
     "user assistant system USER ASSISTANT what is in panel which shows the a an of cell "
     "? . , : A B C D 0 1 2 3 4 5 6 7 8 9 answer with option letter"
 ).split()
+
+
+#: the chat template of the released Qwen2-VL-*-Instruct and Qwen2.5-VL-*-Instruct checkpoints
+#: (their ``chat_template.json``; the same text is vendored verbatim in many public
+#: repositories, e.g. NumericQwen2_5_VL's ``official_chat_template``): a default system turn
+#: ``You are a helpful assistant.`` when the first message is not a system message
+QWEN2_VL_CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n{% else %}"
+    "{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
+    "<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}"
+    "<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def build_word_tokenizer(words: list[str], extra_special: tuple[str, ...] = ()):
@@ -135,6 +158,8 @@ def build_qwen_vl(
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     tok = build_qwen35_tokenizer(list(words)) if model_type.startswith("qwen3_5") else build_word_tokenizer(list(words))
+    if model_type in ("qwen2_vl", "qwen2_5_vl"):
+        tok.chat_template = QWEN2_VL_CHAT_TEMPLATE
     ids = {t: tok.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")}
     text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, rope_theta)
     if intermediate:
