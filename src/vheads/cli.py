@@ -49,6 +49,7 @@ def study(
     print_config: Annotated[bool, typer.Option("--print-config", help="print the default config and exit")] = False,
     model: Annotated[Optional[str], typer.Option(help="override the config's model (or its models: a study of this one alone)")] = None,  # noqa: UP007
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
+    skip_doctor: Annotated[bool, typer.Option("--skip-doctor", help="start even if the doctor's fast checks fail (recorded in the run)")] = False,
 ) -> None:
     """The whole study: discovery x evaluation against random controls, then the report."""
     from vheads.study import DEFAULT_TOML, load_config, run_study
@@ -58,7 +59,7 @@ def study(
         return
     cfg = _fail_clearly(load_config, config, model=model)
     t0 = time.time()
-    res = _fail_clearly(run_study, cfg, out, progress=not quiet)
+    res = _fail_clearly(run_study, cfg, out, progress=not quiet, skip_doctor=skip_doctor)
     typer.echo(f"study finished in {time.time() - t0:.0f} s ({res.units_computed} work units computed this run)")
     for stage, secs in res.seconds.items():
         typer.echo(f"  {stage:<11} {secs:7.1f} s")
@@ -145,6 +146,24 @@ def audit(
     for name, r in rep.items():
         flag = "ok" if r["ok"] else "OUT OF RANGE"
         typer.echo(f"{name:<11} n={r['n']:<4} mean P(key) = {r['mean_p_key']:.3f}   expected {r['expected'][0]:.2f}–{r['expected'][1]:.2f}   {flag}")
+
+
+@app.command()
+def doctor(
+    model: Annotated[str, typer.Option(help="'tiny', a local folder or a hub id")] = "tiny",
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N, mps")] = "cpu",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16")] = "float32",
+    config: Annotated[Optional[Path], typer.Option(help="study config (TOML) whose projected time to print; default: the built-in study")] = None,  # noqa: UP007
+    json_out: Annotated[bool, typer.Option("--json", help="one JSON document")] = False,
+) -> None:
+    """Check vheads on your own checkpoint and device before a long study (exit 1: an invariant failed)."""
+    from vheads.doctor import doctor as run_doctor
+
+    rep = _fail_clearly(run_doctor, model, device, dtype, config=config)
+    typer.echo(json.dumps(rep.to_dict(), indent=1, allow_nan=False) if json_out else rep.text())
+    if not rep.ok:
+        typer.echo(f"error: doctor: invariant(s) failed on {model}: {', '.join(rep.failed)}", err=True)
+        raise typer.Exit(1)
 
 
 @app.command()

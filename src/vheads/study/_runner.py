@@ -265,8 +265,13 @@ def _ood_units(store: Store, cfg: StudyConfig) -> list[dict]:
     return units
 
 
-def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool = True, report: bool = True) -> StudyResult:
+def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool = True, report: bool = True,
+              skip_doctor: bool = False) -> StudyResult:
     """Run (or resume) the whole study of ``cfg`` into ``out``; returns the report's path.
+
+    Before a model's first unit its replica runs the doctor's fast checks
+    (:func:`vheads.doctor.fast_checks`); a failed invariant stops the run with the check's
+    name. ``skip_doctor`` runs anyway; the store's ``doctor`` meta records the checks or the skip.
 
     Everything is checked before the run folder is made (the config against the model's
     shape included); the run holds ``out``'s lock (:class:`RunLock`) throughout, so a
@@ -284,7 +289,7 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
     except OSError as e:
         raise storage_error(e, run_dir) from None
     with RunLock(run_dir):
-        return _run_locked(cfg, run_dir, models, progress, report)
+        return _run_locked(cfg, run_dir, models, progress, report, skip_doctor)
 
 
 def study_models(cfg: StudyConfig) -> list[tuple[str, StudyConfig, dict]]:
@@ -329,7 +334,7 @@ def _model_meta(cfg: StudyConfig, shape: dict) -> dict[str, str]:
 
 
 def _run_locked(cfg: StudyConfig, run_dir: Path, models: list[tuple[str, StudyConfig, dict]], progress: bool,
-                report: bool) -> StudyResult:
+                report: bool, skip_doctor: bool = False) -> StudyResult:
     """Every model's stages in turn (one store; a model's rows scoped by its name), then the report."""
     secs: dict[str, float] = {}
     n_computed = 0
@@ -340,7 +345,7 @@ def _run_locked(cfg: StudyConfig, run_dir: Path, models: list[tuple[str, StudyCo
     for name, mcfg, shape in models:
         store = Store(run_dir, model=name)
         _claim(store, mcfg, run_dir, **_model_meta(mcfg, shape))
-        n_computed += _run_model(store, mcfg, run_dir, shape, progress, secs)
+        n_computed += _run_model(store, mcfg, run_dir, shape, progress, secs, skip_doctor)
     report_path = None
     if report:
         t = time.time()
@@ -350,7 +355,28 @@ def _run_locked(cfg: StudyConfig, run_dir: Path, models: list[tuple[str, StudyCo
     return StudyResult(run_dir, report_path, secs, n_computed)
 
 
-def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progress: bool, secs: dict[str, float]) -> int:
+def _doctor_stage(store: Store, cfg: StudyConfig, run_dir: Path, backend, skip: bool) -> None:
+    """The doctor's fast checks on the backend's replica, once per run (a unit), before the
+    first other unit; a failed invariant is a :class:`VheadsError` naming it (nothing is
+    committed, so the next run checks again). ``skip``: recorded in the store's meta instead."""
+    if "doctor" in store.done_units():
+        return
+    if skip:
+        store.set_meta(doctor=json.dumps({"skipped": True}))
+        _log(run_dir, f"skip {_logged(store, 'doctor')} (--skip-doctor)")
+        return
+    (res,) = list(backend.run([{"unit_id": "doctor", "kind": "doctor"}], on_start=lambda u: _log(run_dir, f"start {_logged(store, 'doctor')}")))
+    failed = res["rows"]["doctor"]["failed"]
+    if failed:
+        first = next(c for c in res["rows"]["doctor"]["checks"] if c["name"] == failed[0])
+        raise VheadsError(f"vheads doctor: invariant(s) {', '.join(failed)} failed on {cfg.model!r} ({first['summary']}); "
+                          f"run `vheads doctor --model {cfg.model}` for the details, or pass --skip-doctor to run anyway "
+                          "(recorded in the run)")
+    _commit(store, run_dir, res)
+
+
+def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progress: bool, secs: dict[str, float],
+               skip_doctor: bool = False) -> int:
     """One model's stages into its (scoped) ``store``, on a backend of its own: each replica
     loads the model once. Adds each stage's seconds to ``secs``; closes ``store``."""
     n_computed = 0
@@ -360,6 +386,9 @@ def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progr
 
     backend = make_backend(cfg.to_dict())
     try:
+        t = time.time()
+        _doctor_stage(store, cfg, run_dir, backend, skip_doctor)
+        timed("doctor", t)
         t = time.time()
         disc = [{"unit_id": f"discovery/{c}/{q}", "kind": "discovery", "corpus": c, "query": q} for c in cfg.corpora for q in cfg.queries]
         n_computed += _run_units(store, run_dir, backend, disc, "discovery", progress)

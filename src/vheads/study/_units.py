@@ -70,7 +70,7 @@ class UnitComputer:
     def compute(self, unit: dict[str, Any]) -> dict[str, Any]:
         t0 = time.time()
         fn = {"discovery": self._discovery, "eval": self._eval, "audit": self._audit, "image-mass": self._image_mass,
-              "ood-audit": self._ood_audit, "ood-eval": self._ood_eval}[unit["kind"]]
+              "ood-audit": self._ood_audit, "ood-eval": self._ood_eval, "doctor": self._doctor}[unit["kind"]]
         rows = fn(unit)
         return {"unit_id": unit["unit_id"], "kind": unit["kind"], "rows": rows, "seconds": time.time() - t0}
 
@@ -190,6 +190,15 @@ class UnitComputer:
         rep = baseline_audit(self.engine, sets)
         return {"rows": {"audit": [(n, r["n"], r["mean_p_key"], r["expected"][0], r["expected"][1], int(r["ok"])) for n, r in rep.items()]}}
 
+
+    # ---- doctor -----------------------------------------------------------------------------
+    def _doctor(self, unit):
+        """The doctor's fast checks on this replica's model (:func:`vheads.doctor.fast_checks`);
+        the driver refuses to start the study when an invariant fails."""
+        from vheads.doctor import fast_checks
+
+        rep = fast_checks(self.engine.lm, self.engine, self.templates, self.cfg.seed).to_dict()
+        return {"rows": {"meta": [("doctor", _json(rep))]}, "doctor": rep}
 
     # ---- pointing suite ----------------------------------------------------------------------
     def _ood_sets(self, spec):
