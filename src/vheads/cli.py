@@ -50,14 +50,17 @@ def study(
     model: Annotated[Optional[str], typer.Option(help="override the config's model (or its models: a study of this one alone)")] = None,  # noqa: UP007
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars")] = False,
     skip_doctor: Annotated[bool, typer.Option("--skip-doctor", help="start even if the doctor's fast checks fail (recorded in the run)")] = False,
+    system_prompt: Annotated[Optional[str], typer.Option(help="override the config's system_prompt (a system turn before each prompt)")] = None,  # noqa: UP007
+    chat_template: Annotated[Optional[Path], typer.Option(help="override the config's chat_template (a Jinja file replacing the checkpoint's)")] = None,  # noqa: UP007
 ) -> None:
     """The whole study: discovery x evaluation against random controls, then the report."""
-    from vheads.study import DEFAULT_TOML, load_config, run_study
+    from vheads.study import default_toml, load_config, run_study
 
-    if print_config:
-        typer.echo(DEFAULT_TOML, nl=False)
+    if print_config:  # with --model: the question templates that apply to that model
+        typer.echo(default_toml(model or "tiny"), nl=False)
         return
-    cfg = _fail_clearly(load_config, config, model=model)
+    cfg = _fail_clearly(load_config, config, model=model, system_prompt=system_prompt,
+                        chat_template=None if chat_template is None else str(chat_template))
     t0 = time.time()
     res = _fail_clearly(run_study, cfg, out, progress=not quiet, skip_doctor=skip_doctor)
     typer.echo(f"study finished in {time.time() - t0:.0f} s ({res.units_computed} work units computed this run)")
@@ -83,6 +86,8 @@ def evaluate(
     json_out: Annotated[bool, typer.Option("--json", help="machine-readable output with per-item outcomes")] = False,
     source: Annotated[Optional[str], typer.Option(help="real photos (imagenet:DIR, imagefolder:DIR, hf:DIR[,SPLIT]) or a benchmark (cvbench:DIR, mcq:FILE.jsonl, …)")] = None,  # noqa: UP007
     cell: Annotated[int, typer.Option(help="real photos: pixels per grid cell")] = 224,
+    system_prompt: Annotated[Optional[str], typer.Option(help="a system turn before each prompt (default: what the chat template does without one)")] = None,  # noqa: UP007
+    chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
     from vheads.engine import Engine
@@ -102,7 +107,7 @@ def evaluate(
         _fail_clearly(item_sets, [k for t in test for k in TEST_SETS[t]], n, lambda kind: seed, real)
     if model is None:
         model = records[0].model["id"]
-    lm = _fail_clearly(load_model, model)
+    lm = _fail_clearly(load_model, model, system_prompt=system_prompt, chat_template=chat_template)
     hs = _fail_clearly(load_headset_files, headset, lm, force)
     results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out,
                             steer_rows, real)
@@ -136,8 +141,10 @@ def audit(
     from vheads.evaluation import audit_sets, baseline_audit
     from vheads.models import load_model
 
+    from vheads.data import default_templates
+
     real = _real_items(source, cell)
-    sets = _fail_clearly(audit_sets, n, lambda kind: seed, real)  # every photo read before the model loads
+    sets = _fail_clearly(audit_sets, n, lambda kind: seed, real, default_templates(model))  # every photo read before the model loads
     lm = _fail_clearly(load_model, model)
     rep = baseline_audit(Engine(lm), sets)
     if json_out:

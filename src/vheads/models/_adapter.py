@@ -293,7 +293,9 @@ class Adapter:
 
         ``answer_text``, when given, is appended after the generation prompt (teacher
         forcing); its tokens form the ``answer`` span. Spans are found from character
-        offsets, so any fast tokenizer works.
+        offsets, so any fast tokenizer works. A rendered template is tokenized as the
+        processors' ``apply_chat_template`` does: with the tokenizer's special tokens unless
+        the text already starts with its BOS token.
         """
         if require_image and item.image is None:
             raise ValueError(
@@ -306,7 +308,11 @@ class Adapter:
         text, starts = self.render(processor, item.question + options, None if block is None else block.text, answer_text)
         q0 = starts["question"][0]
         starts["question"], starts["options"] = (q0, q0 + len(item.question)), (q0 + len(item.question), starts["question"][1])
-        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        # as the family's processor tokenizes a rendered template: with the tokenizer's special
+        # tokens (LLaVA's <s>) unless the rendering starts with its BOS (Gemma writes <bos>)
+        bos = getattr(tok, "bos_token", None)
+        special = self.chat_template(processor) is not None and not (bos and text.startswith(bos))
+        enc = tok(text, add_special_tokens=special, return_offsets_mapping=True)
         ids = torch.tensor(enc["input_ids"])
         offsets = [tuple(o) for o in enc["offset_mapping"]]
         image_token_id = tok.convert_tokens_to_ids(self.image_token)

@@ -61,7 +61,21 @@ def preflight_model(cfg: StudyConfig, key: str = "'model'") -> dict:
     except ValueError as e:
         raise VheadsError(f"config key {key}: {cfg.model!r}: {e}") from None
     tc = getattr(mc, "text_config", mc)
-    return {"n_layers": tc.num_hidden_layers, "n_heads": tc.num_attention_heads, "attention_layers": adapter.attention_layers(tc)}
+    return {"n_layers": tc.num_hidden_layers, "n_heads": tc.num_attention_heads, "attention_layers": adapter.attention_layers(tc),
+            "prompts": _prompts(cfg, key)}
+
+
+def _prompts(cfg: StudyConfig, key: str) -> dict[str, str]:
+    """The rendered prompt of one item per kind (the report's protocol shows them); a
+    checkpoint whose prompts cannot be built (chat template) is refused here, before any work."""
+    from vheads.models import preflight_prompts, prompt_examples
+
+    try:
+        adapter, processor = preflight_prompts(cfg.model, cfg.revision or None, chat_template=cfg.chat_template or None,
+                                               system_prompt=cfg.system_prompt or None, trust_remote_code=cfg.trust_remote_code)
+        return prompt_examples(adapter, processor, cfg.question_templates, cfg.seed)
+    except (ValueError, OSError) as e:
+        raise VheadsError(f"config key {key}: {str(e).splitlines()[0]}") from None
 
 
 def _log(run_dir: Path, line: str) -> None:
@@ -330,7 +344,7 @@ def _claim(store: Store, cfg: StudyConfig, run_dir: Path, **meta) -> None:
 
 def _model_meta(cfg: StudyConfig, shape: dict) -> dict[str, str]:
     return {"model_id": cfg.model, "n_layers": str(shape["n_layers"]), "n_heads": str(shape["n_heads"]),
-            "attention_layers": json.dumps(list(shape["attention_layers"]))}
+            "attention_layers": json.dumps(list(shape["attention_layers"])), "prompts": json.dumps(shape.get("prompts", {}))}
 
 
 def _run_locked(cfg: StudyConfig, run_dir: Path, models: list[tuple[str, StudyConfig, dict]], progress: bool,
