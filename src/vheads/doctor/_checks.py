@@ -78,14 +78,13 @@ class Context:
 
 
 # ---- prompts ---------------------------------------------------------------------------------
-def summarise(prompt: Prompt, image_token: str) -> str:
-    """The prompt's text with every run of ``image_token`` written ``<token>×n`` (the
-    adapters' own :func:`vheads.models.prompt_summary` where this vheads has it)."""
-    try:
-        from vheads.models import prompt_summary
-    except ImportError:
-        return re.sub(f"(?:{re.escape(image_token)})+", lambda m: f"{image_token}×{len(m.group(0)) // len(image_token)}", prompt.text)
-    return prompt_summary(prompt)
+def summarise(prompt: Prompt, adapter) -> str:
+    """The prompt's text with every run of the image token written ``<token>×n`` (the
+    adapter's own :meth:`summary` where this vheads has it)."""
+    if hasattr(adapter, "summary"):
+        return adapter.summary(prompt)
+    tok = adapter.image_token
+    return re.sub(f"(?:{re.escape(tok)})+", lambda m: f"{tok}×{len(m.group(0)) // len(tok)}", prompt.text)
 
 
 def check_prompts(ctx: Context) -> Check:
@@ -94,7 +93,7 @@ def check_prompts(ctx: Context) -> Check:
     for kind in KINDS:
         pr = ctx.prompt(kind)
         lay = pr.layout
-        lines.append(f"{kind}: {summarise(pr, lm.adapter.image_token)!r}")
+        lines.append(f"{kind}: {summarise(pr, lm.adapter)!r}")
         if not len(lay.image_positions):
             bad.append(f"{kind}: no image tokens")
         if ctx.items[kind].query_span is not None and not lay.spans.get("query"):
@@ -159,7 +158,7 @@ def check_template(ctx: Context) -> Check:
     where = min(p, len(got) - 1)
     return Check("template", False, f"the adapter's prompt differs from the chat template's rendering at token {p} "
                  f"(adapter {tok.decode(got[where: where + 6])!r}, template {tok.decode(want[p: p + 6])!r})", numbers=nums,
-                 details=[f"template: {rendered[:300]!r}", f"adapter:  {summarise(pr, lm.adapter.image_token)[:300]!r}"])
+                 details=[f"template: {rendered[:300]!r}", f"adapter:  {summarise(pr, lm.adapter)[:300]!r}"])
 
 
 def check_image_tokens(ctx: Context) -> Check:

@@ -74,7 +74,7 @@ def doctor(model: str = "tiny", device: str = "cpu", dtype: str = "float32", rev
     from vheads.models import check_device, load_model
     from vheads.study import load_config
 
-    cfg = load_config(config)
+    cfg = load_config(config, model=model)  # the questions that model is asked, the study's sizes
     if lm is None:
         check_device(device)
         lm = load_model(model, revision, dtype, device, trust_remote_code=trust_remote_code)
