@@ -165,8 +165,10 @@ def doctor(
 ) -> None:
     """Check vheads on your own checkpoint and device before a long study (exit 1: an invariant failed)."""
     from vheads.doctor import doctor as run_doctor
+    from vheads.study import load_config
 
-    rep = _fail_clearly(run_doctor, model, device, dtype, config=config)
+    study = _fail_clearly(load_config, config, model=model)  # its sizes and the questions this model is asked
+    rep = _fail_clearly(run_doctor, model, device, dtype, study=study)
     typer.echo(json.dumps(rep.to_dict(), indent=1, allow_nan=False) if json_out else rep.text())
     if not rep.ok:
         typer.echo(f"error: doctor: invariant(s) failed on {model}: {', '.join(rep.failed)}", err=True)
