@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 from vheads.doctor._checks import (
     Context, check_batched, check_capture, check_empty_plan, check_image_tokens, check_mask, check_prefix_reuse, check_prompts,
@@ -63,22 +62,21 @@ def _context(lm, engine, templates, seed: int) -> Context:
 
 
 def doctor(model: str = "tiny", device: str = "cpu", dtype: str = "float32", revision: str | None = None,
-           config: str | Path | None = None, trust_remote_code: bool = False, lm=None) -> DoctorReport:
+           study=None, trust_remote_code: bool = False, lm=None) -> DoctorReport:
     """Every check of the doctor on ``model`` (loaded here, or ``lm`` if given): the invariants,
-    then bf16 vs fp32 P(option), the baseline audit on a few items, and the speed and
-    projected time of the study ``config`` (a TOML file; default: the built-in study).
+    then bf16 vs fp32 P(option), the baseline audit on a few items, and the speed, with the
+    projected time of ``study`` (a :class:`vheads.study.StudyConfig`, whose question templates
+    the items are asked with; None: the tiny model's questions and no projection).
 
-    Bad input (an unknown device or dtype, a model path that does not exist, a config that
-    does not validate) is a :class:`~vheads._errors.VheadsError` before the model loads."""
+    Bad input (an unknown device or dtype, a model path that does not exist) is a
+    :class:`~vheads._errors.VheadsError` before the model loads."""
     from vheads.engine import Engine
     from vheads.models import check_device, load_model
-    from vheads.study import load_config
 
-    cfg = load_config(config, model=model)  # the questions that model is asked, the study's sizes
     if lm is None:
         check_device(device)
         lm = load_model(model, revision, dtype, device, trust_remote_code=trust_remote_code)
-    ctx = _context(lm, Engine(lm), cfg.question_templates, cfg.seed)
+    ctx = _context(lm, Engine(lm), study.question_templates if study is not None else None, study.seed if study is not None else 0)
     checks = run_checks(ctx)
     checks.append(_guarded("bf16 vs fp32", lambda: check_dtypes(ctx, model), ctx, invariant=False))
     got: dict = {}
@@ -88,5 +86,5 @@ def doctor(model: str = "tiny", device: str = "cpu", dtype: str = "float32", rev
         return c
 
     checks.append(_guarded("baseline", baseline, ctx, invariant=False))
-    checks.append(_guarded("speed", lambda: check_speed(ctx, cfg, got.get("items_per_s")), ctx, invariant=False))
+    checks.append(_guarded("speed", lambda: check_speed(ctx, study, got.get("items_per_s")), ctx, invariant=False))
     return DoctorReport(lm.model_id, str(lm.device), str(lm.model.dtype).replace("torch.", ""), checks)

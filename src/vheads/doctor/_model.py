@@ -120,14 +120,15 @@ def study_rows(cfg) -> dict[str, int]:
 
 def check_speed(ctx: Context, cfg, items_per_s: float | None) -> Check:
     """Rows per second of a batched masked forward (the evaluation's unit of work) and the
-    configured study's projected time at that rate."""
+    projected time at that rate of the study ``cfg`` (a :class:`vheads.study.StudyConfig`;
+    None: no projection)."""
     from vheads.engine import mask_keys, positions_mask, row_mask
 
     eng, pr = ctx.engine, ctx.prompt()
     lay = pr.layout
     T = lay.n_tokens
     L, H = eng.shape
-    B = max(1, min(SPEED_ROWS, cfg.run.batch_size))
+    B = max(1, min(SPEED_ROWS, cfg.run.batch_size)) if cfg is not None else SPEED_ROWS
     g = torch.Generator().manual_seed(ctx.seed)
     heads = torch.rand(B, L, H, generator=g) < 0.1
     heads[:, [l for l in range(L) if l not in ctx.lm.attention_layers]] = False
@@ -140,11 +141,14 @@ def check_speed(ctx: Context, cfg, items_per_s: float | None) -> Check:
     if ctx.lm.device.type == "cuda":
         torch.cuda.synchronize()
     rows_per_s = B / (time.perf_counter() - t0)
+    speed = f"{items_per_s:.1f} items/s (baseline audit), " if items_per_s else ""
+    speed += f"{rows_per_s:.1f} rows/s masked at batch {B}"
+    if cfg is None:
+        return Check("speed", None, speed, invariant=False, numbers={"items_per_s": items_per_s, "rows_per_s": rows_per_s})
     rows = study_rows(cfg)
     secs = sum(rows.values()) / rows_per_s
-    speed = f"{items_per_s:.1f} items/s (baseline audit), " if items_per_s else ""
-    return Check("speed", None, f"{speed}{rows_per_s:.1f} rows/s masked at batch {B}; the configured study: about "
-                 f"{sum(rows.values()):,} rows, {_duration(secs)} at that rate (less with the probe memo)", invariant=False,
+    return Check("speed", None, f"{speed}; the configured study: about {sum(rows.values()):,} rows, {_duration(secs)} at that "
+                 "rate (less with the probe memo)", invariant=False,
                  numbers={"items_per_s": items_per_s, "rows_per_s": rows_per_s, "study_rows": rows, "projected_s": secs})
 
 
