@@ -35,6 +35,7 @@ def models(json_out: bool = typer.Option(False, "--json", help="Machine-readable
     for r in rows:
         typer.echo(f"{r['family']}: model types {', '.join(r['model_types'])}")
         typer.echo(f"  image token {r['image_token']!r}; template {r['template']!r}")
+        typer.echo(f"  chat-template image: {r['template_image']}")
         for key, label in (("image_tokens", "image tokens"), ("box_to_tokens", "box -> tokens"), ("softmax_layers", "softmax heads")):
             if r.get(key):
                 typer.echo(f"  {label}: {r[key]}")

@@ -207,3 +207,28 @@ def test_cli_refuses_a_bad_chat_template_before_any_work(tmp_path, text, needle)
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and str(f) in lines[0] and needle in lines[0], r.output
     assert not out.exists()
+
+
+def test_tiny_random_gemma3_renders_the_published_template(tmp_path):
+    """Gemma 3's template (copied verbatim into the tiny random family) writes <bos>; Gemma3Processor
+    expands <start_of_image> into \\n\\n<start_of_image> + mm_tokens_per_image soft tokens + <end_of_image>\\n\\n."""
+    import json
+    import lzma
+    from pathlib import Path
+
+    from vheads.models.tiny_random import GEMMA3_CHAT_TEMPLATE
+
+    published = Path(__file__).parent.parent / "fixtures" / "published" / "gemma_3_4b_it" / "tokenizer_config.json.xz"
+    if published.exists():  # the published file the copy was taken from
+        assert json.loads(lzma.open(published).read())["chat_template"] == GEMMA3_CHAT_TEMPLATE
+    lm = load_model(str(build_tiny_random("gemma3", tmp_path / "g3", words=list(syn.WORDS))))
+    tok, n = lm.processor.tokenizer, int(lm.model.config.mm_tokens_per_image)
+    for item in [*syn.kind_items("grid-neutral", 2, seed=0), *syn.kind_items("strip-ordinal", 2, seed=0)]:
+        opts = "".join(f"\n{letter}. {o}" for letter, o in zip(LETTERS, item.options)) if item.options else ""
+        msgs = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": item.question + opts}]}]
+        text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        assert text.startswith("<bos><start_of_turn>user\n")
+        text = text.replace("<start_of_image>", "\n\n<start_of_image>" + "<image_soft_token>" * n + "<end_of_image>\n\n")
+        p = lm.adapter.build(item, lm.processor)
+        assert p.text == text
+        assert p.inputs["input_ids"][0].tolist() == tok(text, add_special_tokens=False)["input_ids"]

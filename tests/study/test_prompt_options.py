@@ -119,3 +119,13 @@ def test_protocol_lists_the_rendered_prompt_of_each_kind():
     assert checks[1].value == '"<|im_start|>user\\n<|image_pad|>×4 what is in cell 1 ?"'
     old = _prompt_checks(SimpleNamespace(meta={}, config={}))
     assert "not recorded" in old[0].value
+
+
+def test_models_entries_take_their_own_prompt_options():
+    from vheads.study._config import model_config, model_entries
+
+    cfg = config_from_dict({"system_prompt": "Top.", "models": [{"name": "a", "model": "tiny"},
+                                                                {"name": "b", "model": "tiny", "system_prompt": "Own."}]})
+    a, b = (model_config(cfg, e) for e in model_entries(cfg))
+    assert (a.system_prompt, b.system_prompt) == ("Top.", "Own.")
+    assert a.chat_template == b.chat_template == ""

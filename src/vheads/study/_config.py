@@ -36,7 +36,8 @@ system_prompt = ""        # a system turn before each prompt; "" = what the chat
 chat_template = ""        # a Jinja file replacing the checkpoint's chat template; "" = the checkpoint's own
 # models = [{ name = "tiny", model = "tiny" }, { name = "q2", model = "PATH", dtype = "bfloat16" }]
 #                         # several models in one study (instead of model): name, model, revision, dtype, device,
-#                         # device_map, quantization, trust_remote_code (each falls back to the key above)
+#                         # device_map, quantization, trust_remote_code, system_prompt, chat_template
+#                         # (each falls back to the key above)
 
 # discovery: settings = corpora x queries x sources (12 in the full design)
 corpora = ["comics", "photo"]    # comics, photo (built-in), strips:FOLDER, comics:FOLDER, coco:IMAGES[,ANNOTATIONS.json]
@@ -440,7 +441,8 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
 
 #: the keys of one entry of ``models = [...]``; revision, dtype and device default to the
 #: study's top-level keys, every other key (items, controls, seeds, ...) is the study's
-MODEL_KEYS = ("name", "model", "revision", "dtype", "device", "device_map", "quantization", "trust_remote_code")
+MODEL_KEYS = ("name", "model", "revision", "dtype", "device", "device_map", "quantization", "trust_remote_code",
+              "system_prompt", "chat_template")
 #: the keys of a models entry that fall back to the top-level key of the same name
 MODEL_LOADING_KEYS = MODEL_KEYS[2:]
 
@@ -458,6 +460,8 @@ class ModelEntry:
     device_map: str = ""
     quantization: str = ""
     trust_remote_code: bool = False
+    system_prompt: str = ""
+    chat_template: str = ""
 
 
 def model_entries(cfg: StudyConfig) -> list[ModelEntry]:
