@@ -232,3 +232,20 @@ def test_tiny_random_gemma3_renders_the_published_template(tmp_path):
         p = lm.adapter.build(item, lm.processor)
         assert p.text == text
         assert p.inputs["input_ids"][0].tolist() == tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_processor_template_file_is_read_when_the_processor_does_not_load(tmp_path):
+    """A checkpoint's chat_template.json (the processor's file) counts even where AutoProcessor
+    fails (Qwen-VL processors need torchvision, not installed here), before the tokenizer's."""
+    import json
+
+    from transformers import AutoConfig
+
+    folder = build_tiny_random("qwen3_vl", tmp_path / "q3", words=list(syn.WORDS))
+    cfg = AutoConfig.from_pretrained(folder)
+    assert load_processor(str(folder), None, cfg).chat_template is None  # the tiny random Qwen3-VL ships none
+    (folder / "chat_template.json").write_text(json.dumps({"chat_template": QWEN2_VL_CHAT_TEMPLATE}))
+    bundle = load_processor(str(folder), None, cfg)
+    assert bundle.chat_template == QWEN2_VL_CHAT_TEMPLATE
+    item = syn.kind_items("grid-oracle", 1, seed=0)[0]
+    assert adapter_for("qwen3_vl").build(item, bundle).text.startswith("<|im_start|>system\nYou are a helpful assistant.")

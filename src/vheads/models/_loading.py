@@ -129,11 +129,30 @@ def load_processor(path: str, revision: str | None, config, *, system_prompt: st
         tokenizer = AutoTokenizer.from_pretrained(path, revision=revision, **remote)
     patch = getattr(config.vision_config, "patch_size", 14)
     patch = patch[0] if isinstance(patch, (list, tuple)) else patch  # InternVL: (p, p)
-    template = own or getattr(proc, "chat_template", None) or getattr(tokenizer, "chat_template", None)
+    template = (own or getattr(proc, "chat_template", None) or (None if proc is not None else _processor_template(path, revision))
+                or getattr(tokenizer, "chat_template", None))
     bundle = ProcessorBundle(image_processor, tokenizer, int(patch), config, template, system_prompt or None)
     where = f"chat_template file {str(chat_template)!r}" if own else f"model {path!r}"
     check_prompt_setup(adapter_for(config.model_type), bundle, where)
     return bundle
+
+
+def _processor_template(path: str, revision: str | None) -> str | None:
+    """The processor's chat template file of a checkpoint (``chat_template.jinja``, else
+    ``chat_template.json``), read directly when the processor itself does not load (a
+    Qwen-VL processor without torchvision): it comes before the tokenizer's, as in
+    ``AutoProcessor``."""
+    from transformers.utils import cached_file
+
+    for name in ("chat_template.jinja", "chat_template.json"):
+        try:
+            f = cached_file(path, name, revision=revision, _raise_exceptions_for_missing_entries=False,
+                            _raise_exceptions_for_connection_errors=False)
+        except OSError:
+            f = None
+        if f:
+            return read_chat_template(f)
+    return None
 
 
 def check_device(device: str) -> str:
