@@ -271,3 +271,6 @@ def test_reworded_questions_reach_the_study_and_its_report(tiny_random_dirs, ref
     report = (tmp_path / "report.md").read_text()
     assert 'ordinal (changed): "tell me what is in [panel {k}] please ?"' in report
     assert f'cell: "{NATURAL_TEMPLATES.cell}"' in report and "natural set" in report
+    # the rendered prompt of one item per kind, image block summarised, with the run's own ordinal wording
+    assert "Rendered prompt: strip-ordinal" in report and "tell me what is in panel" in report
+    assert "image_pad\\|>×" in report  # (Markdown escapes the pipes)
