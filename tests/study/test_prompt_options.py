@@ -124,8 +124,14 @@ def test_protocol_lists_the_rendered_prompt_of_each_kind():
 def test_models_entries_take_their_own_prompt_options():
     from vheads.study._config import model_config, model_entries
 
-    cfg = config_from_dict({"system_prompt": "Top.", "models": [{"name": "a", "model": "tiny"},
-                                                                {"name": "b", "model": "tiny", "system_prompt": "Own."}]})
+    cfg = config_from_dict({"system_prompt": "shown", "models": [{"name": "a", "model": "tiny"},
+                                                                {"name": "b", "model": "tiny", "system_prompt": "named"}]})
     a, b = (model_config(cfg, e) for e in model_entries(cfg))
-    assert (a.system_prompt, b.system_prompt) == ("Top.", "Own.")
+    assert (a.system_prompt, b.system_prompt) == ("shown", "named")
     assert a.chat_template == b.chat_template == ""
+
+
+def test_tiny_system_prompt_words_must_be_in_its_vocabulary():
+    with pytest.raises(VheadsError, match="system_prompt.*'Please'.*word-level"):
+        load_config(system_prompt="Please answer")
+    assert load_config(system_prompt="which object is shown ?").system_prompt == "which object is shown ?"

@@ -553,7 +553,7 @@ def _validate_eval_source(cfg: StudyConfig, bad) -> None:
 def _validate_templates(cfg: StudyConfig) -> None:
     """Templates checked (again: a config built in code skips :func:`config_from_dict`), and
     on the built-in tiny model, whose vocabulary is word-level, every word of every question
-    the synthetic items can ask must be one it knows."""
+    the synthetic items can ask, and of the system prompt, must be one it knows."""
     from vheads.data import TemplateError, check_vocabulary
 
     _templates(cfg.templates, cfg.model)
@@ -561,9 +561,16 @@ def _validate_templates(cfg: StudyConfig) -> None:
         from vheads.models import read_chat_template
 
         read_chat_template(cfg.chat_template)  # exists, readable, valid Jinja: else one line naming the file
-    if cfg.model != "tiny" or not cfg.templates:
+    if cfg.model != "tiny":
         return
     from vheads.data import synthetic as syn
+
+    unknown = [w for w in cfg.system_prompt.split() if w not in syn.WORDS]
+    if unknown:  # the tiny tokenizer would turn it into <unk>
+        raise VheadsError(f"config key 'system_prompt': word {unknown[0]!r} is not in the built-in tiny model's word-level "
+                          f"vocabulary (it knows: {' '.join(sorted(syn.WORDS))})")
+    if not cfg.templates:
+        return
 
     try:
         check_vocabulary(cfg.question_templates, set(syn.WORDS), {"k": [str(k) for k in range(7)], "object": list(syn.CLASSES)})
