@@ -70,7 +70,9 @@ def published_processor(folder: Path):
 
     try:
         proc = AutoProcessor.from_pretrained(folder)
-    except ImportError:
+    except (ImportError, ValueError) as e:
+        if "torchvision" not in str(e).lower():
+            raise
         pre = json.loads((folder / "preprocessor_config.json").read_text(encoding="utf-8"))
         cls = getattr(transformers, pre["processor_class"])
         template = json.loads((folder / "chat_template.json").read_text(encoding="utf-8"))["chat_template"]
@@ -118,6 +120,8 @@ def _ids(x) -> list[int]:
 @pytest.mark.parametrize("name", SHELLS)
 def test_prompt_ids_and_pixels_equal_the_published_processor_rendering(shells, name):
     shell = shells[name]
+    # vheads renders with the template the checkpoint ships, not a hand-written one
+    assert shell.lm.processor.chat_template == shell.processor.chat_template
     for size, question, span, options in PROMPTS:
         item = _item(size, question, span, options)
         prompt = shell.lm.adapter.build(item, shell.lm.processor)
@@ -161,7 +165,8 @@ def _published_image_tokens(name: str, size) -> int:
     pre = json.loads(read_published(name, "preprocessor_config.json"))
     if name.startswith("qwen"):
         factor = pre["patch_size"] * pre["merge_size"]
-        h, w = _qwen_smart_resize()(size[1], size[0], factor=factor, min_pixels=pre["min_pixels"], max_pixels=pre["max_pixels"])
+        lo, hi = (pre["min_pixels"], pre["max_pixels"]) if "min_pixels" in pre else (pre["size"]["shortest_edge"], pre["size"]["longest_edge"])
+        h, w = _qwen_smart_resize()(size[1], size[0], factor=factor, min_pixels=lo, max_pixels=hi)
         return (h // factor) * (w // factor)
     if name.startswith("gemma"):
         return config["mm_tokens_per_image"]
@@ -229,7 +234,8 @@ FOREIGN_ENDS = ("</s>", "<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_i
 def test_greedy_answer_stops_at_the_published_end_tokens_only(shells, name):
     """The model is made to answer one token and then end: first an ordinary token (one spelled
     like another family's end token where this vocabulary has one), then a published end token.
-    The answer is that first token's text; the stop ids are exactly the published ones."""
+    The answer is that first token's text. The stop ids hold every published end token, and
+    nothing but special tokens besides."""
     from vheads.discovery._scores import _stop_ids, greedy_answer
 
     shell = shells[name]
@@ -256,4 +262,7 @@ def test_greedy_answer_stops_at_the_published_end_tokens_only(shells, name):
     finally:
         handle.remove()
     assert answer == tok.decode([first], skip_special_tokens=True).strip() != ""
-    assert set(_stop_ids(shell.lm)) == published
+    stops = set(_stop_ids(shell.lm))
+    assert published <= stops
+    # any other stop is one of the tokenizer's special tokens, never a word of the vocabulary
+    assert stops - published <= special, sorted(stops - published - special)
