@@ -185,3 +185,20 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
     line = _failed_line(res)
     assert line.startswith("error:") and needle in line
     assert "Traceback" not in res.output
+
+
+# ---- published files -------------------------------------------------------------------------
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n == "qwen2_5_vl_7b_instruct" else [pytest.mark.slow])
+                                  for n in ("qwen2_5_vl_7b_instruct", "qwen3_vl_4b_instruct", "gemma_3_4b_it", "llava_1_5_7b_hf")])
+def test_every_invariant_holds_on_the_real_shells(name, tmp_path):
+    """Published tokenizer, chat template and configs around a shrunk random model
+    (tests/fixtures/published): the template check runs against the published template, and
+    the reference's logit scale is the config's (Gemma 3: query_pre_attn_scalar, not head_dim)."""
+    from tests.fixtures.published.build_shells import build_shell
+    from vheads.data import default_templates
+    from vheads.models import load_model
+
+    path = str(build_shell(name, tmp_path / name))
+    lm = load_model(path)
+    checks = run_checks(Context(lm, Engine(lm), default_templates(path)))
+    assert [(c.name, c.summary) for c in checks if c.ok is not True] == []

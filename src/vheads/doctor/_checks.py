@@ -138,7 +138,9 @@ def check_template(ctx: Context) -> Check:
     text = item.question + (format_options(item.options) if item.options else "")
     messages.append({"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]})
     rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, chat_template=template)
-    want = tok(rendered, add_special_tokens=False)["input_ids"]
+    bos = getattr(tok, "bos_token", None)
+    # tokenized as processors do: the tokenizer's special tokens (BOS) unless the rendering starts with BOS
+    want = tok(rendered, add_special_tokens=not (bos and rendered.startswith(bos)))["input_ids"]
     got = pr.inputs["input_ids"][0].tolist()
     p = 0
     while p < min(len(got), len(want)) and got[p] == want[p]:

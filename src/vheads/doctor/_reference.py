@@ -68,13 +68,23 @@ def model_mask(model, image_positions: list[int], T: int) -> dict[int, torch.Ten
     return out
 
 
+def logit_scale(text_config, head_dim: int) -> float:
+    """The factor on ``q · k``, read by hand from the families' modeling code: 1 for Gemma 4
+    (q and k RMS-normed), ``query_pre_attn_scalar ** -0.5`` where the config has one (Gemma 2 / 3:
+    Gemma-3-27B uses 168 with head_dim 128), else ``1 / sqrt(head_dim)``."""
+    if text_config.model_type in UNIT_SCALE:
+        return 1.0
+    scalar = getattr(text_config, "query_pre_attn_scalar", None)
+    return 1 / math.sqrt(scalar if scalar else head_dim)
+
+
 def reference_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """Eager attention in float64 with the actions of :data:`_SPEC` applied by hand."""
     B, H, T, D = query.shape
     rep = H // key.shape[1]
     k = torch.cat([key[:, i // rep : i // rep + 1] for i in range(H)], dim=1)  # [B, H, T, D]: GQA by hand
     v = torch.cat([value[:, i // rep : i // rep + 1] for i in range(H)], dim=1)
-    scale = 1.0 if module.config.model_type in UNIT_SCALE else 1 / math.sqrt(D)
+    scale = logit_scale(module.config, D)
     logits = (query.double() @ k.double().transpose(-1, -2)) * scale  # [B, H, T, T]
     layer = module.layer_idx
     dev = logits.device
