@@ -24,7 +24,7 @@ import torch
 from PIL import Image
 
 from tests.conftest import _Lazy
-from tests.fixtures.published.build_shells import CHECKPOINTS, build_shell, read_published
+from tests.fixtures.published.build_shells import CHECKPOINTS, build_shell, published_files, read_published
 from tests.models.test_zoo_layouts import CASES, _check_region_tokens_against_pixel_changes
 from vheads.data import Item
 from vheads.models import format_options, load_model
@@ -115,6 +115,38 @@ def _reference(shell: Shell, item: Item, **processor_kwargs):
 
 def _ids(x) -> list[int]:
     return [int(t) for t in (x[0].tolist() if hasattr(x[0], "tolist") else x[0])]
+
+
+def _leaves(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+#: config keys that say how deep or wide a model is (``layer_types`` lists one entry per layer;
+#: ``dtype`` and ``_name_or_path`` say where the file was saved)
+DEPTH_AND_WIDTH = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                   "head_dim", "depth", "num_heads", "out_hidden_size", "projection_dim", "mrope_section",
+                   "deepstack_visual_indexes", "layer_types", "dtype", "_name_or_path"}
+
+
+@pytest.mark.parametrize("name", SHELLS)
+def test_a_shell_differs_from_the_published_checkpoint_in_depth_and_width_only(shells, name, tmp_path):
+    from transformers import AutoConfig
+
+    shell = shells[name]
+    (tmp_path / "config.json").write_text(read_published(name, "config.json"), encoding="utf-8")
+    published, built = _leaves(AutoConfig.from_pretrained(tmp_path).to_dict()), _leaves(AutoConfig.from_pretrained(shell.folder).to_dict())
+    changed = {k for k in set(published) | set(built) if published.get(k) != built.get(k)}
+    assert {k.rsplit(".", 1)[-1] for k in changed} <= DEPTH_AND_WIDTH, sorted(k for k in changed if k.rsplit(".", 1)[-1] not in DEPTH_AND_WIDTH)
+    assert "text_config.hidden_size" in changed  # it was shrunk
+    # the tokenizer, chat template and processor files are the published ones (LLaVA: plus llava-hf's two tokens)
+    for f in published_files(name).iterdir():
+        target = f.name.removesuffix(".xz")
+        if target in ("SOURCES.md", "config.json") or (name.startswith("llava") and target.startswith("tokenizer")):
+            continue
+        assert (shell.folder / target).read_text(encoding="utf-8") == read_published(name, target), target
 
 
 @pytest.mark.parametrize("name", SHELLS)
