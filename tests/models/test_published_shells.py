@@ -19,6 +19,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -165,7 +166,7 @@ def test_prompt_ids_and_pixels_equal_the_published_processor_rendering(shells, n
         # the image reaches the model as the published processor prepares it
         for key in ("pixel_values", "image_grid_thw"):
             if key in ref:
-                assert torch.allclose(torch.as_tensor(prompt.inputs[key]).float(), torch.as_tensor(ref[key]).float()), key
+                assert torch.allclose(torch.as_tensor(prompt.inputs[key]).float(), torch.as_tensor(np.asarray(ref[key])).float()), key
 
 
 def _qwen_smart_resize():
