@@ -170,7 +170,12 @@ def doctor(
 
     study = _fail_clearly(load_config, config, model=model)  # its sizes and the questions this model is asked
     rep = _fail_clearly(run_doctor, model, device, dtype, study=study)
-    typer.echo(json.dumps(rep.to_dict(), indent=1, allow_nan=False) if json_out else rep.text())
+    if json_out:
+        from vheads._io import json_safe  # a NaN (a check that broke) is written as null
+
+        typer.echo(json.dumps(json_safe(rep.to_dict()), indent=1, allow_nan=False))
+    else:
+        typer.echo(rep.text())
     if not rep.ok:
         typer.echo(f"error: doctor: invariant(s) failed on {model}: {', '.join(rep.failed)}", err=True)
         raise typer.Exit(1)
