@@ -178,6 +178,7 @@ def test_a_dropped_system_turn_fails_template(qwen_with_template, monkeypatch):
     (["--model", "/no/such/model/folder"], "/no/such/model/folder"),
     (["--device", "cuda:7"], "cuda:7"),
     (["--dtype", "float8"], "float8"),
+    (["--config", "/no/such/study.toml"], "/no/such/study.toml"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     res = _doctor(*args)
