@@ -56,11 +56,12 @@ def discover(
     chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
 ) -> list[Path]:
     """Rank heads under every corpus × query × source setting and write one head-set file each."""
-    from vheads.models import check_load_options, load_model, preflight_prompts
+    from vheads.models import check_load_options, load_model, preflight_prompts, read_chat_template
 
     # every input is checked, and every corpus loaded, before the model is
     check_load_options(device, device_map, quantize)
-    preflight_prompts(model, chat_template=chat_template, system_prompt=system_prompt, trust_remote_code=trust_remote_code)
+    if chat_template is not None:
+        read_chat_template(chat_template)  # exists and parses
     check_positive(max_new_tokens=max_new_tokens, panel_size=panel_size, splits=splits)
     check_out_folder(out, force)
     for s in source:
@@ -69,6 +70,8 @@ def discover(
     from vheads.data import default_templates
 
     corpora = load_corpora(corpus, query, n, seed, panel_size, default_templates(model))  # the model's question set
+    # the prompts can be built (template renders the image, ...), checked on the processor alone
+    preflight_prompts(model, chat_template=chat_template, system_prompt=system_prompt, trust_remote_code=trust_remote_code)
     lm = load_model(model, dtype=dtype, device=device, device_map=device_map, quantization=quantize,
                     trust_remote_code=trust_remote_code, system_prompt=system_prompt, chat_template=chat_template)
     records = discover_headsets(lm, corpora, query, source, k, "per-layer" if per_layer else "flat", n, seed, out,
