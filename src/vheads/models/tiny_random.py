@@ -324,7 +324,7 @@ def build_gemma3(words: list[str] = (), hidden: int = 64, layers: int = 2, heads
     return model.eval(), tok, ip
 
 
-GEMMA4_TOKENS = ("<bos>", "<|turn>", "<turn|>", "<|image>", "<image|>", "<|image|>")
+GEMMA4_TOKENS = ("<bos>", "<|turn>", "<turn|>", "<|image>", "<image|>", "<|image|>", "<|audio>", "<audio|>", "<|audio|>")
 
 
 def build_gemma4(words: list[str] = (), hidden: int = 64, layers: int = 6, heads: int = 4, kv_heads: int = 2,
@@ -347,7 +347,7 @@ def build_gemma4(words: list[str] = (), hidden: int = 64, layers: int = 6, heads
     from transformers.models.gemma4.configuration_gemma4 import Gemma4Config
     from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
 
-    tok = build_word_tokenizer(list(words), GEMMA4_TOKENS)
+    tok = build_word_tokenizer([*words, "model"], GEMMA4_TOKENS)  # "model": the role word of <|turn>model
     ids = {t: tok.convert_tokens_to_ids(t) for t in GEMMA4_TOKENS}
     text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
     text.pop("max_position_embeddings")
@@ -361,7 +361,8 @@ def build_gemma4(words: list[str] = (), hidden: int = 64, layers: int = 6, heads
                   num_key_value_heads=2, head_dim=16, patch_size=patch, pooling_kernel_size=3, position_embedding_size=256)
     config = Gemma4Config(text_config=text, vision_config=vision, audio_config=None, boi_token_id=ids["<|image>"],
                           eoi_token_id=ids["<image|>"], image_token_id=ids["<|image|>"], video_token_id=tok.convert_tokens_to_ids("<|video_pad|>"),
-                          audio_token_id=tok.unk_token_id, boa_token_id=tok.unk_token_id, eoa_token_index=tok.unk_token_id, tie_word_embeddings=True)
+                          # audio tokens of their own, never <unk> (the model would fill an <unk> with audio embeddings)
+                          audio_token_id=ids["<|audio|>"], boa_token_id=ids["<|audio>"], eoa_token_index=ids["<audio|>"], tie_word_embeddings=True)
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
     ip = Gemma4ImageProcessorPil(patch_size=patch, max_soft_tokens=70, pooling_kernel_size=3)
