@@ -69,21 +69,9 @@ def test_doctor_prints_one_screen_with_a_mark_per_check():
     assert lines[-1] == "all invariants hold"
 
 
-@pytest.fixture(scope="module")
-def gemma4_with_item_words(tmp_path_factory):
-    """Tiny random Gemma 4 whose vocabulary knows the items' words: in the shared tiny folder
-    they are ``<unk>``, whose id is also its config's ``audio_token_id`` (1), so the model fills
-    those positions with audio embeddings and the image-token check rightly fails."""
-    from vheads.data.synthetic import CLASSES
-    from vheads.models import load_model
-    from vheads.models.tiny_random import build_tiny_random
-
-    return load_model(str(build_tiny_random("gemma4", tmp_path_factory.mktemp("g4") / "m", words=[*CLASSES, "model"])))
-
-
 @pytest.mark.parametrize("family", [pytest.param(f, marks=[] if f in FAST_FAMILIES else [pytest.mark.slow]) for f in ALL_FAMILIES])
-def test_every_invariant_holds_on_the_tiny_random_families(loaded, family, request):
-    lm = request.getfixturevalue("gemma4_with_item_words") if family == "gemma4" else loaded[family]
+def test_every_invariant_holds_on_the_tiny_random_families(loaded, family):
+    lm = loaded[family]
     checks = run_checks(Context(lm, Engine(lm)))
     bad = [(c.name, c.summary) for c in checks if c.ok is False]
     assert not bad, bad
