@@ -35,6 +35,7 @@ def models(json_out: bool = typer.Option(False, "--json", help="Machine-readable
     for r in rows:
         typer.echo(f"{r['family']}: model types {', '.join(r['model_types'])}")
         typer.echo(f"  image token {r['image_token']!r}; template {r['template']!r}")
+        typer.echo(f"  chat-template image: {r['template_image']}")
         for key, label in (("image_tokens", "image tokens"), ("box_to_tokens", "box -> tokens"), ("softmax_layers", "softmax heads")):
             if r.get(key):
                 typer.echo(f"  {label}: {r[key]}")
@@ -49,18 +50,22 @@ def study(
     print_config: Annotated[bool, typer.Option("--print-config", help="print the default config and exit")] = False,
     model: Annotated[Optional[str], typer.Option(help="override the config's model (or its models: a study of this one alone)")] = None,  # noqa: UP007
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
+    skip_doctor: Annotated[bool, typer.Option("--skip-doctor", help="start even if the doctor's fast checks fail (recorded in the run)")] = False,
+    system_prompt: Annotated[Optional[str], typer.Option(help="override the config's system_prompt (a system turn before each prompt)")] = None,  # noqa: UP007
+    chat_template: Annotated[Optional[Path], typer.Option(help="override the config's chat_template (a Jinja file replacing the checkpoint's)")] = None,  # noqa: UP007
 ) -> None:
     """The whole study: discovery x evaluation against random controls, then the report."""
-    from vheads.study import DEFAULT_TOML, load_config, run_study
+    from vheads.study import default_toml, load_config, run_study
 
-    if print_config:
-        typer.echo(DEFAULT_TOML, nl=False)
+    if print_config:  # with --model: the question templates that apply to that model
+        typer.echo(default_toml(model or "tiny"), nl=False)
         return
-    cfg = _fail_clearly(load_config, config, model=model)
+    cfg = _fail_clearly(load_config, config, model=model, system_prompt=system_prompt,
+                        chat_template=None if chat_template is None else str(chat_template))
     if quiet:
         _quiet_libraries()
     t0 = time.time()
-    res = _fail_clearly(run_study, cfg, out, progress=not quiet)
+    res = _fail_clearly(run_study, cfg, out, progress=not quiet, skip_doctor=skip_doctor)
     typer.echo(f"study finished in {time.time() - t0:.0f} s ({res.units_computed} work units computed this run)")
     for stage, secs in res.seconds.items():
         typer.echo(f"  {stage:<11} {secs:7.1f} s")
@@ -84,6 +89,8 @@ def evaluate(
     json_out: Annotated[bool, typer.Option("--json", help="machine-readable output with per-item outcomes")] = False,
     source: Annotated[Optional[str], typer.Option(help="real photos (imagenet:DIR, imagefolder:DIR, hf:DIR[,SPLIT]) or a benchmark (cvbench:DIR, mcq:FILE.jsonl, …)")] = None,  # noqa: UP007
     cell: Annotated[int, typer.Option(help="real photos: pixels per grid cell")] = 224,
+    system_prompt: Annotated[Optional[str], typer.Option(help="a system turn before each prompt (default: what the chat template does without one)")] = None,  # noqa: UP007
+    chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
     from vheads.engine import Engine
@@ -103,7 +110,7 @@ def evaluate(
         _fail_clearly(item_sets, [k for t in test for k in TEST_SETS[t]], n, lambda kind: seed, real)
     if model is None:
         model = records[0].model["id"]
-    lm = _fail_clearly(load_model, model)
+    lm = _fail_clearly(load_model, model, system_prompt=system_prompt, chat_template=chat_template)
     hs = _fail_clearly(load_headset_files, headset, lm, force)
     results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out,
                             steer_rows, real)
@@ -140,8 +147,10 @@ def audit(
     from vheads.evaluation import audit_sets, baseline_audit
     from vheads.models import load_model
 
+    from vheads.data import default_templates
+
     real = _real_items(source, cell)
-    sets = _fail_clearly(audit_sets, n, lambda kind: seed, real)  # every photo read before the model loads
+    sets = _fail_clearly(audit_sets, n, lambda kind: seed, real, default_templates(model))  # every photo read before the model loads
     lm = _fail_clearly(load_model, model)
     rep = baseline_audit(Engine(lm), sets)
     if json_out:
@@ -150,6 +159,31 @@ def audit(
     for name, r in rep.items():
         flag = "ok" if r["ok"] else "OUT OF RANGE"
         typer.echo(f"{name:<11} n={r['n']:<4} mean P(key) = {r['mean_p_key']:.3f}   expected {r['expected'][0]:.2f}–{r['expected'][1]:.2f}   {flag}")
+
+
+@app.command()
+def doctor(
+    model: Annotated[str, typer.Option(help="'tiny', a local folder or a hub id")] = "tiny",
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N, mps")] = "cpu",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16")] = "float32",
+    config: Annotated[Optional[Path], typer.Option(help="study config (TOML) whose projected time to print; default: the built-in study")] = None,  # noqa: UP007
+    json_out: Annotated[bool, typer.Option("--json", help="one JSON document")] = False,
+) -> None:
+    """Check vheads on your own checkpoint and device before a long study (exit 1: an invariant failed)."""
+    from vheads.doctor import doctor as run_doctor
+    from vheads.study import load_config
+
+    study = _fail_clearly(load_config, config, model=model)  # its sizes and the questions this model is asked
+    rep = _fail_clearly(run_doctor, model, device, dtype, study=study)
+    if json_out:
+        from vheads._io import json_safe  # a NaN (a check that broke) is written as null
+
+        typer.echo(json.dumps(json_safe(rep.to_dict()), indent=1, allow_nan=False))
+    else:
+        typer.echo(rep.text())
+    if not rep.ok:
+        typer.echo(f"error: doctor: invariant(s) failed on {model}: {', '.join(rep.failed)}", err=True)
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from vheads.data import NATURAL_TEMPLATES
 from vheads.study import Store, config_from_dict, load_config, run_study
 
 
@@ -248,8 +249,9 @@ def test_reworded_questions_reach_the_study_and_its_report(tiny_random_dirs, ref
     cfg = small_config(tiny_random_dirs["qwen3_vl"], templates={"ordinal": ordinal}, tests=["ncs"], row_groups=["all"],
                        controls={"layer-matched": 2}, beta_sweep=[], k_sweep=[], algebra_controls=0)
     assert cfg.science_hash() != small_config(tiny_random_dirs["qwen3_vl"]).science_hash()
-    assert small_config(tiny_random_dirs["qwen3_vl"], templates={"ordinal": "what is in [panel {k}] ?"}).science_hash() \
-        == small_config(tiny_random_dirs["qwen3_vl"]).science_hash()  # the default written out is the default
+    # the model's default written out is the default (a model other than the built-in tiny one: the natural set)
+    assert small_config(tiny_random_dirs["qwen3_vl"], templates={"ordinal": NATURAL_TEMPLATES.ordinal}).science_hash() \
+        == small_config(tiny_random_dirs["qwen3_vl"]).science_hash()
     run_study(cfg, tmp_path, progress=False, report=True)
     metas = [json.loads(p.read_text()) for p in (tmp_path / "strips").glob("*.json")]
     assert metas
@@ -268,4 +270,7 @@ def test_reworded_questions_reach_the_study_and_its_report(tiny_random_dirs, ref
     assert set(new) <= set(ref) and all(new[sid] != ref[sid] for sid in new)
     report = (tmp_path / "report.md").read_text()
     assert 'ordinal (changed): "tell me what is in [panel {k}] please ?"' in report
-    assert 'cell: "what is in [cell {k}] ?"' in report
+    assert f'cell: "{NATURAL_TEMPLATES.cell}"' in report and "natural set" in report
+    # the rendered prompt of one item per kind, image block summarised, with the run's own ordinal wording
+    assert "Rendered prompt: strip-ordinal" in report and "tell me what is in panel" in report
+    assert "image_pad\\|>×" in report  # (Markdown escapes the pipes)

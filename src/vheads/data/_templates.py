@@ -1,7 +1,11 @@
 """Question templates: the wording of every question the item builders ask.
 
-A study config may replace any of them (``[templates]`` table); the defaults are the
-questions the built-in tiny model was trained on.
+A study config may replace any of them (``[templates]`` table). There are two default
+sets (:func:`default_templates`): the built-in tiny model keeps the word-level questions it
+was trained on (:data:`DEFAULT_TEMPLATES`, the table below); every other model is asked in
+natural language (:data:`NATURAL_TEMPLATES`: capitalised, the multiple-choice questions
+ending with an instruction to answer with the option's letter, the open strip questions
+with what to answer). ``vheads study --print-config [--model M]`` shows the set that applies.
 
 =============  ==================================  ===========  ==========================
 key            default                             placeholder  asked by
@@ -70,6 +74,38 @@ class Templates:
 
 
 DEFAULT_TEMPLATES = Templates()
+#: the defaults for every model but the built-in tiny one (same placeholders and query spans)
+NATURAL_TEMPLATES = Templates(
+    ordinal="What is shown in [panel {k}] of the strip? Answer with one word.",
+    referring="Which panel shows [the {object}]? Answer with the panel's number.",
+    cell="What is in [cell {k}] of the 2x2 grid (cells numbered 0 to 3, row by row)? Answer with the option's letter.",
+    object="Which object is shown in the image? Answer with the option's letter.",
+    text="The named object is the {object}. Which object is named? Answer with the option's letter.",
+)
+
+
+def is_builtin_tiny(model: str) -> bool:
+    """Whether ``model`` names the built-in tiny model (``tiny``, or its shipped folder)."""
+    from pathlib import Path
+
+    if model == "tiny":
+        return True
+    tiny = Path(__file__).resolve().parent.parent / "tiny" / "weights"
+    try:
+        return bool(model) and Path(model).resolve() == tiny
+    except (OSError, ValueError):
+        return False
+
+
+def templates_name(model: str) -> str:
+    """``tiny`` (word-level questions) or ``natural`` (natural language): the set for ``model``."""
+    return "tiny" if is_builtin_tiny(model) else "natural"
+
+
+def default_templates(model: str) -> Templates:
+    """The default questions for ``model``: the built-in tiny model's word-level ones, else
+    the natural-language ones."""
+    return DEFAULT_TEMPLATES if is_builtin_tiny(model) else NATURAL_TEMPLATES
 
 
 def _fields_of(text: str) -> list[tuple[str, str, str | None]]:
@@ -115,11 +151,14 @@ def check_template(key: str, text: object, where: str = "templates") -> str:
     return text
 
 
-def templates_from_dict(data: dict, where: str = "templates") -> Templates:
-    """:class:`Templates` with the defaults replaced by ``data`` (each entry checked)."""
+def templates_from_dict(data: dict, where: str = "templates", base: Templates = DEFAULT_TEMPLATES) -> Templates:
+    """``base`` (default: the tiny model's questions) with entries replaced by ``data``
+    (each entry checked)."""
+    from dataclasses import replace
+
     if not isinstance(data, dict):
         raise TemplateError(f"{where!r} must be a table of templates (ordinal = \"...\", ...), got {data!r:.80}")
-    return Templates(**{key: check_template(key, text, where) for key, text in data.items()})
+    return replace(base, **{key: check_template(key, text, where) for key, text in data.items()})
 
 
 def check_vocabulary(templates: Templates, words: set[str], values: dict[str, list[str]], where: str = "templates") -> None:

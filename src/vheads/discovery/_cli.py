@@ -51,22 +51,30 @@ def discover(
     with_overlap: Annotated[bool, typer.Option("--overlap", help="then print the overlap matrix with half-split ceilings and write overlap.png")] = False,
     splits: Annotated[int, typer.Option(help="half-splits for the noise ceilings (with --overlap)")] = 200,
     force: Annotated[bool, typer.Option("--force", help="overwrite head-set files already in --out")] = False,
+    system_prompt: Annotated[Optional[str], typer.Option(help="a system turn before each prompt (default: what the chat template does without one)")] = None,  # noqa: UP007
+    chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
 ) -> list[Path]:
     """Rank heads under every corpus × query × source setting and write one head-set file each."""
     from vheads.discovery._discover import check_out_folder, discover_headsets, load_corpora
     from vheads.discovery._scores import SOURCES
-    from vheads.models import check_load_options, load_model
+    from vheads.models import check_load_options, load_model, preflight_prompts, read_chat_template
 
     # every input is checked, and every corpus loaded, before the model is
     check_load_options(device, device_map, quantize)
+    if chat_template is not None:
+        read_chat_template(chat_template)  # exists and parses
     check_positive(max_new_tokens=max_new_tokens, panel_size=panel_size, splits=splits)
     check_out_folder(out, force)
     for s in source:
         if s not in SOURCES:
             raise VheadsError(f"unknown attention source {s!r}; choose one of: {', '.join(SOURCES)}")
-    corpora = load_corpora(corpus, query, n, seed, panel_size)
+    from vheads.data import default_templates
+
+    corpora = load_corpora(corpus, query, n, seed, panel_size, default_templates(model))  # the model's question set
+    # the prompts can be built (template renders the image, ...), checked on the processor alone
+    preflight_prompts(model, chat_template=chat_template, system_prompt=system_prompt, trust_remote_code=trust_remote_code)
     lm = load_model(model, dtype=dtype, device=device, device_map=device_map, quantization=quantize,
-                    trust_remote_code=trust_remote_code)
+                    trust_remote_code=trust_remote_code, system_prompt=system_prompt, chat_template=chat_template)
     records = discover_headsets(lm, corpora, query, source, k, "per-layer" if per_layer else "flat", n, seed, out,
                                 max_new_tokens, panel_size, progress=not json_out, force=force)
     paths = [r.path for r in records]

@@ -124,12 +124,13 @@ def check_out_folder(out: str | Path, force: bool = False) -> Path:
     return out
 
 
-def load_corpora(corpora: Sequence[str], queries: Sequence[str], n: int, seed: int = 0, panel_size: int = 224) -> list[Corpus]:
-    """Every corpus × query of a discovery run (no model needed), refused on bad input:
-    ``n`` < 1, two corpora with one setting-id abbreviation."""
+def load_corpora(corpora: Sequence[str], queries: Sequence[str], n: int, seed: int = 0, panel_size: int = 224,
+                 templates: Templates = DEFAULT_TEMPLATES) -> list[Corpus]:
+    """Every corpus × query of a discovery run (no model needed), asked with ``templates``,
+    refused on bad input: ``n`` < 1, two corpora with one setting-id abbreviation."""
     if n < 1:
         raise VheadsError(f"--n must be at least 1 discovery item per corpus and query, got {n}")
-    loaded = [load_corpus(spec, q, n, seed, panel_size) for spec in dict.fromkeys(corpora) for q in dict.fromkeys(queries)]
+    loaded = [load_corpus(spec, q, n, seed, panel_size, templates) for spec in dict.fromkeys(corpora) for q in dict.fromkeys(queries)]
     seen: dict[str, str] = {}
     for c in loaded:
         if seen.setdefault(c.abbrev, c.id) != c.id:

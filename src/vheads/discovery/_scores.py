@@ -106,18 +106,35 @@ class SettingScores:
         return int(self.per_item.shape[0])
 
 
+#: end-of-turn markers of the supported families' chat templates; one counts only where it is
+#: a special token of the tokenizer (on Qwen "</s>" is ordinary text, on Gemma "<end_of_turn>"
+#: is special), so a word of the answer can never stop it
+END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "<turn|>", "<end_of_utterance>", "<|end|>")
+
+
 def _stop_ids(lm: LoadedModel) -> list[int]:
+    """The token ids the greedy answer stops at: the checkpoint's ``generation_config``
+    ``eos_token_id`` (an int or a list), the tokenizer's eos token, and the tokenizer's
+    special end-of-turn tokens (:data:`END_OF_TURN`). Never a string looked up in the
+    vocabulary as ordinary text."""
     tok = lm.adapter.tokenizer(lm.processor)
-    ids = {tok.eos_token_id}
-    for t in ("<|im_end|>", "<|endoftext|>", "</s>", "<end_of_turn>", "<|eot_id|>"):
+    special = {i for i, t in getattr(tok, "added_tokens_decoder", {}).items() if getattr(t, "special", False)}
+    special |= set(getattr(tok, "all_special_ids", []))
+    ids = set()
+    if tok.eos_token_id is not None:
+        ids.add(int(tok.eos_token_id))
+    for t in END_OF_TURN:
         i = tok.convert_tokens_to_ids(t)
-        if isinstance(i, int) and i != tok.unk_token_id and i is not None and i >= 0:
+        if isinstance(i, int) and i in special and i != tok.unk_token_id:
             ids.add(i)
-    cfg_eos = getattr(lm.model.generation_config, "eos_token_id", None)
-    for i in cfg_eos if isinstance(cfg_eos, list) else [cfg_eos]:
+    cfg_eos = getattr(getattr(lm.model, "generation_config", None), "eos_token_id", None)
+    for i in cfg_eos if isinstance(cfg_eos, (list, tuple)) else [cfg_eos]:
         if i is not None:
             ids.add(int(i))
-    return sorted(i for i in ids if i is not None)
+    if not ids:
+        raise ValueError(f"{lm.model_id!r}: neither its generation_config nor its tokenizer names an end token "
+                         "(eos_token_id), so a greedy answer could not stop")
+    return sorted(ids)
 
 
 @torch.no_grad()

@@ -151,18 +151,21 @@ def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n
 
 def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], controls: str = "layer-matched:100,any-layer:100",
                       n: int = 24, beta: float = 1e4, rows: str = "all", seed: int = 0, batch_size: int = 128,
-                      progress: bool = True, steer_rows: str = "all", source=None) -> list[HeadsetResult]:
+                      progress: bool = True, steer_rows: str = "all", source=None, templates=None) -> list[HeadsetResult]:
     """Test each named head-set with each test against the requested controls.
 
     ``rows``: where masks act (NCS, NCS_grid); ``steer_rows``: where CERS steers (default
     ``all``, the common practice of public steering code). ``source``: a
     :class:`vheads.data.builders.RealItems` to test on real photos (default: the synthetic
-    items).
+    items). ``templates``: the questions (default: the model's, :func:`vheads.data.default_templates`).
 
     All arguments are checked before any forward pass: unknown tests, a bad control spec
     (unknown name, R = 0), a non-finite β, a head-set of another model shape.
     """
+    from vheads.data import default_templates
+
     requests = check_request(tests, controls, beta, rows, steer_rows=steer_rows)
+    templates = templates or default_templates(engine.lm.model_id)
     L, H = engine.shape
     for name, S in headsets.items():
         if (S.n_layers, S.n_heads) != (L, H):
@@ -173,10 +176,10 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
     inputs: dict = {}
     if any(get_control(req.name).needs for req in requests):
         # attention-matched / sinks / text-heavy: baseline attention per head on the CERS grids
-        inputs = head_attention_mass(engine, item_sets(["grid-neutral"], n, lambda kind: seed)["grid-neutral"])
+        inputs = head_attention_mass(engine, item_sets(["grid-neutral"], n, lambda kind: seed, templates=templates)["grid-neutral"])
     results: list[HeadsetResult] = []
     memo = ProbeMemo()  # head-sets tested together share many control draws
-    all_sets = {test: item_sets(TEST_SETS[test], n, lambda kind: seed, source) for test in tests}  # every image opened first
+    all_sets = {test: item_sets(TEST_SETS[test], n, lambda kind: seed, source, templates) for test in tests}  # every image opened first
     for test in tests:
         sets = all_sets[test]
         for name, S in headsets.items():

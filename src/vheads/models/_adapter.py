@@ -1,19 +1,34 @@
 """The small interface between a model family and the rest of vheads.
 
-An adapter knows a family's chat template, how its image processor turns an image into a
-block of image tokens (one grid, or tiles and a thumbnail with markers between them: see
-:class:`~vheads.models._layout.ImageBlock`), and which sub-config is the language model. Everything else in
-vheads (engine, discovery, evaluation) is family-agnostic.
+An adapter knows how its image processor turns an image into a block of image tokens (one
+grid, or tiles and a thumbnail with markers between them: see
+:class:`~vheads.models._layout.ImageBlock`), what the checkpoint's chat template writes for
+an image, and which sub-config is the language model. Everything else in vheads (engine,
+discovery, evaluation) is family-agnostic.
+
+**Prompts come from the checkpoint's own chat template** (:meth:`Adapter.build`): one user
+message holding the image and the question (+ lettered options), the generation prompt on,
+and whatever else the template does by default (Qwen2-VL's default system turn, a BOS
+token...). The template renders one placeholder for the image (:attr:`Adapter.template_image`,
+e.g. ``<|vision_start|><|image_pad|><|vision_end|>``), which is replaced by the family's
+image block (the processor's token count), exactly as the family's processor expands it;
+every span (image block, question, options, query span, answer) is then found by character
+offsets in the rendered text. The adapter's hand-written pieces (``user_prefix``,
+``image_prefix``, ``image_suffix``, ``assistant_prefix``) are used only for a checkpoint
+that ships no template.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
+from vheads._errors import MissingFileError, VheadsError
 from vheads.data import OPTION_LETTERS, Item
 from vheads.models._layout import ImageBlock, Prompt, TokenLayout, char_span_to_positions
 
@@ -76,11 +91,17 @@ class Adapter:
     family: ClassVar[str]
     model_types: ClassVar[tuple[str, ...]]
     image_token: ClassVar[str]
-    #: chat template pieces around the user turn: prefix, [image block], question, suffix
-    user_prefix: ClassVar[str]
+    #: the hand-written fallback for a checkpoint without a chat template, around the user
+    #: turn: prefix, [image block], question, suffix (``user_prefix`` None: no fallback)
+    user_prefix: ClassVar[str | None] = None
     image_prefix: ClassVar[str] = ""
     image_suffix: ClassVar[str] = ""
-    assistant_prefix: ClassVar[str]
+    assistant_prefix: ClassVar[str] = ""
+    #: what the checkpoint's chat template renders for one image (None: ``image_token``),
+    #: replaced by ``template_wrap[0]`` + the image block + ``template_wrap[1]`` as the
+    #: family's processor expands it (None: ``image_prefix``, ``image_suffix``)
+    template_image: ClassVar[str | None] = None
+    template_wrap: ClassVar[tuple[str, str] | None] = None
     notes: ClassVar[str] = ""
     #: whether :meth:`items_pixel_inputs` and :meth:`items_vision_call` handle several
     #: images, so that rows of different items can share a forward
@@ -185,7 +206,10 @@ class Adapter:
             "family": self.family,
             "model_types": list(self.model_types),
             "image_token": self.image_token,
-            "template": self.user_prefix + self.image_prefix + "<image>" + self.image_suffix + "{question}" + self.assistant_prefix,
+            "template": "the checkpoint's chat template; " + (
+                "fallback without one: " + repr(self.user_prefix + self.image_prefix + "<image>" + self.image_suffix + "{question}" + self.assistant_prefix)
+                if self.user_prefix is not None else "no fallback (a checkpoint without a template is refused)"),
+            "template_image": f"{self.placeholder!r} -> {self.wrap[0]!r} + image block + {self.wrap[1]!r}",
             "image_tokens": self.image_structure,
             "box_to_tokens": self.box_mapping,
             "softmax_layers": self.softmax_layers_rule,
@@ -207,12 +231,80 @@ class Adapter:
             ids.append(enc[0])
         return ids
 
-    def build(self, item: Item, processor: Any, answer_text: str | None = None, min_cover: float = 0.5, require_image: bool = True) -> Prompt:
-        """Tokenize ``item`` with this family's chat template and return its layout.
+    @property
+    def placeholder(self) -> str:
+        return self.template_image if self.template_image is not None else self.image_token
 
-        ``answer_text``, when given, is appended after the assistant prefix (teacher
+    @property
+    def wrap(self) -> tuple[str, str]:
+        return self.template_wrap if self.template_wrap is not None else (self.image_prefix, self.image_suffix)
+
+    def chat_template(self, processor: Any) -> str | None:
+        """The chat template prompts are rendered with: the loaded bundle's (the checkpoint's,
+        or a ``chat_template`` file's), else the tokenizer's; None: the hand-written fallback."""
+        own = getattr(processor, "chat_template", None)
+        return own if own is not None else getattr(self.tokenizer(processor), "chat_template", None)
+
+    def render(self, processor: Any, question: str, image_text: str | None, answer_text: str | None = None) -> tuple[str, dict[str, tuple[int, int]]]:
+        """The prompt text of one item and the character span of each piece in it.
+
+        ``question`` is the question with its options, ``image_text`` the image block's
+        text (None: no image). Pieces: ``image`` (the image block with its wrap),
+        ``question`` (``question`` as given), ``answer``. With a chat template the text is
+        the template's rendering of one user message (image, then the question) with the
+        generation prompt; without one the adapter's hand-written pieces.
+        """
+        template = self.chat_template(processor)
+        if template is None:
+            if self.user_prefix is None:
+                raise VheadsError(f"the {self.family} checkpoint has no chat template and the {self.family} adapter no "
+                                  "fallback; pass a chat_template file")
+            parts = [("prefix", self.user_prefix)]
+            if image_text is not None:
+                parts.append(("image", self.image_prefix + image_text + self.image_suffix))
+            parts += [("question", question), ("assistant", self.assistant_prefix)]
+        else:
+            parts = self._template_parts(processor, template, question, image_text)
+        if answer_text is not None:
+            parts.append(("answer", answer_text))
+        text, starts = "", {}
+        for name, piece in parts:
+            starts[name] = (len(text), len(text) + len(piece))
+            text += piece
+        return text, starts
+
+    def _template_parts(self, processor: Any, template: str, question: str, image_text: str | None) -> list[tuple[str, str]]:
+        """The template's rendering cut into named pieces (image block expanded)."""
+        rendered = render_chat(self.tokenizer(processor), template, _QUESTION_MARK, image_text is not None,
+                               getattr(processor, "system_prompt", None))
+        if rendered.count(_QUESTION_MARK) != 1:
+            raise VheadsError(f"the chat template renders the question {rendered.count(_QUESTION_MARK)} times, not once")
+        real = render_chat(self.tokenizer(processor), template, question, image_text is not None,
+                           getattr(processor, "system_prompt", None))
+        if real != rendered.replace(_QUESTION_MARK, question):
+            raise VheadsError("the chat template rewrites the question text (vheads cannot place its spans); "
+                              "pass a chat_template file that writes the message text as given")
+        cuts = [(rendered.index(_QUESTION_MARK), len(_QUESTION_MARK), "question", question)]
+        if image_text is not None:
+            if rendered.count(self.placeholder) != 1:
+                raise VheadsError(f"the chat template renders the image placeholder {self.placeholder!r} "
+                                  f"{rendered.count(self.placeholder)} times for one image, not once")
+            cuts.append((rendered.index(self.placeholder), len(self.placeholder), "image", self.wrap[0] + image_text + self.wrap[1]))
+        parts, at = [], 0
+        for i, (pos, n, name, piece) in enumerate(sorted(cuts)):
+            parts += [(f"text{i}", rendered[at:pos]), (name, piece)]
+            at = pos + n
+        return parts + [("rest", rendered[at:])]
+
+    def build(self, item: Item, processor: Any, answer_text: str | None = None, min_cover: float = 0.5, require_image: bool = True) -> Prompt:
+        """Tokenize ``item`` with the checkpoint's chat template (see :meth:`render`) and
+        return its layout.
+
+        ``answer_text``, when given, is appended after the generation prompt (teacher
         forcing); its tokens form the ``answer`` span. Spans are found from character
-        offsets, so any fast tokenizer works.
+        offsets, so any fast tokenizer works. A rendered template is tokenized as the
+        processors' ``apply_chat_template`` does: with the tokenizer's special tokens unless
+        the text already starts with its BOS token.
         """
         if require_image and item.image is None:
             raise ValueError(
@@ -222,17 +314,14 @@ class Adapter:
         tok = self.tokenizer(processor)
         block = self.image_block(processor, item.image.convert("RGB")) if item.image is not None else None
         options = format_options(item.options) if item.options else ""
-        parts: list[tuple[str, str]] = [("prefix", self.user_prefix)]
-        if block is not None:
-            parts.append(("image", self.image_prefix + block.text + self.image_suffix))
-        parts += [("question", item.question), ("options", options), ("assistant", self.assistant_prefix)]
-        if answer_text is not None:
-            parts.append(("answer", answer_text))
-        text, starts = "", {}
-        for name, piece in parts:
-            starts[name] = (len(text), len(text) + len(piece))
-            text += piece
-        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        text, starts = self.render(processor, item.question + options, None if block is None else block.text, answer_text)
+        q0 = starts["question"][0]
+        starts["question"], starts["options"] = (q0, q0 + len(item.question)), (q0 + len(item.question), starts["question"][1])
+        # as the family's processor tokenizes a rendered template: with the tokenizer's special
+        # tokens (LLaVA's <s>) unless the rendering starts with its BOS (Gemma writes <bos>)
+        bos = getattr(tok, "bos_token", None)
+        special = self.chat_template(processor) is not None and not (bos and text.startswith(bos))
+        enc = tok(text, add_special_tokens=special, return_offsets_mapping=True)
         ids = torch.tensor(enc["input_ids"])
         offsets = [tuple(o) for o in enc["offset_mapping"]]
         image_token_id = tok.convert_tokens_to_ids(self.image_token)
@@ -251,7 +340,6 @@ class Adapter:
             if name in starts and starts[name][1] > starts[name][0]
         }
         if item.query_span is not None:
-            q0 = starts["question"][0]
             spans["query"] = char_span_to_positions(offsets, q0 + item.query_span[0], q0 + item.query_span[1])
         n_prompt = len(ids) if answer_text is None else min(spans.get("answer", [len(ids)]))
         spans["last"] = [n_prompt - 1]
@@ -267,6 +355,97 @@ class Adapter:
         inputs = {"input_ids": ids[None], "attention_mask": torch.ones(1, len(ids), dtype=torch.long), **block.pixel_inputs}
         inputs.update(self.extra_inputs(ids[None], image_mask[None]))
         return Prompt(item=item, inputs=inputs, layout=layout, text=text)
+
+    def summary(self, prompt: Prompt) -> str:
+        """``prompt.text`` with each run of image tokens summarised (``<|image_pad|>×64``)."""
+        tok = re.escape(self.image_token)
+        return re.sub(f"(?:{tok})+", lambda m: f"{self.image_token}×{len(m.group(0)) // len(self.image_token)}", prompt.text)
+
+
+def prompt_examples(adapter: Adapter, processor: Any, templates=None, seed: int = 0) -> dict[str, str]:
+    """The rendered prompt of one synthetic item of every kind (``vheads.data.synthetic``
+    kinds; strips from the ``comics`` corpus), image block summarised
+    (:meth:`Adapter.summary`): {kind: text}. ``templates``: the questions asked (default:
+    the tiny model's)."""
+    from vheads.data import DEFAULT_TEMPLATES
+    from vheads.data import synthetic as syn
+
+    return {kind: adapter.summary(adapter.build(syn.kind_items(kind, 1, seed, templates=templates or DEFAULT_TEMPLATES)[0], processor))
+            for kind in syn.ALL_KINDS}
+
+
+#: stands for the question while the template is rendered (a private-use character pair no
+#: template writes), so that the question's place in the rendering is known exactly
+_QUESTION_MARK = "\ue000vheads-question\ue001"
+
+
+def render_chat(tokenizer: Any, template: str, text: str, image: bool, system_prompt: str | None = None) -> str:
+    """``template`` rendered for one user message holding an image (when ``image``) and then
+    ``text``, with the generation prompt and the template's own defaults; a system turn
+    first when ``system_prompt`` is given."""
+    content = ([{"type": "image"}] if image else []) + [{"type": "text", "text": text}]
+    messages = [{"role": "user", "content": content}]
+    if system_prompt:
+        messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system_prompt}]})
+    try:
+        return tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False, add_generation_prompt=True)
+    except VheadsError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a template's own raise_exception, an undefined name...
+        raise VheadsError(f"the chat template fails to render one user message with an image and a question: "
+                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+
+
+def read_chat_template(path: str | Path) -> str:
+    """The text of a ``chat_template`` file: a Jinja template (``.jinja``, any name) or a
+    ``chat_template.json`` (``{"chat_template": "..."}``); :class:`VheadsError` naming the
+    file when it is missing, unreadable or not valid Jinja."""
+    import json
+
+    p = Path(path)
+    if not p.is_file():
+        raise MissingFileError(f"chat_template file {str(p)!r} does not exist")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise VheadsError(f"chat_template file {str(p)!r} cannot be read: {e}") from None
+    if p.suffix == ".json":
+        try:
+            text = json.loads(text)["chat_template"]
+        except (ValueError, KeyError, TypeError):
+            raise VheadsError(f"chat_template file {str(p)!r} is JSON without a string 'chat_template' key") from None
+        if not isinstance(text, str):
+            raise VheadsError(f"chat_template file {str(p)!r}: 'chat_template' is not a string")
+    check_jinja(text, f"chat_template file {str(p)!r}")
+    return text
+
+
+def check_jinja(template: str, where: str) -> None:
+    """:class:`VheadsError` naming ``where`` (and the line) when ``template`` is not valid Jinja."""
+    import jinja2
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    try:
+        _compile_jinja_template(template)
+    except jinja2.TemplateSyntaxError as e:
+        raise VheadsError(f"{where} is not a valid Jinja template (line {e.lineno}: {e.message})") from None
+
+
+def check_prompt_setup(adapter: Adapter, processor: Any, where: str) -> None:
+    """Refuse, before any work, a checkpoint whose prompts cannot be built: no chat template
+    and no adapter fallback, a template that does not parse, fails to render, or renders no
+    (or more than one) image placeholder. ``where`` names the template's file or folder."""
+    template = adapter.chat_template(processor)
+    if template is None:
+        if adapter.user_prefix is None:
+            raise VheadsError(f"{where} has no chat template and the {adapter.family} adapter has no fallback; "
+                              "pass a chat_template file (config key chat_template, --chat-template)")
+        return
+    check_jinja(template, f"the chat template of {where}")
+    try:
+        adapter._template_parts(processor, template, "what is in panel 1 ?", "")
+    except VheadsError as e:
+        raise VheadsError(f"{where}: {e}") from None
 
 
 def call_with_supported(fn, **kwargs):

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from vheads._errors import VheadsError
-from vheads.models._adapter import ADAPTERS, Adapter, adapter_for
+from vheads.models._adapter import ADAPTERS, Adapter, adapter_for, check_prompt_setup, read_chat_template
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 #: weight quantizations bitsandbytes runs (CUDA only): the name vheads takes -> BitsAndBytesConfig flag
@@ -24,13 +24,19 @@ DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 @dataclass
 class ProcessorBundle:
     """What the adapters need of a processor: the image processor, the tokenizer, the patch
-    size, and the model config (tiled families read their token geometry from it)."""
+    size, the model config (tiled families read their token geometry from it) and how
+    prompts are rendered (chat template, system prompt)."""
 
     image_processor: Any
     tokenizer: Any
     patch_size: int
     #: the model's config, for what a family's layout needs of it (Gemma: mm_tokens_per_image)
     config: Any = None
+    #: the chat template prompts are rendered with (a ``chat_template`` file's or the
+    #: checkpoint's); None: the tokenizer's, else the adapter's hand-written fallback
+    chat_template: str | None = None
+    #: a system turn put before the user message; None: whatever the template does without one
+    system_prompt: str | None = None
 
 
 @dataclass
@@ -95,15 +101,22 @@ def weights_fingerprint(path: Path) -> str:
     return "sha256:" + h.hexdigest()[:16]
 
 
-def load_processor(path: str, revision: str | None, config, **remote: bool) -> ProcessorBundle:
+def load_processor(path: str, revision: str | None, config, *, system_prompt: str | None = None,
+                   chat_template: str | Path | None = None, **remote: bool) -> ProcessorBundle:
     """AutoProcessor when it loads; otherwise image processor + tokenizer alone.
 
     Qwen-VL processors type-check a video processor that needs torchvision; vheads only
     needs images, so a missing torchvision must not stop loading.
+
+    The prompts' chat template is the ``chat_template`` file's when given, else the
+    processor's (``chat_template.json`` / ``.jinja``), else the tokenizer's; the setup is
+    checked (:func:`~vheads.models._adapter.check_prompt_setup`) before anything else loads.
+    ``system_prompt`` (None or ""): the template's own default.
     """
     from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
 
-    image_processor = tokenizer = None
+    own = read_chat_template(chat_template) if chat_template else None  # a bad file is refused first
+    image_processor = tokenizer = proc = None
     try:
         proc = AutoProcessor.from_pretrained(path, revision=revision, **remote)
         image_processor = getattr(proc, "image_processor", None)
@@ -116,7 +129,30 @@ def load_processor(path: str, revision: str | None, config, **remote: bool) -> P
         tokenizer = AutoTokenizer.from_pretrained(path, revision=revision, **remote)
     patch = getattr(config.vision_config, "patch_size", 14)
     patch = patch[0] if isinstance(patch, (list, tuple)) else patch  # InternVL: (p, p)
-    return ProcessorBundle(image_processor, tokenizer, int(patch), config)
+    template = (own or getattr(proc, "chat_template", None) or (None if proc is not None else _processor_template(path, revision))
+                or getattr(tokenizer, "chat_template", None))
+    bundle = ProcessorBundle(image_processor, tokenizer, int(patch), config, template, system_prompt or None)
+    where = f"chat_template file {str(chat_template)!r}" if own else f"model {path!r}"
+    check_prompt_setup(adapter_for(config.model_type), bundle, where)
+    return bundle
+
+
+def _processor_template(path: str, revision: str | None) -> str | None:
+    """The processor's chat template file of a checkpoint (``chat_template.jinja``, else
+    ``chat_template.json``), read directly when the processor itself does not load (a
+    Qwen-VL processor without torchvision): it comes before the tokenizer's, as in
+    ``AutoProcessor``."""
+    from transformers.utils import cached_file
+
+    for name in ("chat_template.jinja", "chat_template.json"):
+        try:
+            f = cached_file(path, name, revision=revision, _raise_exceptions_for_missing_entries=False,
+                            _raise_exceptions_for_connection_errors=False)
+        except OSError:
+            f = None
+        if f:
+            return read_chat_template(f)
+    return None
 
 
 def check_device(device: str) -> str:
@@ -172,7 +208,8 @@ def check_load_options(device: str = "cpu", device_map: str | None = None, quant
 
 
 def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "float32", device: str = "cpu", *,
-               device_map: str | None = None, quantization: str | None = None, trust_remote_code: bool = False) -> LoadedModel:
+               device_map: str | None = None, quantization: str | None = None, trust_remote_code: bool = False,
+               system_prompt: str | None = None, chat_template: str | Path | None = None) -> LoadedModel:
     """Load a VLM (``AutoModelForImageTextToText``) and its processor, pick its adapter.
 
     ``model`` is ``tiny`` (built-in), a local folder saved with ``save_pretrained`` or a hub
@@ -184,24 +221,21 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "f
     ``device``; ``quantization`` (``4bit``/``8bit``) loads bitsandbytes weights, computing in
     ``dtype``; ``trust_remote_code`` reaches ``from_pretrained`` only when True (a checkpoint's
     own Python code never runs unless asked for).
+
+    Prompts: ``chat_template`` (a file) overrides the checkpoint's chat template;
+    ``system_prompt`` adds a system turn (None: whatever the template does without one).
+    Both are checked, with the processor, before the weights load.
     """
-    from transformers import AutoConfig, AutoModelForImageTextToText
+    from transformers import AutoModelForImageTextToText
 
     if dtype not in DTYPES:
         raise VheadsError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     check_load_options(device, device_map, quantization)
     remote = {"trust_remote_code": True} if trust_remote_code else {}
-    path = resolve_model_path(model)
+    path, config = _model_config(model, revision, remote)
     local = os.path.isdir(path)
-    if not local and (model.startswith((".", "/")) or os.sep in model and os.path.exists(os.path.dirname(model))):
-        raise FileNotFoundError(f"model folder {model!r} does not exist")
-    config = AutoConfig.from_pretrained(path, revision=revision, **remote)
-    if getattr(config, "vision_config", None) is None:
-        raise ValueError(
-            f"{model!r} (model type {config.model_type!r}) has no vision config: it is not a vision-language model; "
-            f"supported VLM families: {', '.join(sorted(ADAPTERS))} (see `vheads models`)"
-        )
     adapter = adapter_for(config.model_type)
+    processor = load_processor(path, revision, config, system_prompt=system_prompt, chat_template=chat_template, **remote)
     placement: dict[str, Any] = {}
     if device_map is not None or quantization is not None:
         placement["device_map"] = device_map if device_map is not None else {"": device}
@@ -216,7 +250,6 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "f
     if not placement:  # a placed (or quantized) model stays where from_pretrained put it
         net.to(device)
     net.eval()
-    processor = load_processor(path, revision, config, **remote)
     tc = adapter.text_config(net)
     n_heads = tc.num_attention_heads
     layers = adapter.attention_layers(tc)
@@ -235,6 +268,33 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "f
         head_dim=head_dim,
         attention_layers=layers,
     )
+
+
+def _model_config(model: str, revision: str | None, remote: dict):
+    """``(path, config)`` of ``model``, refused when the folder is missing or not a VLM."""
+    from transformers import AutoConfig
+
+    path = resolve_model_path(model)
+    if not os.path.isdir(path) and (model.startswith((".", "/")) or os.sep in model and os.path.exists(os.path.dirname(model))):
+        raise FileNotFoundError(f"model folder {model!r} does not exist")
+    config = AutoConfig.from_pretrained(path, revision=revision, **remote)
+    if getattr(config, "vision_config", None) is None:
+        raise ValueError(
+            f"{model!r} (model type {config.model_type!r}) has no vision config: it is not a vision-language model; "
+            f"supported VLM families: {', '.join(sorted(ADAPTERS))} (see `vheads models`)"
+        )
+    return path, config
+
+
+def preflight_prompts(model: str, revision: str | None = None, *, chat_template: str | Path | None = None,
+                      system_prompt: str | None = None, trust_remote_code: bool = False) -> tuple[Adapter, ProcessorBundle]:
+    """The adapter and processor of ``model`` (no weights), its prompt setup checked
+    (:func:`~vheads.models._adapter.check_prompt_setup`): the check a command runs before
+    any work, and what renders prompts without the model."""
+    remote = {"trust_remote_code": True} if trust_remote_code else {}
+    path, config = _model_config(model, revision, remote)
+    return adapter_for(config.model_type), load_processor(path, revision, config, system_prompt=system_prompt,
+                                                          chat_template=chat_template, **remote)
 
 
 def _layer_attribute(text_config, name: str, layer: int):

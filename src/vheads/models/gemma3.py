@@ -41,6 +41,8 @@ class Gemma3Adapter(LlavaAdapter):
     image_prefix = "\n\n<start_of_image>"
     image_suffix = "<end_of_image>\n\n"
     assistant_prefix = "<end_of_turn>\n<start_of_turn>model\n"
+    template_image = "<start_of_image>"  # the processor expands it to \n\n<start_of_image> + tokens + <end_of_image>\n\n
+    template_wrap = None  # (image_prefix, image_suffix), not LLaVA's
     image_structure = "\\n\\n<start_of_image> + t x t <image_soft_token> (row-major, t^2 = mm_tokens_per_image) + <end_of_image>\\n\\n; one image, no pan-and-scan crops"
     box_mapping = "image resized to the tower's square input; token (r, c) is the average of a k x k patch block, covering a (W/t) x (H/t) cell of the original image"
     softmax_layers_rule = "every layer (sliding_attention and full_attention alike); image tokens attend bidirectionally inside their block, sliding layers see k > q - sliding_window"

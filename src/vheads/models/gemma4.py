@@ -51,6 +51,7 @@ class Gemma4Adapter(Gemma3Adapter):
     image_prefix = "<|image>"
     image_suffix = "<image|>"
     assistant_prefix = "<turn|>\n<|turn>model\n"
+    template_image = "<|image|>"  # the processor expands it to <|image> + tokens + <image|>
     pixel_keys = ("pixel_values", "image_position_ids")
     image_structure = "<|image> + rows x cols <|image|> soft tokens (row-major; aspect-preserving grid, k x k patches pooled per token) + <image|>; one image"
     box_mapping = "image resized (aspect kept, no crop) to a multiple of k*patch; token (r, c) pools a k x k patch block, covering a (W/cols) x (H/rows) cell of the original image"

@@ -23,5 +23,6 @@ class Glm4vAdapter(QwenVLAdapter):
     image_prefix = "<|begin_of_image|>"
     image_suffix = "<|end_of_image|>"
     assistant_prefix = "<|assistant|>\n"
+    template_image = "<|begin_of_image|><|image|><|end_of_image|>"
     image_structure = "<|begin_of_image|> + rows x cols <|image|> (row-major, one per merged 2x2 patch) + <|end_of_image|>; one image, no tiles"
     notes = "GLM vision tower; image resized to multiples of patch*merge pixels; 3D M-RoPE (partial rotary) position ids from the model's get_rope_index."

@@ -25,6 +25,8 @@ class InternVLAdapter(Adapter):
     image_prefix = "<img>"
     image_suffix = "</img>\n"
     assistant_prefix = "<|im_end|>\n<|im_start|>assistant\n"
+    template_image = "<IMG_CONTEXT>"  # the processor expands it to <img> + tokens + </img>
+    template_wrap = ("<img>", "</img>")
     image_structure = (
         "<img>, then per view (tiles row-major, then the thumbnail when tiled) "
         "(S/patch*downsample_ratio)^2 <IMG_CONTEXT> tokens row-major, then </img>; "

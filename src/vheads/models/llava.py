@@ -18,6 +18,7 @@ class LlavaAdapter(Adapter):
     user_prefix = "USER: "
     image_suffix = "\n"
     assistant_prefix = " ASSISTANT:"
+    template_wrap = ("", "")  # the template writes the newline after <image> itself
     notes = (
         "CLIP-style processor: resize (shortest edge) then centre crop to a square; "
         "one token per vision patch (CLS dropped); plain 1-D positions."

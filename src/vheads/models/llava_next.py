@@ -56,6 +56,7 @@ class LlavaNextAdapter(Adapter):
     image_token = "<image>"
     user_prefix = "USER: "
     image_suffix = "\n"
+    template_wrap = ("", "")  # the template writes the newline after <image> itself
     assistant_prefix = " ASSISTANT:"
     image_structure = (
         "base image g x g <image> tokens (g = image_size/patch), then the tiles joined into one "

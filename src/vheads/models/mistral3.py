@@ -26,6 +26,7 @@ class Mistral3Adapter(Adapter):
     image_token = "[IMG]"
     user_prefix = "[INST]"
     assistant_prefix = "[/INST]"
+    template_image = "[IMG]"
     pixel_keys = ("pixel_values", "image_sizes")
     image_structure = (
         "rows x cols [IMG] tokens (one per (patch*spatial_merge_size)^2 square), each row followed "

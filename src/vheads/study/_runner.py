@@ -61,7 +61,21 @@ def preflight_model(cfg: StudyConfig, key: str = "'model'") -> dict:
     except ValueError as e:
         raise VheadsError(f"config key {key}: {cfg.model!r}: {e}") from None
     tc = getattr(mc, "text_config", mc)
-    return {"n_layers": tc.num_hidden_layers, "n_heads": tc.num_attention_heads, "attention_layers": adapter.attention_layers(tc)}
+    return {"n_layers": tc.num_hidden_layers, "n_heads": tc.num_attention_heads, "attention_layers": adapter.attention_layers(tc),
+            "prompts": _prompts(cfg, key)}
+
+
+def _prompts(cfg: StudyConfig, key: str) -> dict[str, str]:
+    """The rendered prompt of one item per kind (the report's protocol shows them); a
+    checkpoint whose prompts cannot be built (chat template) is refused here, before any work."""
+    from vheads.models import preflight_prompts, prompt_examples
+
+    try:
+        adapter, processor = preflight_prompts(cfg.model, cfg.revision or None, chat_template=cfg.chat_template or None,
+                                               system_prompt=cfg.system_prompt or None, trust_remote_code=cfg.trust_remote_code)
+        return prompt_examples(adapter, processor, cfg.question_templates, cfg.seed)
+    except (ValueError, OSError) as e:
+        raise VheadsError(f"config key {key}: {str(e).splitlines()[0]}") from None
 
 
 def _log(run_dir: Path, line: str) -> None:
@@ -275,8 +289,13 @@ def _ood_units(store: Store, cfg: StudyConfig) -> list[dict]:
     return units
 
 
-def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool = True, report: bool = True) -> StudyResult:
+def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool = True, report: bool = True,
+              skip_doctor: bool = False) -> StudyResult:
     """Run (or resume) the whole study of ``cfg`` into ``out``; returns the report's path.
+
+    Before a model's first unit its replica runs the doctor's fast checks
+    (:func:`vheads.doctor.fast_checks`); a failed invariant stops the run with the check's
+    name. ``skip_doctor`` runs anyway; the store's ``doctor`` meta records the checks or the skip.
 
     Everything is checked before the run folder is made (the config against the model's
     shape included); the run holds ``out``'s lock (:class:`RunLock`) throughout, so a
@@ -294,7 +313,7 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
     except OSError as e:
         raise storage_error(e, run_dir) from None
     with RunLock(run_dir):
-        return _run_locked(cfg, run_dir, models, progress, report)
+        return _run_locked(cfg, run_dir, models, progress, report, skip_doctor)
 
 
 def study_models(cfg: StudyConfig) -> list[tuple[str, StudyConfig, dict]]:
@@ -335,11 +354,11 @@ def _claim(store: Store, cfg: StudyConfig, run_dir: Path, **meta) -> None:
 
 def _model_meta(cfg: StudyConfig, shape: dict) -> dict[str, str]:
     return {"model_id": cfg.model, "n_layers": str(shape["n_layers"]), "n_heads": str(shape["n_heads"]),
-            "attention_layers": json.dumps(list(shape["attention_layers"]))}
+            "attention_layers": json.dumps(list(shape["attention_layers"])), "prompts": json.dumps(shape.get("prompts", {}))}
 
 
 def _run_locked(cfg: StudyConfig, run_dir: Path, models: list[tuple[str, StudyConfig, dict]], progress: bool,
-                report: bool) -> StudyResult:
+                report: bool, skip_doctor: bool = False) -> StudyResult:
     """Every model's stages in turn (one store; a model's rows scoped by its name), then the report."""
     secs: dict[str, float] = {}
     n_computed = 0
@@ -350,7 +369,7 @@ def _run_locked(cfg: StudyConfig, run_dir: Path, models: list[tuple[str, StudyCo
     for name, mcfg, shape in models:
         store = Store(run_dir, model=name)
         _claim(store, mcfg, run_dir, **_model_meta(mcfg, shape))
-        n_computed += _run_model(store, mcfg, run_dir, shape, progress, secs)
+        n_computed += _run_model(store, mcfg, run_dir, shape, progress, secs, skip_doctor)
     report_path = None
     if report:
         t = time.time()
@@ -360,7 +379,28 @@ def _run_locked(cfg: StudyConfig, run_dir: Path, models: list[tuple[str, StudyCo
     return StudyResult(run_dir, report_path, secs, n_computed)
 
 
-def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progress: bool, secs: dict[str, float]) -> int:
+def _doctor_stage(store: Store, cfg: StudyConfig, run_dir: Path, backend, skip: bool) -> None:
+    """The doctor's fast checks on the backend's replica, once per run (a unit), before the
+    first other unit; a failed invariant is a :class:`VheadsError` naming it (nothing is
+    committed, so the next run checks again). ``skip``: recorded in the store's meta instead."""
+    if "doctor" in store.done_units():
+        return
+    if skip:
+        store.set_meta(doctor=json.dumps({"skipped": True}))
+        _log(run_dir, f"skip {_logged(store, 'doctor')} (--skip-doctor)")
+        return
+    (res,) = list(backend.run([{"unit_id": "doctor", "kind": "doctor"}], on_start=lambda u: _log(run_dir, f"start {_logged(store, 'doctor')}")))
+    failed = res["rows"]["doctor"]["failed"]
+    if failed:
+        first = next(c for c in res["rows"]["doctor"]["checks"] if c["name"] == failed[0])
+        raise VheadsError(f"vheads doctor: invariant(s) {', '.join(failed)} failed on {cfg.model!r} ({first['summary']}); "
+                          f"run `vheads doctor --model {cfg.model}` for the details, or pass --skip-doctor to run anyway "
+                          "(recorded in the run)")
+    _commit(store, run_dir, res)
+
+
+def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progress: bool, secs: dict[str, float],
+               skip_doctor: bool = False) -> int:
     """One model's stages into its (scoped) ``store``, on a backend of its own: each replica
     loads the model once. Adds each stage's seconds to ``secs``; closes ``store``."""
     n_computed = 0
@@ -370,6 +410,9 @@ def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progr
 
     backend = make_backend(cfg.to_dict())
     try:
+        t = time.time()
+        _doctor_stage(store, cfg, run_dir, backend, skip_doctor)
+        timed("doctor", t)
         t = time.time()
         disc = [{"unit_id": f"discovery/{c}/{q}", "kind": "discovery", "corpus": c, "query": q} for c in cfg.corpora for q in cfg.queries]
         n_computed += _run_units(store, run_dir, backend, disc, "discovery", progress)

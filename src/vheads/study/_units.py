@@ -59,7 +59,8 @@ class UnitComputer:
                 torch.set_num_threads(self.cfg.run.torch_threads or os.cpu_count() or 1)
             cfg = self.cfg
             lm = load_model(cfg.model, cfg.revision or None, cfg.dtype, cfg.device, device_map=cfg.device_map or None,
-                            quantization=cfg.quantization or None, trust_remote_code=cfg.trust_remote_code)
+                            quantization=cfg.quantization or None, trust_remote_code=cfg.trust_remote_code,
+                            system_prompt=cfg.system_prompt or None, chat_template=cfg.chat_template or None)
             run = self.cfg.run
             self._engine = Engine(lm, Batching(cross_item=run.cross_item, max_rows=run.batch_size, token_budget=run.token_budget))
             # every setting's tests run the same items, and their controls share many head-sets
@@ -70,7 +71,7 @@ class UnitComputer:
     def compute(self, unit: dict[str, Any]) -> dict[str, Any]:
         t0 = time.time()
         fn = {"discovery": self._discovery, "eval": self._eval, "audit": self._audit, "image-mass": self._image_mass,
-              "ood-audit": self._ood_audit, "ood-eval": self._ood_eval}[unit["kind"]]
+              "ood-audit": self._ood_audit, "ood-eval": self._ood_eval, "doctor": self._doctor}[unit["kind"]]
         rows = fn(unit)
         return {"unit_id": unit["unit_id"], "kind": unit["kind"], "rows": rows, "seconds": time.time() - t0}
 
@@ -194,6 +195,15 @@ class UnitComputer:
         rep = baseline_audit(self.engine, sets)
         return {"rows": {"audit": [(n, r["n"], r["mean_p_key"], r["expected"][0], r["expected"][1], int(r["ok"])) for n, r in rep.items()]}}
 
+
+    # ---- doctor -----------------------------------------------------------------------------
+    def _doctor(self, unit):
+        """The doctor's fast checks on this replica's model (:func:`vheads.doctor.fast_checks`);
+        the driver refuses to start the study when an invariant fails."""
+        from vheads.doctor import fast_checks
+
+        rep = fast_checks(self.engine.lm, self.engine, self.templates, self.cfg.seed).to_dict()
+        return {"rows": {"meta": [("doctor", _json(rep))]}, "doctor": rep}
 
     # ---- pointing suite ----------------------------------------------------------------------
     def _ood_sets(self, spec):

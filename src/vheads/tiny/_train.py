@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 from vheads.data import OPTION_LETTERS, Item
 from vheads.data import synthetic as syn
-from vheads.models import ProcessorBundle
+from vheads.models import TINY_WEIGHTS, ProcessorBundle
 from vheads.models.tiny_random import build_qwen_vl, save_model_folder
 from vheads.tiny._batch import build_prompts, collate
 
@@ -90,6 +90,8 @@ def seed_everything(seed: int) -> None:
 def build_untrained(seed: int = 0):
     """The recipe's architecture with fresh weights: (model, tokenizer, image_processor)."""
     model, tok, ip = build_qwen_vl("qwen3_vl", words=list(syn.WORDS), seed=seed, **ARCH)
+    # the tiny model's own chat template: its training prompts, saved with the model
+    tok.chat_template = (TINY_WEIGHTS / "chat_template.jinja").read_text()
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         pe = model.model.visual.pos_embed.weight
