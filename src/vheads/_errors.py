@@ -9,7 +9,9 @@ working.
 
 Names read from data (a ``strips.json``'s ``corpus`` / ``abbrev``, an image's name) may
 become parts of file names. :func:`safe_name` accepts only plain identifiers, and
-:func:`path_inside` resolves every output path and refuses one outside its root folder.
+:func:`path_inside` resolves every output path and refuses one outside its root folder;
+:func:`inside_data_folder` does the same for a file read from a data folder (a symlink or
+a metadata path leading out of it). :func:`plain_text` checks a label read from data.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import errno
 import re
 import sqlite3
+import unicodedata
 from pathlib import Path
 
 
@@ -45,6 +48,26 @@ def safe_name(value: object, what: str, allowed: re.Pattern = SAFE_NAME) -> str:
     return value
 
 
+def plain_text(value: object, what: str, multiline: bool = False) -> str:
+    """``value`` if it is a non-empty string without control characters, else :class:`VheadsError`.
+
+    For labels, class names and answer choices read from data (``what`` names the file and
+    entry): a list or number is refused rather than turned into the text ``"['a', 'b']"``,
+    and a newline, NUL or other control character (Unicode category ``Cc``) is refused
+    rather than passed into a prompt or a table. ``multiline=True`` (question texts)
+    allows newlines and tabs.
+    """
+    if not isinstance(value, str):
+        raise VheadsError(f"{what} must be a non-empty string, got {type(value).__name__} {value!r:.80}")
+    if not value.strip():
+        raise VheadsError(f"{what} must be a non-empty string, got {value!r:.80}")
+    allowed = "\n\r\t" if multiline else ""
+    bad = next((ch for ch in value if unicodedata.category(ch) == "Cc" and ch not in allowed), None)
+    if bad is not None:
+        raise VheadsError(f"{what} holds the control character {bad!r} ({value!r:.80}); remove it from the data")
+    return value
+
+
 def path_inside(root: str | Path, *parts: str) -> Path:
     """``root / parts…``, resolved, refused (:class:`VheadsError`) unless it lies inside ``root``."""
     base = Path(root).resolve()
@@ -52,6 +75,17 @@ def path_inside(root: str | Path, *parts: str) -> Path:
     if p != base and base not in p.parents:
         raise VheadsError(f"refusing to write {p}: it lies outside the output folder {base}")
     return p
+
+
+def inside_data_folder(root: str | Path, path: str | Path, what: str) -> Path:
+    """``path`` (a file found in, or named by, the data folder ``root``) if it resolves inside
+    ``root``; a symlink or a metadata entry that leads out of it is a :class:`VheadsError`
+    (``what`` names the source), so a data folder can only show what it holds."""
+    base, p = Path(root).resolve(), Path(path).resolve()
+    if p != base and base not in p.parents:
+        raise VheadsError(f"{what}: {path} leads outside the data folder {base} (to {p}); "
+                          "copy the file into the folder instead of linking to it")
+    return Path(path)
 
 
 def storage_error(e: BaseException, where: str | Path | None = None) -> VheadsError | None:
