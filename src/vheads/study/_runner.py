@@ -294,14 +294,14 @@ def study_models(cfg: StudyConfig) -> list[tuple[str, StudyConfig, dict]]:
     entries = model_entries(cfg)
     if not entries:
         shape = preflight_model(cfg)
-        validate_for_model(cfg, shape["n_layers"], shape["n_heads"])
+        validate_for_model(cfg, shape["n_layers"], shape["n_heads"], shape["attention_layers"])
         return [("", cfg, shape)]
     out = []
     for i, e in enumerate(entries):
         mcfg = model_config(cfg, e)
         shape = preflight_model(mcfg, f"'models[{i}]' ({e.name!r})")
         try:
-            validate_for_model(mcfg, shape["n_layers"], shape["n_heads"])
+            validate_for_model(mcfg, shape["n_layers"], shape["n_heads"], shape["attention_layers"])
         except VheadsError as err:
             raise VheadsError(f"{err} (for models[{i}], {e.name!r})") from None
         out.append((e.name, mcfg, shape))
@@ -312,6 +312,12 @@ def _claim(store: Store, cfg: StudyConfig, run_dir: Path, **meta) -> None:
     """Refuse a store that holds a run of another configuration; record ``cfg`` (and
     ``meta``) in a new one."""
     have = store.get_meta("config_hash")
+    if have is not None and have != cfg.science_hash() and not store.query("SELECT 1 FROM main.units LIMIT 1"):
+        # a run that stopped before its first unit holds nothing but its claim: the corrected
+        # configuration takes the folder over instead of being refused
+        with store.transaction() as db:
+            db.execute("DELETE FROM main.meta")
+        have = None
     if have is not None and have != cfg.science_hash():
         store.close()
         raise VheadsError(
