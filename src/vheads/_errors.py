@@ -35,6 +35,20 @@ class MissingFileError(VheadsError, FileNotFoundError):
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 
 
+#: items (or half-splits) above this are a typo, not a study: every command and config key bounds its counts here
+MAX_ITEMS = 1_000_000
+#: seeds are 0 … 2**63 − 1 (they are stored as SQLite's signed 64-bit integers)
+MAX_SEED = (1 << 63) - 1
+
+
+def check_range(what: str, value: object, lo: int, hi: int) -> int:
+    """``value`` if it is an integer in ``lo … hi``, else :class:`VheadsError` naming ``what``
+    (a flag such as ``--seed``, or a config key) and the value."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise VheadsError(f"{what} must be an integer from {lo:,} to {hi:,}, got {value!r}")
+    return value
+
+
 def safe_name(value: object, what: str, allowed: re.Pattern = SAFE_NAME) -> str:
     """``value`` if it is a safe identifier (see :data:`SAFE_NAME`), else :class:`VheadsError`.
 

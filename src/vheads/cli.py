@@ -92,7 +92,7 @@ def evaluate(
     from vheads.discovery import load_headset
 
     # every argument, and every head-set file, is checked before the model is loaded
-    _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size, steer_rows=steer_rows)
+    _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size, steer_rows=steer_rows, seed=seed)
     records = [_fail_clearly(load_headset, p) for p in headset]
     real = _real_items(source, cell)
     if real is not None:  # every photo read (and checked) before the model loads
@@ -131,10 +131,13 @@ def audit(
     cell: Annotated[int, typer.Option(help="real photos: pixels per grid cell")] = 224,
 ) -> None:
     """Baseline audit of the evaluation sets: oracle, floor, matched, mismatched, leak."""
+    from vheads._errors import MAX_ITEMS, MAX_SEED, check_range
     from vheads.engine import Engine
     from vheads.evaluation import audit_sets, baseline_audit
     from vheads.models import load_model
 
+    _fail_clearly(check_range, "--n", n, 1, MAX_ITEMS)
+    _fail_clearly(check_range, "--seed", seed, 0, MAX_SEED)
     real = _real_items(source, cell)
     sets = _fail_clearly(audit_sets, n, lambda kind: seed, real)  # every photo read before the model loads
     lm = _fail_clearly(load_model, model)
@@ -192,8 +195,10 @@ def _real_items(source: str | None, cell: int):
     (its files read now) — or None for the synthetic items."""
     if source is None:
         return None
+    from vheads.data.builders import check_cell
     from vheads.data.ood import item_source
 
+    _fail_clearly(check_cell, cell, "--cell")
     real = _fail_clearly(item_source, source, cell)
     _fail_clearly(real.open)
     return real

@@ -146,9 +146,44 @@ def test_evaluate_headset_that_is_a_folder(tmp_path):
     (["--batch-size", "0"], "--batch-size must be at least 1"),
     (["--controls", "layer-matched:100000000"], "more than 100,000"),
     (["--test", "nope"], "unknown test 'nope'"),
+    (["--n", "1000000000000"], "--n must be an integer from 2 to 1,000,000"),
+    (["--seed", "-1"], "--seed must be an integer from 0"),
+    (["--beta", "0"], "--beta must be a finite number above 0"),
+    (["--source", "imagefolder:/nonexistent", "--cell", "30000"], "--cell must be 8 to 2048 pixels, got 30000"),
 ])
 def test_evaluate_arguments_are_refused_before_the_model_loads(headset_file, args, fragment):
     refused(vheads("evaluate", "--headset", headset_file, "--model", NO_MODEL, *args), fragment)
+
+
+@pytest.mark.parametrize("command,args,fragment", [
+    ("discover", ["--seed", "-1"], "--seed must be an integer from 0"),
+    ("discover", ["--n", "1000000000000"], "--n must be an integer from 1 to 1,000,000"),
+    ("audit", ["--seed", "-1"], "--seed must be an integer from 0"),
+    ("audit", ["--n", "1000000000000"], "--n must be an integer from 1 to 1,000,000"),
+    ("audit", ["--source", "imagefolder:/nonexistent", "--cell", "30000"], "--cell must be 8 to 2048"),
+])
+def test_counts_and_seeds_of_every_command_are_bounded_before_the_model(tmp_path, command, args, fragment):
+    refused(vheads(command, "--model", NO_MODEL, *args, *(["--out", tmp_path / "hs"] if command == "discover" else [])), fragment)
+    assert not (tmp_path / "hs").exists()
+
+
+def test_overlap_seed_is_bounded(headset_file):
+    refused(vheads("overlap", headset_file, "--seed", "-1"), "--seed must be an integer from 0")
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--n", "1000000000"], "--n must be an integer from 1 to 1,000"),
+    (["--seed", "-1"], "--seed must be an integer from 0"),
+    (["--cell", "30000"], "--cell must be 8 to 2048"),
+])
+def test_data_preview_bounds_its_arguments(tmp_path, args, fragment):
+    refused(vheads("data", "preview", "synthetic", "--kind", "grid-neutral", "--out", tmp_path / "p.png", *args), fragment)
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_data_preview_out_that_is_a_folder_is_one_line(tmp_path):
+    (tmp_path / "p.png").mkdir()
+    refused(vheads("data", "preview", "synthetic", "--kind", "grid-neutral", "--out", tmp_path / "p.png"), "is a folder")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")

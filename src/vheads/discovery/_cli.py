@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from vheads._errors import VheadsError
+from vheads._errors import MAX_ITEMS, MAX_SEED, VheadsError, check_range
 from vheads._io import json_safe
 from vheads.discovery._discover import check_out_folder, discover_headsets, load_corpora
 from vheads.discovery._files import load_headset
@@ -60,6 +60,9 @@ def discover(
     # every input is checked, and every corpus loaded, before the model is
     check_load_options(device, device_map, quantize)
     check_positive(max_new_tokens=max_new_tokens, panel_size=panel_size, splits=splits)
+    check_range("--n", n, 1, MAX_ITEMS)
+    check_range("--seed", seed, 0, MAX_SEED)
+    check_range("--splits", splits, 1, MAX_ITEMS)
     check_out_folder(out, force)
     for s in source:
         if s not in SOURCES:
@@ -94,6 +97,8 @@ def overlap(
     """Top-k overlap matrix of head-sets, split-half noise ceilings, and each pair's overlap at half size as a
     fraction of their geometric-mean ceiling (both taken at the same number of items)."""
     check_positive(splits=splits)
+    check_range("--splits", splits, 1, MAX_ITEMS)
+    check_range("--seed", seed, 0, MAX_SEED)
     if figure is not None and Path(figure).is_dir():
         raise VheadsError(f"--figure {figure} is a folder; pass a file name (.png, .pdf or .svg)")
     records = [load_headset(p) for p in headsets]

@@ -14,11 +14,10 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from vheads._errors import MissingFileError, VheadsError, safe_name
+from vheads._errors import MAX_ITEMS, MissingFileError, VheadsError, safe_name
 from vheads.engine import ROW_GROUPS
 from vheads.evaluation import MAX_R, TESTS
 
-MAX_ITEMS = 1_000_000  # items or splits above this are a typo, not a study
 MAX_INT = 1 << 63  # every integer key fits a signed 64-bit integer (SQLite's)
 DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 
