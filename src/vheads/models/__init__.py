@@ -13,12 +13,13 @@ from vheads.models import gemma4 as _gemma4  # noqa: F401
 from vheads.models import glm4v as _glm4v  # noqa: F401
 from vheads.models._adapter import check_attention_layers, ADAPTERS, Adapter, adapter_for, format_options, register_adapter
 from vheads.models._layout import ImageBlock, Prompt, RegionTokens, TokenLayout
-from vheads.models._loading import check_device, check_load_options, DEVICE_MAP_STRATEGIES, QUANTIZATIONS, TINY_WEIGHTS, LoadedModel, ProcessorBundle, load_model, resolve_model_path, tiny_model_path
+from vheads.models._loading import check_device, check_model_folder, check_load_options, DEVICE_MAP_STRATEGIES, QUANTIZATIONS, TINY_WEIGHTS, LoadedModel, ProcessorBundle, load_model, resolve_model_path, tiny_model_path
 
 __all__ = [
     "check_attention_layers",
     "check_device",
     "check_load_options",
+    "check_model_folder",
     "DEVICE_MAP_STRATEGIES",
     "QUANTIZATIONS",
     "ADAPTERS",

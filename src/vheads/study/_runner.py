@@ -47,9 +47,16 @@ def preflight_model(cfg: StudyConfig, key: str = "'model'") -> dict:
     (errors name the config ``key``: ``model``, or ``models[i] ('name')``)."""
     from transformers import AutoConfig
 
-    from vheads.models import adapter_for, resolve_model_path
+    import os
+
+    from vheads.models import adapter_for, check_model_folder, resolve_model_path
 
     path = resolve_model_path(cfg.model)
+    if os.path.isdir(path):  # a local folder's files are checked now, before the run folder exists
+        try:
+            check_model_folder(path)
+        except VheadsError as e:
+            raise VheadsError(f"config key {key}: {e}") from None
     try:
         mc = AutoConfig.from_pretrained(path, revision=cfg.revision or None, **({"trust_remote_code": True} if cfg.trust_remote_code else {}))
     except Exception as e:  # noqa: BLE001 - the message is what matters
