@@ -17,6 +17,7 @@ a metadata path leading out of it). :func:`plain_text` checks a label read from 
 from __future__ import annotations
 
 import errno
+import os
 import re
 import sqlite3
 import unicodedata
@@ -132,9 +133,39 @@ def storage_error(e: BaseException, where: str | Path | None = None) -> VheadsEr
     )
 
 
+def check_output_path(path: str | Path, what: str = "--out") -> Path:
+    """``path`` if a command may make it (or write into it) as its output folder, else
+    :class:`VheadsError` naming ``what`` and the value, before anything is written:
+    a name longer than the file system allows (usually 255 bytes a name), the file
+    system's root (``--out /``), or a path below a file (``--out notes.txt/run``)."""
+    path = Path(path)
+    full = path.absolute()
+
+    def exists(p: Path) -> bool:
+        try:
+            return p.exists() or p.is_symlink()
+        except OSError:  # a name too long to look up
+            return False
+
+    existing = next((p for p in [full, *full.parents] if exists(p)), Path(full.anchor))
+    try:
+        name_max = os.pathconf(existing if existing.is_dir() else existing.parent, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        name_max = 255
+    long = next((part for part in full.parts if len(os.fsencode(part)) > name_max), None)
+    if long is not None:
+        raise VheadsError(f"{what} {str(path)[:60]!r}…: the name {long[:40]!r}… has {len(os.fsencode(long))} bytes, "
+                          f"more than the file system's limit of {name_max}; choose a shorter name")
+    if full == Path(full.anchor) or path.resolve() == Path(path.resolve().anchor):
+        raise VheadsError(f"{what} {str(path)!r} is the file system's root; pass a folder of its own for the output")
+    if not existing.is_dir():
+        raise VheadsError(f"{what} {str(path)!r} lies below {str(existing)!r}, which is a file, not a folder")
+    return path
+
+
 def make_output_folder(path: str | Path, hint: str = "pass --out to a writable folder") -> Path:
     """``mkdir -p path``; a read-only or full disk is one line that says the input is untouched."""
-    path = Path(path)
+    path = check_output_path(Path(path), "output folder")
     if path.exists() and not path.is_dir():
         raise VheadsError(f"output folder {path} is a file, not a folder")
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
-from vheads._errors import MAX_SEED, VheadsError, check_range
+from vheads._errors import MAX_SEED, VheadsError, check_output_path, check_range
 from vheads._io import atomic_write
 from vheads.data.builders import check_cell
 from vheads.data._items import OPTION_LETTERS, Item
@@ -120,6 +120,7 @@ def write_preview(source: str, kind: str, out: str | Path, n: int = 8, seed: int
         raise ValueError(f"--out must be a .png file, got {str(out)!r}")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"folder {str(out.parent)!r} of --out does not exist")
+    check_output_path(out)
     if out.is_dir():
         raise VheadsError(f"--out {str(out)!r} is a folder; pass the contact sheet's file name (.png)")
     check_range("--n", n, 1, MAX_PREVIEW)

@@ -26,7 +26,7 @@ from vheads import __version__
 from vheads.evaluation import HeadSet, draw_controls
 from vheads.evaluation import split_control_name
 from vheads.study._backends import make_backend
-from vheads._errors import VheadsError, path_inside, storage_error
+from vheads._errors import VheadsError, check_output_path, path_inside, storage_error
 from vheads._io import atomic_write
 from vheads.study._config import StudyConfig, model_config, model_entries, validate_for_model
 from vheads.study._lock import RunLock
@@ -281,7 +281,7 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
     """
     from vheads.study._data import preflight_data
 
-    run_dir = Path(out)
+    run_dir = check_output_path(Path(out))
     if run_dir.exists() and not run_dir.is_dir():
         raise VheadsError(f"--out {run_dir} is a file, not a run folder; pass a folder")
     models = study_models(cfg)
@@ -289,7 +289,7 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise storage_error(e, run_dir) from None
+        raise (storage_error(e, run_dir) or VheadsError(f"cannot make the run folder {run_dir} ({e.strerror or e})")) from None
     with RunLock(run_dir):
         return _run_locked(cfg, run_dir, models, progress, report)
 
