@@ -58,7 +58,7 @@ def study(
         return
     cfg = _fail_clearly(load_config, config, model=model)
     t0 = time.time()
-    res = _fail_clearly(run_study, cfg, out, progress=not quiet)
+    res = _fail_clearly(_resumable, out, run_study, cfg, out, progress=not quiet)
     typer.echo(f"study finished in {time.time() - t0:.0f} s ({res.units_computed} work units computed this run)")
     for stage, secs in res.seconds.items():
         typer.echo(f"  {stage:<11} {secs:7.1f} s")
@@ -202,6 +202,29 @@ def _real_items(source: str | None, cell: int):
     real = _fail_clearly(item_source, source, cell)
     _fail_clearly(real.open)
     return real
+
+
+def _resumable(out: Path, fn, *args, **kwargs):
+    """Run ``fn``; SIGINT (Ctrl-C) or SIGTERM stops it with one line saying how to resume.
+
+    SIGTERM is raised as a KeyboardInterrupt, so both unwind the same way: the work unit in
+    flight is dropped (its transaction rolls back), every finished one stays committed, the
+    run lock is released. Exit code 128 + the signal's number (130, 143), as a shell reports it."""
+    import signal
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        return fn(*args, **kwargs)
+    except KeyboardInterrupt as e:
+        name = str(e) or "SIGINT"
+        typer.echo(f"error: interrupted ({name}); the work units finished so far are committed to {out / 'results.sqlite'}; "
+                   "rerun the same command to resume", err=True)
+        raise typer.Exit(128 + int(getattr(signal, name, signal.SIGINT))) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _die(msg: str) -> None:
