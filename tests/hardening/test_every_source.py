@@ -351,3 +351,17 @@ def test_a_symlink_inside_the_data_folder_is_fine(tmp_path):
     d["strips"][1]["image"] = "alias.png"
     (folder / "strips.json").write_text(json.dumps(d))
     assert len(load_strip_folder(folder, "ordinal")) == 2
+
+
+def test_class_names_with_control_characters_are_refused_in_imagenet_and_hf(tmp_path):
+    train = make_ilsvrc(tmp_path / "in")
+    mapping = tmp_path / "in" / "LOC_synset_mapping.txt"
+    mapping.write_text(mapping.read_text().replace("tabby cat,", "tab\x07by cat,"))
+    refused(vheads("audit", "--model", NO_MODEL, "--source", f"imagenet:{train}", "--n", "2"),
+            str(mapping), "line 2", "control character '\\x07'")
+    root = make_hf_saved(tmp_path / "hf")
+    info = root / "dataset_info.json"
+    d = json.loads(info.read_text())
+    d["features"]["label"]["names"][3] = "rocket\nlauncher"
+    info.write_text(json.dumps(d))
+    refused(vheads("audit", "--model", NO_MODEL, "--source", f"hf:{root}", "--n", "2"), "ClassLabel name 3", "control character '\\n'")

@@ -155,3 +155,40 @@ def test_an_output_path_that_cannot_be_a_folder_is_one_line(run, tmp_path, comma
     before = sorted(p.name for p in tmp_path.iterdir())
     refused(vheads(*args, "--out", out), fragment)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.slow  # a study run twice (disk full, then resumed): run with VHEADS_SLOW=1
+@needs_mounts
+def test_a_full_disk_during_a_study_commit_is_one_line_and_the_rerun_resumes(tiny_random_dirs, tmp_path):
+    """A real 400 KiB tmpfs fills while the study commits its units; after the disk is
+    grown (remount) the same command resumes and computes no finished unit again."""
+    from tests.hardening.test_signals import CONFIG
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG)
+    disk, seen = tmp_path / "disk", tmp_path / "seen"
+    disk.mkdir()
+    run = disk / "run"
+    study = f"PYTHONPATH={SRC} OMP_NUM_THREADS=1 {sys.executable} -m vheads.cli study {cfg} --out {run} --model {tiny_random_dirs['qwen3_vl']} --quiet"
+    script = textwrap.dedent(f"""
+        mount -t tmpfs -o size=400k tmpfs {disk} || exit 99
+        {study} 2>{tmp_path}/err1; echo "first rc=$?"
+        mkdir -p {seen} && cp -r {run}/. {seen}/
+        mount -o remount,size=50m {disk} || exit 98
+        {study} 2>{tmp_path}/err2; echo "second rc=$?"
+        cp {run}/units.log {seen}/units-after.log
+    """)
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=900)
+    assert "first rc=2" in r.stdout and "second rc=0" in r.stdout, r.stdout + r.stderr + (tmp_path / "err2").read_text()
+    err = [ln for ln in (tmp_path / "err1").read_text().replace("\r", "\n").splitlines() if ln.strip() and not ln.startswith("Loading weights")]
+    assert len(err) == 1 and err[0].startswith("error: the disk is full") and "rerun the same command" in err[0], err
+    import sqlite3
+
+    with sqlite3.connect(seen / "results.sqlite") as db:  # the store as the full disk left it
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        done = {u for (u,) in db.execute("SELECT unit_id FROM units")}
+    logged = {ln.split(" ", 1)[1] for ln in (seen / "units.log").read_text().splitlines() if ln.startswith("done ")}
+    assert logged and logged <= done, "the disk filled before the first unit: the test no longer exercises a mid-run commit"
+    before = len((seen / "units.log").read_text().splitlines())
+    started = {ln.split(" ", 1)[1] for ln in (seen / "units-after.log").read_text().splitlines()[before:] if ln.startswith("start ")}
+    assert started and not started & logged
