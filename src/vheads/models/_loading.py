@@ -124,15 +124,18 @@ def _safetensors_problem(f: Path) -> str | None:
     return None
 
 
-def check_model_folder(path: str | Path) -> Path:
+def check_model_folder(path: str | Path, weights: bool = True) -> Path:
     """Refuse (:class:`VheadsError`, one line naming the file) a local model folder whose
     files cannot load, before anything is loaded: ``config.json`` missing or not a JSON
     object; no weights; only pickled weights (``*.bin``: vheads never unpickles a file, as
-    unpickling can run code); a ``*.safetensors`` file that is truncated or damaged."""
+    unpickling can run code); a ``*.safetensors`` file that is truncated or damaged.
+    ``weights=False`` checks ``config.json`` only."""
     path = Path(path)
     config = read_json(path / "config.json", f"model folder {path}: config.json")
     if not isinstance(config, dict):
         raise VheadsError(f"model folder {path}: config.json must hold a JSON object, got {type(config).__name__}")
+    if not weights:
+        return path
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
         pickled = sorted(p.name for p in path.glob("*.bin")) + sorted(p.name for p in path.glob("*.pt*"))

@@ -52,11 +52,16 @@ def preflight_model(cfg: StudyConfig, key: str = "'model'") -> dict:
     from vheads.models import adapter_for, check_model_folder, resolve_model_path
 
     path = resolve_model_path(cfg.model)
-    if os.path.isdir(path):  # a local folder's files are checked now, before the run folder exists
+    local = os.path.isdir(path)  # a local folder's files are checked now, before the run folder exists
+
+    def check_folder(weights: bool) -> None:
         try:
-            check_model_folder(path)
+            check_model_folder(path, weights)
         except VheadsError as e:
             raise VheadsError(f"config key {key}: {e}") from None
+
+    if local:
+        check_folder(weights=False)
     try:
         mc = AutoConfig.from_pretrained(path, revision=cfg.revision or None, **({"trust_remote_code": True} if cfg.trust_remote_code else {}))
     except Exception as e:  # noqa: BLE001 - the message is what matters
@@ -67,6 +72,8 @@ def preflight_model(cfg: StudyConfig, key: str = "'model'") -> dict:
         adapter = adapter_for(mc.model_type)
     except ValueError as e:
         raise VheadsError(f"config key {key}: {cfg.model!r}: {e}") from None
+    if local:
+        check_folder(weights=True)
     tc = getattr(mc, "text_config", mc)
     return {"n_layers": tc.num_hidden_layers, "n_heads": tc.num_attention_heads, "attention_layers": adapter.attention_layers(tc)}
 
