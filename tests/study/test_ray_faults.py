@@ -62,4 +62,3 @@ def test_a_unit_that_kills_every_replica_is_an_error_naming_it(cluster, tmp_path
     with pytest.raises(VheadsError, match="work unit u2 failed on 3 Ray replicas"):
         list(backend.run([{"unit_id": f"u{i}"} for i in range(4)]))
     backend.close()
-
