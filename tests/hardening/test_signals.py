@@ -60,11 +60,11 @@ def test_a_signal_to_the_driver_leaves_a_consistent_store_and_says_how_to_resume
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         done = {u for (u,) in db.execute("SELECT unit_id FROM units")}
     logged = {ln.split(" ", 1)[1] for ln in log.read_text().splitlines() if ln.startswith("done ")}
-    assert done and done == logged  # every committed unit was logged done, and no other
+    assert logged and logged <= done  # every unit logged done is committed (driver stages commit without a log line)
     before = len(log.read_text().splitlines())
     again = _study(cfg, out, tiny_random_dirs["qwen3_vl"])  # the lock was released: the rerun resumes
     _, se = again.communicate(timeout=600)
     assert again.returncode == 0, se
     started = {ln.split(" ", 1)[1] for ln in log.read_text().splitlines()[before:] if ln.startswith("start ")}
-    assert started and not started & done  # nothing computed twice
+    assert started and not started & done  # no committed unit computed again
     assert (out / "report.html").is_file()
