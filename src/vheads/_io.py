@@ -14,16 +14,34 @@ from typing import Any
 from vheads._errors import MissingFileError, VheadsError, storage_error
 
 
+def read_text(path: Path, what: str | None = None) -> str:
+    """The UTF-8 text of ``path``; a folder, a missing file, or bytes that are not UTF-8 text
+    (a binary file: invalid UTF-8 or a NUL byte) is a :class:`VheadsError` naming the file."""
+    path = Path(path)
+    what = what or str(path)
+    if path.is_dir():
+        raise VheadsError(f"{what} is a folder, not a file")
+    if not path.is_file():
+        raise MissingFileError(f"{what} does not exist")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise VheadsError(f"{what} is not UTF-8 text (byte {e.start}: {data[e.start:e.start + 1]!r}); is it a binary file?") from None
+    if "\x00" in text:
+        raise VheadsError(f"{what} holds a NUL byte (at character {text.index(chr(0))}); it is a binary file, not text")
+    return text
+
+
 def read_json(path: Path, what: str | None = None) -> Any:
     """Parse ``path``; invalid JSON is a :class:`VheadsError` "<what> is not valid JSON: …"."""
     path = Path(path)
     if path.is_dir():
         raise VheadsError(f"{what or path} is a folder, not a JSON file")
-    if not path.is_file():
-        raise MissingFileError(f"{what or path} does not exist")
+    text = read_text(path, what)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
         raise VheadsError(f"{what or path} is not valid JSON: {e}") from None
 
 

@@ -65,7 +65,7 @@ def study(
     if quiet:
         _quiet_libraries()
     t0 = time.time()
-    res = _fail_clearly(run_study, cfg, out, progress=not quiet, skip_doctor=skip_doctor)
+    res = _fail_clearly(_resumable, out, run_study, cfg, out, progress=not quiet, skip_doctor=skip_doctor)
     typer.echo(f"study finished in {time.time() - t0:.0f} s ({res.units_computed} work units computed this run)")
     for stage, secs in res.seconds.items():
         typer.echo(f"  {stage:<11} {secs:7.1f} s")
@@ -101,7 +101,7 @@ def evaluate(
     from vheads.discovery import load_headset
 
     # every argument, and every head-set file, is checked before the model is loaded
-    _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size, steer_rows=steer_rows)
+    _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size, steer_rows=steer_rows, seed=seed)
     records = [_fail_clearly(load_headset, p) for p in headset]
     real = _real_items(source, cell)
     if real is not None:  # every photo read (and checked) before the model loads
@@ -143,10 +143,13 @@ def audit(
     cell: Annotated[int, typer.Option(help="real photos: pixels per grid cell")] = 224,
 ) -> None:
     """Baseline audit of the evaluation sets: oracle, floor, matched, mismatched, leak."""
+    from vheads._errors import MAX_ITEMS, MAX_SEED, check_range
     from vheads.engine import Engine
     from vheads.evaluation import audit_sets, baseline_audit
     from vheads.models import load_model
 
+    _fail_clearly(check_range, "--n", n, 1, MAX_ITEMS)
+    _fail_clearly(check_range, "--seed", seed, 0, MAX_SEED)
     from vheads.data import default_templates
 
     real = _real_items(source, cell)
@@ -231,8 +234,10 @@ def _real_items(source: str | None, cell: int):
     (its files read now) — or None for the synthetic items."""
     if source is None:
         return None
+    from vheads.data.builders import check_cell
     from vheads.data.ood import item_source
 
+    _fail_clearly(check_cell, cell, "--cell")
     real = _fail_clearly(item_source, source, cell)
     _fail_clearly(real.open)
     return real
@@ -256,6 +261,29 @@ def _quiet_libraries() -> None:
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     first = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
     return f"warning: {first} ({category.__name__})\n"
+
+
+def _resumable(out: Path, fn, *args, **kwargs):
+    """Run ``fn``; SIGINT (Ctrl-C) or SIGTERM stops it with one line saying how to resume.
+
+    SIGTERM is raised as a KeyboardInterrupt, so both unwind the same way: the work unit in
+    flight is dropped (its transaction rolls back), every finished one stays committed, the
+    run lock is released. Exit code 128 + the signal's number (130, 143), as a shell reports it."""
+    import signal
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        return fn(*args, **kwargs)
+    except KeyboardInterrupt as e:
+        name = str(e) or "SIGINT"
+        typer.echo(f"error: interrupted ({name}); the work units finished so far are committed to {out / 'results.sqlite'}; "
+                   "rerun the same command to resume", err=True)
+        raise typer.Exit(128 + int(getattr(signal, name, signal.SIGINT))) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _die(msg: str) -> None:

@@ -264,11 +264,19 @@ def _has_model_column(db: sqlite3.Connection) -> bool:
 
 
 def _connect_readonly(path: Path) -> sqlite3.Connection:
-    """``mode=ro``; on read-only media, where SQLite cannot make the WAL index, ``immutable=1``
+    """Open the store for reading without creating a file beside it.
+
+    A closed store has no ``-wal`` / ``-shm`` file (the last writer checkpoints and deletes
+    them), so all of it is in ``results.sqlite``: it is opened ``immutable=1``, which makes
+    SQLite create no WAL index (``mode=ro`` alone would leave ``-wal`` / ``-shm`` in the run
+    folder). With a WAL present (a study writing now, or killed), ``mode=ro`` reads through
+    it; on read-only media, where SQLite cannot make the WAL index, ``immutable=1`` again
     (nothing can write there, so the file cannot change while it is read)."""
     if not path.is_file():
         raise MissingFileError(f"no results store at {path}; pass the run directory a `vheads study` wrote")
     uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+    if not any(Path(f"{path}{suffix}").exists() for suffix in ("-wal", "-shm")):
+        return sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None)
     db = sqlite3.connect(uri, uri=True, isolation_level=None)
     try:
         db.execute("SELECT count(*) FROM sqlite_master").fetchone()

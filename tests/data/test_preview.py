@@ -33,7 +33,7 @@ def test_preview_bad_input_is_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "sheet.png"
     for args, msg in [(["imagenet:/no/such/dir", "--kind", "grid-neutral"], "does not exist"),
                       (["synthetic", "--kind", "video"], "unknown item kind 'video'"),
-                      (["synthetic", "--kind", "grid-neutral", "--n", "0"], "--n must be a positive")]:
+                      (["synthetic", "--kind", "grid-neutral", "--n", "0"], "--n must be an integer from 1")]:
         r = CliRunner().invoke(app, ["data", "preview", *args, "--out", str(out)])
         assert r.exit_code == 2 and msg in r.output, r.output
         assert not out.exists()

@@ -9,6 +9,7 @@ import torch
 
 from tests.discovery.test_files import _record
 from tests.hardening.clitools import NO_MODEL, refused, vheads
+from vheads._errors import VheadsError
 from vheads.discovery import save_headset
 
 # ---- point 3: study config ------------------------------------------------------------------------
@@ -43,6 +44,17 @@ splits = 2
     ("[templates]\nordinal = \"what is in this panel ?\"", "templates"),
     ("[templates]\ncell = \"[cell] {k} ?\"", "templates"),
     ("templates = \"what ?\"", "templates"),
+    # second pass: ints fit 64 bits, R is whole, beta > 0, cells bounded
+    ("seed = 99999999999999999999", "seed"),
+    ("n_eval = 99999999999999999999", "n_eval"),
+    ("k_sweep = [1, 99999999999999999999]", "k_sweep[1]"),
+    ("[run]\nbatch_size = 99999999999999999999", "run.batch_size"),
+    ("controls = {layer-matched = 1.5}", "controls.layer-matched"),
+    ("controls = {layer-matched = 99999999999999999999}", "controls.layer-matched"),
+    ("beta = 0", "beta"),
+    ("beta = -1.0", "beta"),
+    ("beta_sweep = [0.0, 1.0]", "beta_sweep"),
+    ("eval_cell = 30000", "eval_cell"),
 ])
 def test_bad_study_config_is_refused_before_the_run_folder_exists(tmp_path, toml, key):
     cfg = tmp_path / "c.toml"
@@ -69,6 +81,32 @@ def test_k_too_large_for_the_model_is_refused_before_the_run_folder(tiny_random_
     r = vheads("study", cfg, "--out", tmp_path / "run", "--model", tiny_random_dirs["qwen3_vl"])
     refused(r, f"config key {key}", "model")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_random_n_control_larger_than_the_model_is_refused_before_the_run_folder(tiny_random_dirs, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(SMALL + '[controls]\nlayer-matched = 2\n"random-n@100000" = 2\n')
+    r = vheads("study", cfg, "--out", tmp_path / "run", "--model", tiny_random_dirs["qwen3_vl"])
+    refused(r, "config key 'controls.random-n@100000'", "100000 heads")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_folder_left_before_its_first_unit_takes_the_corrected_config(tmp_path):
+    """A run that stopped before committing anything holds only its claim; the corrected
+    config is not refused as "a different configuration". Once a unit is committed it is."""
+    from vheads.store import Store
+    from vheads.study import config_from_dict
+    from vheads.study._runner import _claim
+
+    first, fixed, other = (config_from_dict({"seed": s}) for s in (1, 2, 3))
+    store = Store(tmp_path)
+    _claim(store, first, tmp_path, model_id="tiny")
+    _claim(store, fixed, tmp_path)
+    assert store.get_meta("config_hash") == fixed.science_hash() and store.get_meta("model_id") is None
+    store.commit_unit("u1", "discovery", 0.0, {})
+    with pytest.raises(VheadsError, match="holds a run of a different configuration"):
+        _claim(store, other, tmp_path)
+    assert Store(tmp_path).get_meta("config_hash") == fixed.science_hash()
 
 
 def test_study_out_that_is_a_file_is_refused(tmp_path):
@@ -108,9 +146,44 @@ def test_evaluate_headset_that_is_a_folder(tmp_path):
     (["--batch-size", "0"], "--batch-size must be at least 1"),
     (["--controls", "layer-matched:100000000"], "more than 100,000"),
     (["--test", "nope"], "unknown test 'nope'"),
+    (["--n", "1000000000000"], "--n must be an integer from 2 to 1,000,000"),
+    (["--seed", "-1"], "--seed must be an integer from 0"),
+    (["--beta", "0"], "--beta must be a finite number above 0"),
+    (["--source", "imagefolder:/nonexistent", "--cell", "30000"], "--cell must be 8 to 2048 pixels, got 30000"),
 ])
 def test_evaluate_arguments_are_refused_before_the_model_loads(headset_file, args, fragment):
     refused(vheads("evaluate", "--headset", headset_file, "--model", NO_MODEL, *args), fragment)
+
+
+@pytest.mark.parametrize("command,args,fragment", [
+    ("discover", ["--seed", "-1"], "--seed must be an integer from 0"),
+    ("discover", ["--n", "1000000000000"], "--n must be an integer from 1 to 1,000,000"),
+    ("audit", ["--seed", "-1"], "--seed must be an integer from 0"),
+    ("audit", ["--n", "1000000000000"], "--n must be an integer from 1 to 1,000,000"),
+    ("audit", ["--source", "imagefolder:/nonexistent", "--cell", "30000"], "--cell must be 8 to 2048"),
+])
+def test_counts_and_seeds_of_every_command_are_bounded_before_the_model(tmp_path, command, args, fragment):
+    refused(vheads(command, "--model", NO_MODEL, *args, *(["--out", tmp_path / "hs"] if command == "discover" else [])), fragment)
+    assert not (tmp_path / "hs").exists()
+
+
+def test_overlap_seed_is_bounded(headset_file):
+    refused(vheads("overlap", headset_file, "--seed", "-1"), "--seed must be an integer from 0")
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--n", "1000000000"], "--n must be an integer from 1 to 1,000"),
+    (["--seed", "-1"], "--seed must be an integer from 0"),
+    (["--cell", "30000"], "--cell must be 8 to 2048"),
+])
+def test_data_preview_bounds_its_arguments(tmp_path, args, fragment):
+    refused(vheads("data", "preview", "synthetic", "--kind", "grid-neutral", "--out", tmp_path / "p.png", *args), fragment)
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_data_preview_out_that_is_a_folder_is_one_line(tmp_path):
+    (tmp_path / "p.png").mkdir()
+    refused(vheads("data", "preview", "synthetic", "--kind", "grid-neutral", "--out", tmp_path / "p.png"), "is a folder")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")

@@ -57,6 +57,8 @@ def rows(run_dir, sql, *args):
     ([{"name": "a", "model": "tiny"}, {"name": "b", "model": "tiny", "quantization": "4bit"}],
      r"config key 'quantization'.*\(in models\[1\], 'b'\)"),
     ([{"name": "a", "model": "tiny", "trust_remote_code": "yes"}], r"config key 'models\[0\].trust_remote_code': expected bool"),
+    ([{"name": "a", "model": "tiny"}, {"name": "b", "model": "tiny", "device": "cpu"}],
+     r"config key 'models': models\[1\] \('b'\) loads model 'tiny' exactly as 'a'"),
 ])
 def test_bad_models_entries_are_one_error_naming_the_entry(models, match):
     with pytest.raises(VheadsError, match=match):
@@ -157,7 +159,7 @@ def test_per_model_control_draws_keep_each_models_layer_counts(tmp_path):
     own S's per-layer counts, lie on its own grid and avoid its S."""
     from vheads.study._runner import _headset_stage
 
-    cfg = config_from_dict(multi_config({"deep": "tiny", "shallow": "tiny"}, controls={"layer-matched": 25}))
+    cfg = config_from_dict(multi_config({"deep": "tiny", "shallow": "/m/shallow"}, controls={"layer-matched": 25}))
     shapes = {"deep": (6, 4), "shallow": (2, 8)}
     S = {"deep": [[0, 1], [0, 2], [3, 0], [5, 3]], "shallow": [[0, 0], [1, 1], [1, 5], [1, 7]]}
     for name, (L, H) in shapes.items():

@@ -36,6 +36,7 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image, ImageOps
 
+from vheads._errors import VheadsError
 from vheads.data._items import OPTION_LETTERS, Item
 from vheads.data.sources import ClassSource, ImageRef, open_source
 from vheads.data._templates import DEFAULT_TEMPLATES, Templates
@@ -61,6 +62,18 @@ def grid_regions(cell: int) -> dict[str, tuple[int, int, int, int]]:
     return {f"cell{r * 2 + c}": (c * cell, r * cell, (c + 1) * cell, (r + 1) * cell) for r in range(2) for c in range(2)}
 
 
+#: the largest grid cell in pixels: a 2 x 2 grid is then 4096 pixels a side (a larger cell is
+#: a typo, and its images would not fit in memory)
+MAX_CELL = 2048
+
+
+def check_cell(cell: object, what: str = "cell size") -> int:
+    """``cell`` if it is a whole number of pixels in 8 … :data:`MAX_CELL`, else :class:`VheadsError`."""
+    if isinstance(cell, bool) or not isinstance(cell, int) or not 8 <= cell <= MAX_CELL:
+        raise VheadsError(f"{what} must be 8 to {MAX_CELL} pixels, got {cell!r}")
+    return cell
+
+
 @dataclass(frozen=True)
 class RealItems:
     """Evaluation items from a class-labelled source (see the module docstring).
@@ -83,8 +96,7 @@ class RealItems:
     def __post_init__(self) -> None:
         if self.resize not in RESIZE_POLICIES:
             raise ValueError(f"unknown resize policy {self.resize!r}; choose one of: {', '.join(RESIZE_POLICIES)}")
-        if not isinstance(self.cell, int) or self.cell < 8:
-            raise ValueError(f"cell size must be at least 8 pixels, got {self.cell!r}")
+        check_cell(self.cell)
 
     def open(self) -> ClassSource:
         return _open_cached(self.source, self.classes, self.exclude, self.groups)

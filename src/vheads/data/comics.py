@@ -17,36 +17,37 @@ answer).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from PIL import Image
 
+from vheads._errors import VheadsError, inside_data_folder, plain_text
+from vheads._io import read_json
 from vheads.data._items import Item
 from vheads.data._open import open_rgb
 from vheads.data.builders import fit_square
 from vheads.data._templates import DEFAULT_TEMPLATES, Templates
-from vheads.data.loaders import strip_item
+from vheads.data.loaders import item_id, strip_item
 from vheads.data.sources import IMAGE_SUFFIXES
 from vheads.data.synthetic import seeded_rng
 
 LABELS = "labels.json"
 
 
-def _comic_panels(folder: Path) -> tuple[list[Path], dict[str, str] | None]:
+def _comic_panels(root: Path, folder: Path) -> tuple[list[Path], dict[str, str] | None]:
+    """A comic's panel files (in name order; one reached through a symlink that leaves
+    ``root`` is refused) and their labels (each a text without control characters)."""
     panels = [p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")]
+    panels = [inside_data_folder(root, p, f"comics folder {root}") for p in panels]
     labels = None
     if (folder / LABELS).is_file():
-        try:
-            raw = json.loads((folder / LABELS).read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{folder / LABELS} is not valid JSON ({e})") from None
+        raw = read_json(folder / LABELS)
         if not isinstance(raw, dict):
-            raise ValueError(f"{folder / LABELS}: expected an object mapping panel file names to labels")
-        missing = [p.name for p in panels if not str(raw.get(p.name, "")).strip()]
+            raise VheadsError(f"{folder / LABELS}: expected an object mapping panel file names to labels")
+        missing = [p.name for p in panels if p.name not in raw or raw[p.name] == "" or raw[p.name] is None]
         if missing:
-            raise ValueError(f"{folder / LABELS} gives no label for panel {missing[0]!r}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
-        labels = {p.name: str(raw[p.name]).strip() for p in panels}
+            raise VheadsError(f"{folder / LABELS} gives no label for panel {missing[0]!r}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+        labels = {p.name: plain_text(raw[p.name], f"{folder / LABELS}: the label of {p.name!r}").strip() for p in panels}
     return panels, labels
 
 
@@ -63,7 +64,7 @@ def load_comic_folders(root: str | Path, query: str, n: int | None = None, seed:
         raise ValueError(f"comics folder {root} has no comic folders (expected {root}/<comic>/<panel images>)")
     strips: list[tuple[Path, list[Path], list[str]]] = []
     for comic in comics:
-        panels, labels = _comic_panels(comic)
+        panels, labels = _comic_panels(root, comic)
         if query == "referring" and labels is None:
             raise ValueError(f"comic {comic} has no {LABELS}, so no referring question can be asked of it; add one or use ordinal")
         for s in range(0, len(panels) - n_panels + 1, n_panels):
@@ -88,7 +89,7 @@ def load_comic_folders(root: str | Path, query: str, n: int | None = None, seed:
         canvas = Image.new("RGB", (P * n_panels, P))
         for p, path in enumerate(group):
             canvas.paste(fit_square(open_rgb(path, f"comic panel {path}"), P, "pad"), (p * P, 0))
-        items.append(strip_item("comics", query, f"comics-{query}-s{seed}-{len(items)}", canvas, boxes, labels, asked,
+        items.append(strip_item("comics", query, item_id(f"comics-{query}-s{seed}", f"{comic.name}/{group[0].name}"), canvas, boxes, labels, asked,
                                 {"comic": comic.name, "panel_files": [p.name for p in group]}, templates))
     if not items:
         raise ValueError(f"comics folder {root}: no strip has a panel whose label is unique in its strip, so no referring question can be asked")

@@ -38,9 +38,10 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 from PIL import Image
 
-from vheads._errors import MissingFileError, VheadsError, safe_name
+from vheads._errors import MissingFileError, VheadsError, inside_data_folder, plain_text, safe_name
 from vheads._io import read_json
 from vheads.data._items import Item
+from vheads.data._open import BACKGROUND, MAX_ASPECT, MIN_SIDE, image_to_rgb, open_rgb  # noqa: F401 - re-exported
 from vheads.data._templates import DEFAULT_TEMPLATES, Templates
 
 QUERIES = ("ordinal", "referring")
@@ -56,67 +57,6 @@ def _check_query(query: str) -> None:
         raise VheadsError(f"unknown strip query {query!r}; choose one of: {', '.join(QUERIES)}")
 
 
-#: the colour transparent pixels are composited on (alpha, LA, RGBA, palette transparency)
-BACKGROUND = (255, 255, 255)
-#: images with a side below this are refused: too small to hold a strip's panels
-MIN_SIDE = 8
-#: width / height (or height / width) above this is refused: VLM processors reject it
-MAX_ASPECT = 100.0
-
-
-def image_to_rgb(im: Image.Image, where: str) -> Image.Image:
-    """``im`` as 8-bit RGB, every PIL mode converted by its meaning, or :class:`VheadsError`.
-
-    - ``RGB``, ``L``, ``1``, ``CMYK``, ``YCbCr``, ``P`` without transparency: PIL's conversion;
-    - alpha (``RGBA``, ``LA``, ``PA``, ``RGBa``, ``La``, ``P`` with transparency): composited
-      on :data:`BACKGROUND` (white), ``out = a·c + (1 − a)·255``;
-    - 16-bit (``I;16*``, and ``I`` with values in 0…65535, as 16-bit PNGs open): ``v / 257``
-      rounded, so 0 → 0 and 65535 → 255 (PIL's own conversion clips to 255: a white image);
-    - ``F`` with values in [0, 1]: ``v · 255`` rounded;
-    - anything else (``I`` or ``F`` outside those ranges, ``LAB``, ``HSV``, …) is refused
-      with the file named: guessing a range would silently change what the model sees.
-    """
-    mode = im.mode
-    if mode in ("RGB", "L", "1", "CMYK", "YCbCr") or (mode == "P" and "transparency" not in im.info):
-        return im.convert("RGB")
-    if mode in ("RGBA", "LA", "PA", "RGBa", "La", "P"):
-        rgba = im.convert("RGBA")
-        return Image.alpha_composite(Image.new("RGBA", im.size, BACKGROUND + (255,)), rgba).convert("RGB")
-    if mode.startswith("I;16") or mode in ("I", "F"):
-        a = np.asarray(im, dtype=np.float64)
-        lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
-        if mode == "F":
-            if not (np.isfinite(a).all() and lo >= 0.0 and hi <= 1.0):
-                raise VheadsError(f"{where}: float image (mode F) with values in [{lo:g}, {hi:g}], not [0, 1]; save it as 8-bit RGB")
-            v = a * 255.0
-        else:
-            if lo < 0 or hi > 65535:
-                raise VheadsError(f"{where}: 32-bit integer image (mode {mode}) with values in [{lo:g}, {hi:g}], not 16-bit; save it as 8-bit RGB")
-            v = a / 257.0
-        grey = np.clip(np.rint(v), 0, 255).astype(np.uint8)
-        return Image.fromarray(np.repeat(grey[..., None], 3, axis=2), "RGB")
-    raise VheadsError(f"{where}: image mode {mode!r} is not supported; save it as 8-bit RGB (or L, RGBA, 16-bit grey)")
-
-
-def _open_image(path: Path, where: str) -> Image.Image:
-    """The image at ``path`` as RGB (:func:`image_to_rgb`); unreadable, tiny or extreme-aspect
-    images are refused with the file named."""
-    if not path.is_file():
-        raise MissingFileError(f"{where}: image file {path} is missing")
-    try:
-        with Image.open(path) as im:
-            im.load()
-            rgb = image_to_rgb(im, f"{where}: {path}")
-    except (OSError, Image.DecompressionBombError, SyntaxError) as e:
-        raise VheadsError(f"{where}: {path} is not a readable image ({e})") from None
-    w, h = rgb.size
-    if min(w, h) < MIN_SIDE:
-        raise VheadsError(f"{where}: {path} is {w}x{h} pixels; images need at least {MIN_SIDE} pixels a side")
-    if max(w, h) / min(w, h) > MAX_ASPECT:
-        raise VheadsError(f"{where}: {path} is {w}x{h} pixels, an aspect ratio above {MAX_ASPECT:g}; VLM processors refuse it")
-    return rgb
-
-
 def strip_item(corpus: str, query: str, item_id: str, image: Image.Image, boxes: Sequence[tuple[int, int, int, int]],
                labels: Sequence[str], asked: int, meta: dict | None = None, templates: Templates = DEFAULT_TEMPLATES) -> Item:
     """One strip question about panel ``asked`` (0-based) of a strip with these panel boxes/labels."""
@@ -130,6 +70,14 @@ def strip_item(corpus: str, query: str, item_id: str, image: Image.Image, boxes:
         target=f"panel{k}", query_span=span,
         meta={"corpus": corpus, "panels": list(labels), "class": label, **(meta or {})},
     )
+
+
+def item_id(prefix: str, relative: str) -> str:
+    """The id of the item made from the file at ``relative`` (its path inside the data folder,
+    suffix included): ``<prefix>-a/x.png``. Two files of one folder never share an id, so
+    no item replaces another in the results store (``a/x.png`` and ``b/x.png``, or
+    ``x.png`` and ``x.jpg``, used to both become ``…-x``)."""
+    return f"{prefix}-{PurePosixPath(str(relative).replace(chr(92), '/')).as_posix()}"
 
 
 def _ask(query: str, labels: Sequence[str], rng: np.random.Generator) -> int | None:
@@ -197,13 +145,13 @@ def read_strip_index(folder: str | Path, index: str = STRIP_INDEX) -> dict:
             if not isinstance(p, dict) or "box" not in p or "label" not in p:
                 raise VheadsError(f"{where} needs 'box' [x0, y0, x1, y1] and 'label'")
             boxes.append(_box(p["box"], where))
-            if not isinstance(p["label"], str) or not p["label"].strip():
-                raise VheadsError(f"{where}: 'label' must be a non-empty string, got {p['label']!r}")
+            plain_text(p["label"], f"{where}: 'label'")
         if len(set(boxes)) < len(boxes):
             twin = next(b for b in boxes if boxes.count(b) > 1)
             raise VheadsError(f"{path}: strip {i} ({image}) has two panels with the same box {list(twin)}")
         if not (folder / image).is_file():
             raise MissingFileError(f"strip folder {folder}: image {image!r} (strip {i} of {index}) is missing")
+        inside_data_folder(folder, folder / image, f"strip folder {folder}: image {image!r} (strip {i} of {index})")
     return data
 
 
@@ -233,7 +181,7 @@ def load_strip_folder(folder: str | Path, query: str, n: int | None = None, seed
         if n is not None and len(items) >= n:
             break
         where = f"strip folder {folder}, strip {i} ({s['image']})"
-        img = _open_image(folder / s["image"], where)
+        img = open_rgb(folder / s["image"], where)
         w, h = img.size
         boxes = [_box(p["box"], where) for p in s["panels"]]
         for j, (x0, y0, x1, y1) in enumerate(boxes):
@@ -243,7 +191,7 @@ def load_strip_folder(folder: str | Path, query: str, n: int | None = None, seed
         asked = _ask(query, labels, rng)
         if asked is None:
             continue
-        items.append(strip_item(corpus, query, f"{corpus}-{query}-s{seed}-{Path(s['image']).stem}", img, boxes, labels, asked,
+        items.append(strip_item(corpus, query, item_id(f"{corpus}-{query}-s{seed}", s["image"]), img, boxes, labels, asked,
                                 {"image_file": s["image"]}, templates))
     if not items:
         raise VheadsError(f"strip folder {folder}: no strip has a panel whose label is unique in its strip, so no referring question can be asked")
@@ -268,6 +216,10 @@ def _number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _image_name(coco: dict, i: int) -> str:
+    return repr(coco["images"][i]["file_name"])
+
+
 def check_coco(coco: object, ann_path: Path) -> None:
     """Refuse (:class:`VheadsError`, the file and entry named) a COCO instances file whose
     ``images`` / ``annotations`` / ``categories`` lack the fields the loader reads:
@@ -282,6 +234,7 @@ def check_coco(coco: object, ann_path: Path) -> None:
     for i, c in enumerate(coco["categories"]):
         if not isinstance(c, dict) or not isinstance(c.get("id"), int) or not isinstance(c.get("name"), str) or not c["name"].strip():
             raise VheadsError(f"{ann_path}: categories[{i}] needs an integer 'id' and a non-empty 'name', got {c!r:.80}")
+        plain_text(c["name"], f"{ann_path}: categories[{i}] 'name'")
     names = [c["name"] for c in coco["categories"]]
     twins = sorted({n for n in names if names.count(n) > 1})
     if twins:
@@ -290,6 +243,12 @@ def check_coco(coco: object, ann_path: Path) -> None:
         if not isinstance(im, dict) or not isinstance(im.get("id"), int):
             raise VheadsError(f"{ann_path}: images[{i}] needs an integer 'id' and a 'file_name', got {im!r:.80}")
         _relative_file(im.get("file_name"), f"{ann_path}: images[{i}] 'file_name'")
+    first: dict[int, int] = {}
+    for i, im in enumerate(coco["images"]):
+        j = first.setdefault(im["id"], i)
+        if j != i:  # a later entry would silently replace the earlier one's file
+            raise VheadsError(f"{ann_path}: images[{j}] ({_image_name(coco, j)}) and images[{i}] ({_image_name(coco, i)}) "
+                              f"share the image id {im['id']}; every image needs its own id")
     for i, a in enumerate(coco["annotations"]):
         ok = isinstance(a, dict) and isinstance(a.get("image_id"), int) and isinstance(a.get("category_id"), int) and (
             _number(a.get("area")) and a["area"] > 0
@@ -338,6 +297,8 @@ def load_coco_strips(images: str | Path, query: str, n: int | None = None, seed:
         if a["image_id"] not in best or cand > best[a["image_id"]]:
             best[a["image_id"]] = cand
     present = sorted(i for i in best if (images / files[i]).is_file())
+    for i in present:
+        inside_data_folder(images, images / files[i], f"COCO corpus {images}: image {files[i]!r}")
     rng = _rng(seed, "coco", query)
     pool = [present[i] for i in rng.permutation(len(present))]
     strips: list[list[int]] = []
@@ -365,7 +326,7 @@ def load_coco_strips(images: str | Path, query: str, n: int | None = None, seed:
     for s, ids in enumerate(strips):
         canvas = Image.new("RGB", (P * n_panels, P))
         for p, i in enumerate(ids):
-            canvas.paste(_open_image(images / files[i], f"COCO corpus {images}").resize((P, P), Image.BICUBIC), (p * P, 0))
+            canvas.paste(open_rgb(images / files[i], f"COCO corpus {images}").resize((P, P), Image.BICUBIC), (p * P, 0))
         labels = [cats[best[i][2]] for i in ids]
         asked = _ask(query, labels, rng)
         items.append(strip_item("coco", query, f"coco-{query}-s{seed}-{s}", canvas, boxes, labels, asked,

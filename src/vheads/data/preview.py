@@ -17,6 +17,9 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
+from vheads._errors import MAX_SEED, VheadsError, check_output_path, check_range
+from vheads._io import atomic_write
+from vheads.data.builders import check_cell
 from vheads.data._items import OPTION_LETTERS, Item
 
 TILE = 256  # pixels: the width of one item's image on the sheet
@@ -106,6 +109,10 @@ def contact_sheet(items: list[Item], cols: int = 4) -> Image.Image:
     return sheet
 
 
+#: items on one contact sheet (a larger sheet is not something a person looks at)
+MAX_PREVIEW = 1000
+
+
 def write_preview(source: str, kind: str, out: str | Path, n: int = 8, seed: int = 0, cell: int = 224) -> Path:
     """Build the items and write their contact sheet to ``out`` (PNG); nothing is written on error."""
     out = Path(out)
@@ -113,8 +120,12 @@ def write_preview(source: str, kind: str, out: str | Path, n: int = 8, seed: int
         raise ValueError(f"--out must be a .png file, got {str(out)!r}")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"folder {str(out.parent)!r} of --out does not exist")
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"--n must be a positive number of items, got {n!r}")
+    check_output_path(out)
+    if out.is_dir():
+        raise VheadsError(f"--out {str(out)!r} is a folder; pass the contact sheet's file name (.png)")
+    check_range("--n", n, 1, MAX_PREVIEW)
+    check_range("--seed", seed, 0, MAX_SEED)
+    check_cell(cell, "--cell")
     sheet = contact_sheet(preview_items(source, kind, n, seed, cell))
-    sheet.save(out)
+    atomic_write(out, lambda fh: sheet.save(fh, format="PNG"), mode="wb")
     return out

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from vheads._errors import VheadsError
+from vheads._errors import MAX_ITEMS, MAX_SEED, VheadsError, check_range
 from vheads._io import json_safe
 
 # the library (torch, transformers) is imported inside each command: ``--help`` and a bad
@@ -64,6 +64,9 @@ def discover(
     if chat_template is not None:
         read_chat_template(chat_template)  # exists and parses
     check_positive(max_new_tokens=max_new_tokens, panel_size=panel_size, splits=splits)
+    check_range("--n", n, 1, MAX_ITEMS)
+    check_range("--seed", seed, 0, MAX_SEED)
+    check_range("--splits", splits, 1, MAX_ITEMS)
     check_out_folder(out, force)
     for s in source:
         if s not in SOURCES:
@@ -118,6 +121,8 @@ def overlap_of_files(headsets, splits: int, seed: int, figure: Path | None, prog
     from vheads.discovery._overlap import overlap_report, plot_overlap_heatmap
 
     check_positive(splits=splits)
+    check_range("--splits", splits, 1, MAX_ITEMS)
+    check_range("--seed", seed, 0, MAX_SEED)
     if figure is not None and Path(figure).is_dir():
         raise VheadsError(f"--figure {figure} is a folder; pass a file name (.png, .pdf or .svg)")
     records = [load_headset(p) for p in headsets]

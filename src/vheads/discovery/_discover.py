@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vheads._errors import VheadsError, path_inside, safe_name
+from vheads._errors import VheadsError, check_output_path, path_inside, safe_name
 from vheads.data import DEFAULT_TEMPLATES, Item, Templates
 from vheads.discovery._files import HeadSetRecord, save_headset, save_per_item
 from vheads.discovery._scores import CORPUS_ABBREV, QUERIES, SOURCES, SettingScores, score_settings
@@ -113,7 +113,7 @@ def headset_records(lm, corpora: Sequence[Corpus], scores: dict[str, SettingScor
 def check_out_folder(out: str | Path, force: bool = False) -> Path:
     """``out`` may receive head-set files: not a file, and (unless ``force``) holding no
     head-set files (``*.json``, ``*.items.npz``) of another run. Checked before any work."""
-    out = Path(out)
+    out = check_output_path(Path(out))
     if out.exists() and not out.is_dir():
         raise VheadsError(f"--out {out} is a file, not a folder; pass a folder for the head-set files")
     if out.is_dir() and not force:

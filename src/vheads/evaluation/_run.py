@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vheads._errors import VheadsError
+from vheads._errors import MAX_ITEMS, MAX_SEED, VheadsError, check_range
 from vheads._seeds import derived_seed
 from vheads.evaluation._controls import draw_controls, get_control, parse_control_spec
 from vheads.evaluation._headsets import HeadSet
@@ -126,15 +126,17 @@ def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float
 
 
 def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n: int = 2, batch_size: int = 1,
-                  steer_rows: str = "all") -> list:
+                  steer_rows: str = "all", seed: int = 0) -> list:
     """Validate an evaluation request before any work; returns the parsed control requests.
 
-    ``n`` (items per set) must be at least 2 (a t-interval needs two items) and
-    ``batch_size`` at least 1."""
+    ``n`` (items per set) must be 2 (a t-interval needs two items) to ``MAX_ITEMS``,
+    ``batch_size`` at least 1, ``beta`` above 0 and ``seed`` 0 to ``MAX_SEED``."""
     from vheads.engine import ROW_GROUPS
 
     if n < 2:
         raise VheadsError(f"--n must be at least 2 items per evaluation set (a 95% interval needs two), got {n}")
+    check_range("--n", n, 2, MAX_ITEMS)
+    check_range("--seed", seed, 0, MAX_SEED)
     if batch_size < 1:
         raise VheadsError(f"--batch-size must be at least 1 head-set per forward, got {batch_size}")
 
@@ -144,8 +146,8 @@ def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n
     for name, group in (("rows", rows), ("steer_rows", steer_rows)):
         if group not in ROW_GROUPS:
             raise ValueError(f"unknown row group {group!r} ({name}); choose from {', '.join(ROW_GROUPS)}")
-    if not np.isfinite(beta):
-        raise ValueError(f"beta must be finite, got {beta}")
+    if not (np.isfinite(beta) and beta > 0):
+        raise VheadsError(f"--beta must be a finite number above 0 (steering adds +beta / -beta to logits), got {beta}")
     return parse_control_spec(controls)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 import torch
 
 from vheads._errors import VheadsError
+from vheads._io import read_json
 from vheads.models._adapter import ADAPTERS, Adapter, adapter_for, check_prompt_setup, read_chat_template
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -99,6 +102,99 @@ def weights_fingerprint(path: Path) -> str:
         with open(f, "rb") as fh:
             h.update(fh.read(1 << 20))
     return "sha256:" + h.hexdigest()[:16]
+
+
+def _safetensors_problem(f: Path) -> str | None:
+    """Why ``f`` is not a whole safetensors file (read from its header alone), or None.
+
+    Layout: 8 bytes little-endian header length N, N bytes of JSON ``{name: {"dtype",
+    "shape", "data_offsets": [begin, end]}, …}``, then the data, which the offsets must
+    cover exactly (a truncated download ends before the last tensor)."""
+    size = f.stat().st_size
+    if size < 8:
+        return f"{size} bytes, shorter than a safetensors header"
+    with open(f, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        if n > size - 8:
+            return f"its header claims {n:,} bytes but the file holds {size:,} (truncated?)"
+        try:
+            header = json.loads(fh.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return "its header is not JSON"
+    if not isinstance(header, dict):
+        return "its header is not a JSON object"
+    ends = [t.get("data_offsets", [0, 0])[1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)]
+    data = size - 8 - n
+    if max(ends, default=0) != data:
+        return f"its tensors need {max(ends, default=0):,} bytes of data but the file holds {data:,} (truncated or damaged)"
+    return None
+
+
+def check_model_folder(path: str | Path, weights: bool = True) -> Path:
+    """Refuse (:class:`VheadsError`, one line naming the file) a local model folder whose
+    files cannot load, before anything is loaded: ``config.json`` missing or not a JSON
+    object; no weights; only pickled weights (``*.bin``: vheads never unpickles a file, as
+    unpickling can run code); a ``*.safetensors`` file that is truncated or damaged.
+    ``weights=False`` checks ``config.json`` only."""
+    path = Path(path)
+    config = read_json(path / "config.json", f"model folder {path}: config.json")
+    if not isinstance(config, dict):
+        raise VheadsError(f"model folder {path}: config.json must hold a JSON object, got {type(config).__name__}")
+    if not weights:
+        return path
+    weights = sorted(path.glob("*.safetensors"))
+    if not weights:
+        pickled = sorted(p.name for p in path.glob("*.bin")) + sorted(p.name for p in path.glob("*.pt*"))
+        if pickled:
+            raise VheadsError(f"model folder {path}: its weights are pickled ({pickled[0]}); vheads does not unpickle files "
+                              "(unpickling can run code). Convert them to safetensors where you trust them "
+                              "(model.save_pretrained(DIR, safe_serialization=True))")
+        raise VheadsError(f"model folder {path} holds no weights (*.safetensors); is it the folder save_pretrained wrote?")
+    for f in weights:
+        problem = _safetensors_problem(f)
+        if problem:
+            raise VheadsError(f"model folder {path}: weight file {f.name} cannot be read: {problem}; download or save it again")
+    return path
+
+
+class _Collect(logging.Handler):
+    """Holds transformers' log records while a load runs (its load report is many lines)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _load_weights(path: str, model: str, **kwargs):
+    """``AutoModelForImageTextToText.from_pretrained``; a checkpoint that does not load
+    (weights whose shapes differ from its config, a damaged file) is one line naming the
+    model and, for shapes, the first mismatched weight. Transformers' log lines are held
+    during the load and shown afterwards only when it succeeds."""
+    from safetensors import SafetensorError
+    from transformers import AutoModelForImageTextToText
+    from transformers.utils import logging as hf_logging
+
+    held = _Collect()
+    hf_logging.disable_default_handler()
+    hf_logging.add_handler(held)
+    try:
+        net = AutoModelForImageTextToText.from_pretrained(path, **kwargs)
+    except (OSError, ValueError, RuntimeError, KeyError, EOFError, SafetensorError) as e:
+        lines = [ln for r in held.records for ln in r.getMessage().splitlines()]
+        mismatch = next((" ".join(ln.split()) for ln in lines if "MISMATCH" in ln and "|" in ln), None)
+        why = f"a weight's shape differs from config.json ({mismatch})" if mismatch else (str(e).strip().splitlines() or [type(e).__name__])[0]
+        files = sorted(p.name for p in Path(path).glob("*.safetensors")) if os.path.isdir(path) else []
+        where = f"model folder {path}: {', '.join(files[:3])}{' …' if len(files) > 3 else ''}" if files else f"model {model!r}"
+        raise VheadsError(f"{where}: the weights do not load: {why}") from None
+    finally:
+        hf_logging.remove_handler(held)
+        hf_logging.enable_default_handler()
+    for r in held.records:  # a load that worked: its warnings (missing or unused weights) as transformers prints them
+        logging.getLogger(r.name).handle(r)
+    return net
 
 
 def load_processor(path: str, revision: str | None, config, *, system_prompt: str | None = None,
@@ -226,7 +322,6 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "f
     ``system_prompt`` adds a system turn (None: whatever the template does without one).
     Both are checked, with the processor, before the weights load.
     """
-    from transformers import AutoModelForImageTextToText
 
     if dtype not in DTYPES:
         raise VheadsError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
@@ -244,9 +339,7 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "f
 
         extra = {"bnb_4bit_compute_dtype": DTYPES[dtype]} if quantization == "4bit" else {}
         placement["quantization_config"] = BitsAndBytesConfig(**{QUANTIZATIONS[quantization]: True}, **extra)
-    net = AutoModelForImageTextToText.from_pretrained(
-        path, revision=revision, dtype=DTYPES[dtype], attn_implementation="sdpa", **placement, **remote
-    )
+    net = _load_weights(path, model, revision=revision, dtype=DTYPES[dtype], attn_implementation="sdpa", **placement, **remote)
     if not placement:  # a placed (or quantized) model stays where from_pretrained put it
         net.to(device)
     net.eval()
@@ -270,13 +363,17 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "f
     )
 
 
-def _model_config(model: str, revision: str | None, remote: dict):
-    """``(path, config)`` of ``model``, refused when the folder is missing or not a VLM."""
+def _model_config(model: str, revision: str | None, remote: dict, weights: bool = True):
+    """``(path, config)`` of ``model``, refused when the folder is missing, its files cannot
+    load (:func:`check_model_folder`; ``weights=False``: its ``config.json`` alone) or it is
+    not a VLM."""
     from transformers import AutoConfig
 
     path = resolve_model_path(model)
     if not os.path.isdir(path) and (model.startswith((".", "/")) or os.sep in model and os.path.exists(os.path.dirname(model))):
         raise FileNotFoundError(f"model folder {model!r} does not exist")
+    if os.path.isdir(path):
+        check_model_folder(path, weights=weights)
     config = AutoConfig.from_pretrained(path, revision=revision, **remote)
     if getattr(config, "vision_config", None) is None:
         raise ValueError(
@@ -292,7 +389,7 @@ def preflight_prompts(model: str, revision: str | None = None, *, chat_template:
     (:func:`~vheads.models._adapter.check_prompt_setup`): the check a command runs before
     any work, and what renders prompts without the model."""
     remote = {"trust_remote_code": True} if trust_remote_code else {}
-    path, config = _model_config(model, revision, remote)
+    path, config = _model_config(model, revision, remote, weights=False)
     return adapter_for(config.model_type), load_processor(path, revision, config, system_prompt=system_prompt,
                                                           chat_template=chat_template, **remote)
 

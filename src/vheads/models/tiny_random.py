@@ -565,8 +565,33 @@ FAMILY_BUILDERS = {
 }
 
 
+def randomize_constant_weights(model, seed: int = 0) -> list[str]:
+    """Give every weight matrix that a family initialises to one constant a random init
+    (normal, the config's ``initializer_range``); returns the names changed.
+
+    A trained checkpoint never has them, but ``from_config`` does: Gemma 3's
+    ``multi_modal_projector.mm_input_projection_weight`` starts at zero (every image then
+    embeds identically, so a region or pixel test passes whatever the layout does);
+    InternVL's ``cls_token`` / ``position_embeddings`` start at zero and Gemma 4's
+    ``position_embedding_table`` at one (no token knows where it sits). Vectors (biases,
+    norm scales) are left alone."""
+    std = getattr(model.config, "initializer_range", None) or getattr(getattr(model.config, "text_config", None), "initializer_range", 0.02)
+    gen = torch.Generator().manual_seed(seed + 7919)
+    changed = []
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            flat = p.detach().flatten()
+            if p.ndim >= 2 and flat.numel() > 1 and bool((flat == flat[0]).all()):
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.dtype) * std)
+                changed.append(name)
+    return changed
+
+
 def build_tiny_random(model_type: str, out: str | Path, **kwargs) -> Path:
-    """Build and save a tiny random model of ``model_type``; returns its folder."""
+    """Build and save a tiny random model of ``model_type`` (no weight matrix left constant:
+    :func:`randomize_constant_weights`); returns its folder."""
     if model_type not in FAMILY_BUILDERS:
         raise ValueError(f"no tiny builder for {model_type!r}; have {', '.join(FAMILY_BUILDERS)}")
-    return save_model_folder(out, *FAMILY_BUILDERS[model_type](**kwargs))
+    model, tokenizer, image_processor = FAMILY_BUILDERS[model_type](**kwargs)
+    randomize_constant_weights(model, kwargs.get("seed", 0))
+    return save_model_folder(out, model, tokenizer, image_processor)

@@ -15,11 +15,11 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from vheads._errors import MissingFileError, VheadsError, safe_name
+from vheads._errors import MAX_ITEMS, MissingFileError, VheadsError, safe_name
 from vheads.engine import ROW_GROUPS
 from vheads.evaluation import MAX_R, METRICS, TESTS
 
-MAX_ITEMS = 1_000_000  # items or splits above this are a typo, not a study
+MAX_INT = 1 << 63  # every integer key fits a signed 64-bit integer (SQLite's)
 DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 
 _DEFAULT_TOML = '''\
@@ -227,7 +227,9 @@ def _type_name(t) -> str:
 
 
 def _check(key: str, value: Any, default: Any) -> Any:
-    """Check ``value`` against the type of ``default``; ints are accepted for floats."""
+    """Check ``value`` against the type of ``default``; ints are accepted for floats, and an
+    int must fit 64 bits (SQLite stores it; a larger one is a typo). A table of ints
+    (``[controls]``) is checked entry by entry, the error naming ``key.entry``."""
     if isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, float):
@@ -238,6 +240,8 @@ def _check(key: str, value: Any, default: Any) -> Any:
             ok = False
     elif isinstance(default, int):
         ok = isinstance(value, int) and not isinstance(value, bool)
+        if ok and not -MAX_INT <= value < MAX_INT:
+            raise VheadsError(f"config key {key!r}: {value} does not fit a 64-bit integer")
     elif isinstance(default, str):
         ok = isinstance(value, str)
     elif isinstance(default, list):
@@ -246,7 +250,10 @@ def _check(key: str, value: Any, default: Any) -> Any:
             proto = default[0]
             value = [_check(f"{key}[{i}]", v, proto) for i, v in enumerate(value)]
     elif isinstance(default, dict):
-        ok = isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
+        ok = isinstance(value, dict)
+        if ok and default:
+            proto = next(iter(default.values()))
+            value = {k: _check(f"{key}.{k}", v, proto) for k, v in value.items()}
     else:
         ok = True
     if not ok:
@@ -353,8 +360,8 @@ def validate(cfg: StudyConfig) -> None:
         bad("k", f"must be 0 (scaled to the model) or positive, got {cfg.k}")
     if cfg.selection not in ("flat", "per-layer"):
         bad("selection", f"must be flat or per-layer, got {cfg.selection!r}")
-    if not (cfg.beta == cfg.beta and abs(cfg.beta) != float("inf")):
-        bad("beta", f"must be finite, got {cfg.beta}")
+    if not (math.isfinite(cfg.beta) and cfg.beta > 0):
+        bad("beta", f"must be a finite number above 0 (steering adds +beta / -beta to logits), got {cfg.beta}")
     for name, R in cfg.controls.items():
         try:
             ctl = get_control(split_control_name(name)[0])
@@ -408,8 +415,8 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
     if len(set(cfg.k_sweep)) < len(cfg.k_sweep):
         bad("k_sweep", f"lists a size twice: {cfg.k_sweep}")
     for b in cfg.beta_sweep:
-        if not math.isfinite(b):
-            bad("beta_sweep", f"must hold finite numbers, got {b}")
+        if not (math.isfinite(b) and b > 0):
+            bad("beta_sweep", f"must hold finite numbers above 0, got {b}")
     if len(set(cfg.beta_sweep)) < len(cfg.beta_sweep):
         bad("beta_sweep", f"lists a beta twice: {cfg.beta_sweep}")
     if cfg.run.torch_threads < 0:
@@ -489,8 +496,19 @@ def model_entries(cfg: StudyConfig) -> list[ModelEntry]:
         name = safe_name(e["name"], f"config key '{key}.name'")
         if any(m.name == name for m in out):
             raise VheadsError(f"config key 'models': the name {name!r} is used twice; give every model its own name")
-        out.append(ModelEntry(name, e["model"], **{k: e.get(k, getattr(cfg, k)) for k in MODEL_LOADING_KEYS}))
+        entry = ModelEntry(name, e["model"], **{k: e.get(k, getattr(cfg, k)) for k in MODEL_LOADING_KEYS})
+        twin = next((m for m in out if _same_model(m, entry)), None)
+        if twin is not None:  # the same model twice: every cross-model table would compare it with itself
+            raise VheadsError(f"config key 'models': {key} ({name!r}) loads model {entry.model!r} exactly as {twin.name!r} "
+                              "does (same revision, dtype and loading options); list each model once")
+        out.append(entry)
     return out
+
+
+def _same_model(a: ModelEntry, b: ModelEntry) -> bool:
+    """Two entries that load the same weights the same way (the device aside: it changes
+    only float rounding)."""
+    return all(getattr(a, k) == getattr(b, k) for k in ("model", *MODEL_LOADING_KEYS) if k != "device")
 
 
 def model_config(cfg: StudyConfig, entry: ModelEntry) -> StudyConfig:
@@ -515,10 +533,12 @@ def _validate_models(cfg: StudyConfig, bad) -> None:
                 raise VheadsError(f"{err} (in models[{i}], {e.name!r})") from None
 
 
-def validate_for_model(cfg: StudyConfig, n_layers: int, n_heads: int) -> None:
+def validate_for_model(cfg: StudyConfig, n_layers: int, n_heads: int, attention_layers: tuple[int, ...] | None = None) -> None:
     """Checks that need the model's shape (read from its config, no weights): ``k`` and
-    ``k_sweep`` within the model's heads."""
+    ``k_sweep`` within the model's heads, and the head count N of every ``random-n@N``
+    control within the heads it draws from (all heads, or those of ``attention_layers``)."""
     from vheads.discovery import resolve_k
+    from vheads.evaluation import split_control_name
 
     for key, ks in (("k", [cfg.k or None]), ("k_sweep", cfg.k_sweep)):
         for kk in ks:
@@ -526,18 +546,26 @@ def validate_for_model(cfg: StudyConfig, n_layers: int, n_heads: int) -> None:
                 resolve_k(n_layers, n_heads, kk, cfg.selection)
             except VheadsError as e:
                 raise VheadsError(f"config key {key!r}: {e}") from None
+    total = n_heads * (n_layers if attention_layers is None else len(attention_layers))
+    for name in cfg.controls:
+        n = split_control_name(name)[1]
+        if n is not None and n > total:
+            raise VheadsError(f"config key 'controls.{name}': draws {n} heads, but the model has {total} "
+                              f"({n_layers} layers x {n_heads} heads{'' if attention_layers is None else ', softmax layers only'})")
 
 
 def _validate_eval_source(cfg: StudyConfig, bad) -> None:
     """The evaluation source's spec, folder and list files (the photos are checked when the
     study builds its items, before the model is loaded)."""
-    from vheads.data.builders import RESIZE_POLICIES
+    from vheads.data.builders import RESIZE_POLICIES, check_cell
     from vheads.data.sources import parse_source_spec, source_folder
 
     if cfg.eval_resize not in RESIZE_POLICIES:
         bad("eval_resize", f"must be one of {', '.join(RESIZE_POLICIES)}, got {cfg.eval_resize!r}")
-    if cfg.eval_cell < 8:
-        bad("eval_cell", f"must be at least 8 pixels, got {cfg.eval_cell}")
+    try:
+        check_cell(cfg.eval_cell, "the cell")
+    except VheadsError as e:
+        bad("eval_cell", str(e))
     if cfg.eval_source == "synthetic":
         for key in ("eval_classes", "eval_exclude", "eval_groups"):
             if getattr(cfg, key):

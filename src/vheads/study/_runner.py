@@ -26,7 +26,7 @@ from vheads import __version__
 from vheads.evaluation import HeadSet, draw_controls
 from vheads.evaluation import split_control_name
 from vheads.study._backends import make_backend
-from vheads._errors import VheadsError, path_inside, storage_error
+from vheads._errors import VheadsError, check_output_path, path_inside, storage_error
 from vheads._io import atomic_write
 from vheads.study._config import StudyConfig, model_config, model_entries, validate_for_model
 from vheads.study._lock import RunLock
@@ -47,9 +47,21 @@ def preflight_model(cfg: StudyConfig, key: str = "'model'") -> dict:
     (errors name the config ``key``: ``model``, or ``models[i] ('name')``)."""
     from transformers import AutoConfig
 
-    from vheads.models import adapter_for, resolve_model_path
+    import os
+
+    from vheads.models import adapter_for, check_model_folder, resolve_model_path
 
     path = resolve_model_path(cfg.model)
+    local = os.path.isdir(path)  # a local folder's files are checked now, before the run folder exists
+
+    def check_folder(weights: bool) -> None:
+        try:
+            check_model_folder(path, weights)
+        except VheadsError as e:
+            raise VheadsError(f"config key {key}: {e}") from None
+
+    if local:
+        check_folder(weights=False)
     try:
         mc = AutoConfig.from_pretrained(path, revision=cfg.revision or None, **({"trust_remote_code": True} if cfg.trust_remote_code else {}))
     except Exception as e:  # noqa: BLE001 - the message is what matters
@@ -60,6 +72,8 @@ def preflight_model(cfg: StudyConfig, key: str = "'model'") -> dict:
         adapter = adapter_for(mc.model_type)
     except ValueError as e:
         raise VheadsError(f"config key {key}: {cfg.model!r}: {e}") from None
+    if local:
+        check_folder(weights=True)
     tc = getattr(mc, "text_config", mc)
     return {"n_layers": tc.num_hidden_layers, "n_heads": tc.num_attention_heads, "attention_layers": adapter.attention_layers(tc),
             "prompts": _prompts(cfg, key)}
@@ -303,7 +317,7 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
     """
     from vheads.study._data import preflight_data
 
-    run_dir = Path(out)
+    run_dir = check_output_path(Path(out))
     if run_dir.exists() and not run_dir.is_dir():
         raise VheadsError(f"--out {run_dir} is a file, not a run folder; pass a folder")
     models = study_models(cfg)
@@ -311,7 +325,7 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise storage_error(e, run_dir) from None
+        raise (storage_error(e, run_dir) or VheadsError(f"cannot make the run folder {run_dir} ({e.strerror or e})")) from None
     with RunLock(run_dir):
         return _run_locked(cfg, run_dir, models, progress, report, skip_doctor)
 
@@ -323,14 +337,14 @@ def study_models(cfg: StudyConfig) -> list[tuple[str, StudyConfig, dict]]:
     entries = model_entries(cfg)
     if not entries:
         shape = preflight_model(cfg)
-        validate_for_model(cfg, shape["n_layers"], shape["n_heads"])
+        validate_for_model(cfg, shape["n_layers"], shape["n_heads"], shape["attention_layers"])
         return [("", cfg, shape)]
     out = []
     for i, e in enumerate(entries):
         mcfg = model_config(cfg, e)
         shape = preflight_model(mcfg, f"'models[{i}]' ({e.name!r})")
         try:
-            validate_for_model(mcfg, shape["n_layers"], shape["n_heads"])
+            validate_for_model(mcfg, shape["n_layers"], shape["n_heads"], shape["attention_layers"])
         except VheadsError as err:
             raise VheadsError(f"{err} (for models[{i}], {e.name!r})") from None
         out.append((e.name, mcfg, shape))
@@ -341,6 +355,12 @@ def _claim(store: Store, cfg: StudyConfig, run_dir: Path, **meta) -> None:
     """Refuse a store that holds a run of another configuration; record ``cfg`` (and
     ``meta``) in a new one."""
     have = store.get_meta("config_hash")
+    if have is not None and have != cfg.science_hash() and not store.query("SELECT 1 FROM main.units LIMIT 1"):
+        # a run that stopped before its first unit holds nothing but its claim: the corrected
+        # configuration takes the folder over instead of being refused
+        with store.transaction() as db:
+            db.execute("DELETE FROM main.meta")
+        have = None
     if have is not None and have != cfg.science_hash():
         store.close()
         raise VheadsError(

@@ -68,8 +68,9 @@ class BenchmarkItems:
     def __post_init__(self) -> None:
         if not is_task_spec(self.source):
             raise ValueError(f"unknown benchmark task {self.source!r}; use one of {', '.join(t + ':PATH' for t in TASKS)}")
-        if not isinstance(self.cell, int) or self.cell < 8:
-            raise ValueError(f"cell size must be at least 8 pixels, got {self.cell!r}")
+        from vheads.data.builders import check_cell
+
+        check_cell(self.cell)
 
     @property
     def task(self) -> str:

@@ -32,6 +32,8 @@ import json
 import re
 from pathlib import Path
 
+from vheads._errors import VheadsError, plain_text
+from vheads._io import read_text
 from vheads.data.ood._records import (
     MCQRecord, answer_index, cell_image, check_record, file_image, find_parquet, inside, parquet_rows,
 )
@@ -44,28 +46,43 @@ def _records(spec: str, recs: list[MCQRecord]) -> list[MCQRecord]:
 
 
 def read_mcq_jsonl(arg: str, spec: str) -> list[MCQRecord]:
+    """``mcq:FILE.jsonl``: every line a JSON object; ``choices`` texts (numbers read as text),
+    ids unique within the file (a repeated ``id`` is refused, naming both lines)."""
     path = Path(arg)
     if not path.is_file():
         raise FileNotFoundError(f"{spec}: file {path} does not exist")
-    out = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
+    out, lines_of = [], {}
+    for i, line in enumerate(read_text(path, f"{spec}: {path}").splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path} line {i}"
         try:
             d = json.loads(line)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:
             raise ValueError(f"{where}: not valid JSON ({e})") from None
+        if not isinstance(d, dict):
+            raise VheadsError(f"{where}: expected a JSON object {{image, question, choices, answer}}, got {line.strip()[:80]!r}")
         for key in ("image", "question", "choices", "answer"):
             if key not in d:
                 raise ValueError(f"{where}: missing field {key!r} (need image, question, choices, answer)")
         if not isinstance(d["choices"], list):
             raise ValueError(f"{where}: 'choices' must be a list, got {type(d['choices']).__name__}")
-        choices = [str(c) for c in d["choices"]]
-        out.append(check_record(MCQRecord(str(d.get("id", i)), where, file_image(inside(path.parent, d["image"], where)),
-                                          str(d["question"]), choices, answer_index(where, d["answer"], choices),
-                                          str(d.get("group", "")))))
+        choices = [plain_text(_scalar_text(c), f"{where}: choice {k}") for k, c in enumerate(d["choices"])]
+        question = plain_text(d["question"], f"{where}: 'question'", multiline=True)
+        rid = plain_text(_scalar_text(d.get("id", i)), f"{where}: 'id'")
+        if rid in lines_of:
+            raise VheadsError(f"{path}: lines {lines_of[rid]} and {i} share the id {rid!r}; every question needs its own id")
+        lines_of[rid] = i
+        group = d.get("group")
+        group = "" if group in (None, "") else plain_text(_scalar_text(group), f"{where}: 'group'")
+        out.append(check_record(MCQRecord(rid, where, file_image(inside(path.parent, d["image"], where)),
+                                          question, choices, answer_index(where, d["answer"], choices), group)))
     return _records(spec, out)
+
+
+def _scalar_text(v):
+    """A number read as its text (``3`` -> ``"3"``); anything else unchanged, for :func:`plain_text` to check."""
+    return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
 
 
 def _parquet_mcq(arg: str, spec: str, prefix: str, image: str, id_col: str, columns: list[str], parse) -> list[MCQRecord]:

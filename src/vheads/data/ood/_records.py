@@ -9,6 +9,7 @@ from pathlib import Path, PurePosixPath
 import pyarrow.parquet as pq
 from PIL import Image
 
+from vheads._errors import inside_data_folder, plain_text
 from vheads.data._open import open_rgb
 
 from vheads.data.sources import table_image_cell
@@ -43,8 +44,11 @@ def check_record(rec: MCQRecord, min_choices: int = 2) -> MCQRecord:
     records carry only their answer: ``min_choices=1``)."""
     if not rec.question.strip():
         raise ValueError(f"{rec.where}: the question is empty")
+    plain_text(rec.question, f"{rec.where}: the question", multiline=True)
     if len(rec.choices) < min_choices or any(not c.strip() for c in rec.choices):
         raise ValueError(f"{rec.where}: needs at least {min_choices} non-empty choices, got {rec.choices!r}")
+    for k, c in enumerate(rec.choices):
+        plain_text(c, f"{rec.where}: choice {k}")
     if len(set(rec.choices)) != len(rec.choices):
         raise ValueError(f"{rec.where}: choices repeat: {rec.choices!r}")
     if not 0 <= rec.answer < len(rec.choices):
@@ -81,7 +85,7 @@ def inside(folder: Path, name: str, where: str) -> Path:
     p = PurePosixPath(str(name).replace("\\", "/"))
     if p.is_absolute() or ".." in p.parts or not p.parts:
         raise ValueError(f"{where}: image path {str(name)!r} must be relative and stay inside {folder}")
-    return folder.joinpath(*p.parts)
+    return inside_data_folder(folder, folder.joinpath(*p.parts), f"{where}: image path {str(name)!r}")
 
 
 def parquet_rows(files: list[Path], columns: list[str], spec: str) -> list[tuple[Path, int, dict]]:
@@ -102,7 +106,7 @@ def find_parquet(spec: str, root: Path, prefix: str = "") -> list[Path]:
     """The parquet files under ``root`` whose name starts with ``prefix`` (a split)."""
     if not root.is_dir():
         raise FileNotFoundError(f"{spec}: folder {root} does not exist")
-    files = sorted(f for f in root.rglob("*.parquet") if f.name.startswith(prefix))
+    files = [inside_data_folder(root, f, spec) for f in sorted(root.rglob("*.parquet")) if f.name.startswith(prefix)]
     if not files:
         raise ValueError(f"{spec}: no {prefix + '*' if prefix else '*'}.parquet file under {root}")
     return files

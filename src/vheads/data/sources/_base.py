@@ -15,6 +15,7 @@ from typing import Callable
 
 from PIL import Image
 
+from vheads._io import read_text
 from vheads.data._open import open_rgb
 
 MIN_CLASSES = 4  # a four-option question needs four distinct classes (five for a mismatched arm)
@@ -104,7 +105,7 @@ def read_list_file(path: str | Path, what: str) -> list[str]:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{what} file {str(p)!r} does not exist")
-    lines = [ln.split("#", 1)[0].strip() for ln in p.read_text().splitlines()]
+    lines = [ln.split("#", 1)[0].strip() for ln in read_text(p, f"{what} file {str(p)!r}").splitlines()]
     out = [ln for ln in lines if ln]
     if not out:
         raise ValueError(f"{what} file {str(p)!r} lists no classes")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from vheads._errors import inside_data_folder, plain_text
+from vheads._io import read_text
 from vheads.data.sources._base import ClassSource, ImageRef
 
 WNID = re.compile(r"^n\d{8}$")
@@ -23,8 +25,11 @@ SYNSET_MAPPING = "LOC_synset_mapping.txt"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 
 
-def _image_files(folder: Path, suffixes: set[str]) -> list[ImageRef]:
-    return [ImageRef(p) for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in suffixes and not p.name.startswith(".")]
+def _image_files(spec: str, root: Path, folder: Path, suffixes: set[str]) -> list[ImageRef]:
+    """The image files of one class folder, sorted; one reached through a symlink that leaves
+    ``root`` is refused."""
+    files = [p for p in sorted(folder.iterdir()) if p.is_file() and p.suffix.lower() in suffixes and not p.name.startswith(".")]
+    return [ImageRef(inside_data_folder(root, p, spec)) for p in files]
 
 
 def _check_folder(spec: str, root: Path) -> None:
@@ -43,14 +48,14 @@ def find_synset_mapping(root: Path) -> Path | None:
 def read_synset_mapping(path: Path) -> dict[str, str]:
     """wnid -> display name (the first synonym) from an ILSVRC ``LOC_synset_mapping.txt``."""
     names = {}
-    for i, line in enumerate(path.read_text().splitlines(), 1):
+    for i, line in enumerate(read_text(path, f"synset mapping {path}").splitlines(), 1):
         if not line.strip():
             continue
         wnid, _, rest = line.strip().partition(" ")
         name = rest.split(",")[0].strip()
         if not WNID.match(wnid) or not name:
             raise ValueError(f"{path} line {i}: expected '<wnid> <name>[, <synonym> …]', got {line.strip()[:80]!r}")
-        names[wnid] = name
+        names[wnid] = plain_text(name, f"{path} line {i}: the name of {wnid}")
     return names
 
 
@@ -64,7 +69,7 @@ def imagenet_source(root: str | Path, spec: str | None = None) -> ClassSource:
                          "point to ILSVRC/Data/CLS-LOC/train or a val folder sorted by wnid")
     mapping_path = find_synset_mapping(root)
     mapping = read_synset_mapping(mapping_path) if mapping_path else {}
-    images = {d.name: _image_files(d, {".jpeg", ".jpg", ".png"}) for d in folders}
+    images = {d.name: _image_files(spec, root, d, {".jpeg", ".jpg", ".png"}) for d in folders}
     names = {c: mapping.get(c, c) for c in images}
     return ClassSource(spec, "imagenet", tuple(images), names, images,
                        info={"synset_mapping": str(mapping_path) if mapping_path else None})
@@ -77,6 +82,6 @@ def imagefolder_source(root: str | Path, spec: str | None = None) -> ClassSource
     folders = [d for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(".")]
     if not folders:
         raise ValueError(f"{spec}: {root} has no class folders (expected {root}/<class>/<image files>)")
-    images = {d.name: _image_files(d, IMAGE_SUFFIXES) for d in folders}
-    names = {c: c.replace("_", " ") for c in images}
+    images = {d.name: _image_files(spec, root, d, IMAGE_SUFFIXES) for d in folders}
+    names = {c: plain_text(c.replace("_", " "), f"{spec}: class folder {c!r}") for c in images}
     return ClassSource(spec, "imagefolder", tuple(images), names, images)

@@ -27,6 +27,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from vheads._errors import MissingFileError, VheadsError, inside_data_folder, plain_text
+from vheads._io import read_json
 from vheads.data.sources._base import ClassSource, ImageRef
 
 IMAGE_COLUMNS = ("image", "img")
@@ -63,17 +65,25 @@ def _class_names(spec: str, where: Path, features: dict, label: str, labels: pa.
     """The ClassLabel names, or None for a string label column."""
     f = features.get(label)
     if isinstance(f, dict) and f.get("_type") == "ClassLabel" and f.get("names"):
-        return [str(n) for n in f["names"]]
+        return [plain_text(n, f"{spec}: {where}: ClassLabel name {i} of {label!r}") for i, n in enumerate(f["names"])]
     if pa.types.is_string(labels.type) or pa.types.is_large_string(labels.type):
         return None
     raise ValueError(f"{spec}: {where}: label column {label!r} is numeric but no ClassLabel names are recorded "
                      "(dataset_info.json / the parquet 'huggingface' metadata), so options cannot be named")
 
 
+def _json_object(spec: str, path: Path) -> dict:
+    """A metadata file of the dataset folder: a JSON object, or an error naming the file."""
+    data = read_json(path, f"{spec}: {path}")
+    if not isinstance(data, dict):
+        raise VheadsError(f"{spec}: {path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
 def _split_files(spec: str, root: Path, split: str | None) -> tuple[str, list[Path], dict]:
     """(layout, data files, features) of an ``hf:`` path."""
     if (root / "dataset_dict.json").is_file():
-        splits = json.loads((root / "dataset_dict.json").read_text()).get("splits", [])
+        splits = _json_object(spec, root / "dataset_dict.json").get("splits", [])
         if not split:
             raise ValueError(f"{spec}: {root} is a DatasetDict with splits {', '.join(map(str, splits))}; "
                              f"write hf:{root},SPLIT")
@@ -81,17 +91,20 @@ def _split_files(spec: str, root: Path, split: str | None) -> tuple[str, list[Pa
             raise ValueError(f"{spec}: split {split!r} is not one of {', '.join(map(str, splits))}")
         return _split_files(spec, root / split, None)
     if (root / "state.json").is_file():
-        state = json.loads((root / "state.json").read_text())
-        files = [root / d["filename"] for d in state.get("_data_files", []) if isinstance(d, dict) and "filename" in d]
+        state = _json_object(spec, root / "state.json")
+        entries = state.get("_data_files", [])
+        files = [root / d["filename"] for d in entries if isinstance(d, dict) and isinstance(d.get("filename"), str)] \
+            if isinstance(entries, list) else []
         if not files:
-            raise ValueError(f"{spec}: {root / 'state.json'} lists no data files")
+            raise VheadsError(f"{spec}: {root / 'state.json'} lists no data files (a '_data_files' list of {{\"filename\": …}})")
         for f in files:
+            inside_data_folder(root, f, f"{spec}: {root / 'state.json'} names a data file")
             if not f.is_file():
-                raise FileNotFoundError(f"{spec}: {root / 'state.json'} names {f.name}, which is missing")
+                raise MissingFileError(f"{spec}: {root / 'state.json'} names {f.name}, which is missing")
         info = root / "dataset_info.json"
-        features = json.loads(info.read_text()).get("features", {}) if info.is_file() else {}
-        return "save_to_disk", files, features or {}
-    files = sorted(root.rglob("*.parquet"))
+        features = _json_object(spec, info).get("features", {}) if info.is_file() else {}
+        return "save_to_disk", files, features if isinstance(features, dict) else {}
+    files = [inside_data_folder(root, f, spec) for f in sorted(root.rglob("*.parquet"))]
     if split:
         files = [f for f in files if f.name.startswith(f"{split}-") or f.name.startswith(f"{split}.") or f.parent.name == split]
     if not files:
@@ -154,6 +167,8 @@ def hf_source(arg: str, spec: str | None = None) -> ClassSource:
                 continue
             if names is not None and (not isinstance(lab, int) or lab >= len(names)):
                 raise ValueError(f"{spec}: {f} row {row}: label {lab!r} is not one of the {len(names)} ClassLabel indices")
+            if names is None:
+                plain_text(lab, f"{spec}: {f} row {row}: label")
             images.setdefault(str(lab), []).append(ImageRef(f, row))
     if names is not None:
         display = {str(i): n for i, n in enumerate(names)}
