@@ -8,6 +8,7 @@ only; each command imports the library it needs (torch, transformers) in its bod
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
@@ -62,10 +63,9 @@ def study(
         return
     cfg = _fail_clearly(load_config, config, model=model, system_prompt=system_prompt,
                         chat_template=None if chat_template is None else str(chat_template))
-    if quiet:
-        _quiet_libraries()
     t0 = time.time()
-    res = _fail_clearly(_resumable, out, run_study, cfg, out, progress=not quiet, skip_doctor=skip_doctor)
+    with _quiet_libraries(quiet):
+        res = _fail_clearly(_resumable, out, run_study, cfg, out, progress=not quiet, skip_doctor=skip_doctor)
     typer.echo(f"study finished in {time.time() - t0:.0f} s ({res.units_computed} work units computed this run)")
     for stage, secs in res.seconds.items():
         typer.echo(f"  {stage:<11} {secs:7.1f} s")
@@ -243,19 +243,38 @@ def _real_items(source: str | None, cell: int):
     return real
 
 
-def _quiet_libraries() -> None:
+@contextlib.contextmanager
+def _quiet_libraries(quiet: bool = True):
     """``--quiet``: no progress bar and no chatter from the libraries vheads drives
     (transformers' "Loading weights" bar and its info and warning logs, the hub's download
-    bars); its errors, and every Python warning, still print, a warning on one line."""
+    bars); its errors, and every Python warning, still print, a warning on one line.
+    Everything is restored on leaving, so a command run in-process (a notebook, a test)
+    leaves transformers' logging as it found it."""
+    if not quiet:
+        yield
+        return
     import os
     import warnings
 
-    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     from transformers.utils import logging as hf_logging
 
+    env = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
+    verbosity, bars, fmt = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled(), warnings.formatwarning
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     warnings.formatwarning = _one_line_warning
+    try:
+        yield
+    finally:
+        warnings.formatwarning = fmt
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+        if env is None:
+            os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+        else:
+            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = env
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:

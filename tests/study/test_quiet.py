@@ -53,7 +53,8 @@ CHATTER = """
 import sys, warnings
 if sys.argv[1] == "quiet":
     from vheads.cli import _quiet_libraries
-    _quiet_libraries()
+    quiet = _quiet_libraries()
+    quiet.__enter__()  # quiet for the rest of this script (held, so it is not closed)
 from transformers.utils import logging
 for _ in logging.tqdm(range(3), desc="Loading weights"):
     pass
@@ -77,3 +78,18 @@ def test_quiet_keeps_errors_and_each_warning_on_one_line():
     error, warning = chatter("quiet")  # nothing else
     assert error.endswith("the checkpoint is damaged")
     assert warning == "warning: the first line says what to do (UserWarning)"
+
+
+def test_quiet_restores_library_logging_on_leaving():
+    """A command run in-process (a notebook, a test) leaves transformers' logging as it found it."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    from vheads.cli import _quiet_libraries
+
+    before, fmt = hf_logging.get_verbosity(), warnings.formatwarning
+    with _quiet_libraries():
+        assert hf_logging.get_verbosity() == hf_logging.ERROR and not hf_logging.is_progress_bar_enabled()
+    assert hf_logging.get_verbosity() == before and hf_logging.is_progress_bar_enabled()
+    assert warnings.formatwarning is fmt
