@@ -105,7 +105,7 @@ def test_toml_blocks_are_valid_study_config_fragments():
     seen = 0
     for page in PAGES:
         for kind, src in blocks(page):
-            if kind == "toml":
+            if kind == "toml" and not src.startswith(NOT_RUN):  # a set for another model than the tiny one
                 seen += 1
                 config_from_dict(tomllib.loads(src))  # raises naming the key
     assert seen >= 2
