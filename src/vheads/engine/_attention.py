@@ -305,6 +305,20 @@ def vheads_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     return out, None
 
 
+def capture_rows(probs: torch.Tensor, groups: torch.Tensor, norm: torch.Tensor | None = None, stat: str = "mass") -> torch.Tensor:
+    """What each query row contributes to a :class:`Capture`: ``probs [B, H, Qs, Tk]``
+    (post-softmax attention), ``groups [B, G, Tk]`` bool, ``norm [B, Tk]`` bool or None →
+    ``[B, H, Qs, G]`` = ``Σ_{t ∈ group} A'[q,t]`` with ``A'`` as :class:`Capture` defines it
+    (renormalized over ``norm``; one-hot on the first maximal key for ``stat="hit"``)."""
+    if norm is not None:
+        probs = probs * norm[:, None, None, :].to(probs.dtype)
+        total = probs.sum(-1, keepdim=True)
+        probs = torch.where(total > 0, probs / total.clamp_min(torch.finfo(probs.dtype).tiny), 0.0)
+    if stat == "hit":
+        probs = torch.nn.functional.one_hot(probs.argmax(-1), probs.shape[-1]).to(probs.dtype)  # ties: first max
+    return torch.einsum("bhqt,bgt->bhqg", probs, groups.to(probs.dtype))
+
+
 def _add_captures(probs: torch.Tensor, idx_abs: torch.Tensor, layer: int) -> None:
     """Add the region mass of ``probs`` [B, H, Qs, Tk] (query rows ``idx_abs``) to every
     capture of the active plan."""
@@ -313,8 +327,8 @@ def _add_captures(probs: torch.Tensor, idx_abs: torch.Tensor, layer: int) -> Non
         w = c.rows[:, idx_abs.cpu()].float().to(probs.device)  # [B, Qs]
         if not w.any():
             continue
-        g = c.groups[:, :, :tk].float().to(probs.device)  # [B, G, Tk]
-        per_row = torch.einsum("bhqt,bgt->bhqg", probs, g)  # [B, H, Qs, G]
+        norm = None if c.norm is None else c.norm[:, :tk].to(probs.device)
+        per_row = capture_rows(probs, c.groups[:, :, :tk].to(probs.device), norm, c.stat)  # [B, H, Qs, G]
         n_rows = c.rows.sum(1).float().to(probs.device)  # [B]
         mass = torch.einsum("bhqg,bq->bhg", per_row, w) / n_rows[:, None, None]
         _STATE.results[c.name][:, layer] += mass.float().cpu()

@@ -66,17 +66,34 @@ def steer_keys(heads: torch.Tensor, rows: torch.Tensor, target: torch.Tensor, im
     return Intervention(heads.bool(), rows.bool(), bias)
 
 
+#: what a capture reads of each query row's attention (see :class:`Capture`)
+CAPTURE_STATS = ("mass", "hit")
+
+
 @dataclass
 class Capture:
-    """Raw attention mass from query rows onto key groups, per (layer, head).
+    """Attention mass from query rows onto key groups, per (layer, head).
 
-    Result ``[B, L, H, G]``: ``mean_{q: rows[b,q]} Σ_{t: groups[b,g,t]} A[l,h][q,t]``
-    (DESIGN.md "Region mass"; not renormalized over image tokens).
+    Result ``[B, L, H, G]``: ``mean_{q: rows[b,q]} Σ_{t: groups[b,g,t]} A'[l,h][q,t]``
+    (DESIGN.md "Region mass"). By default ``A' = A``, the raw attention (not renormalized
+    over image tokens). Two options change what each row contributes:
+
+    - ``norm [B, T]`` (bool): ``A'[q,t] = A[q,t]·1[t ∈ norm] / Σ_{u ∈ norm} A[q,u]``, the
+      row's attention renormalized over those keys (0 for a row with no mass on them);
+    - ``stat="hit"``: ``A'[q,t] = 1[t = argmax_u A'[q,u]]`` (after ``norm`` if given), so
+      the result is the share of rows whose most-attended key lies in the group. Ties go to
+      the FIRST maximal key in position order (``torch.argmax``).
     """
 
     rows: torch.Tensor  # [B, T] bool
     groups: torch.Tensor  # [B, G, T] bool
     name: str = "capture"
+    norm: torch.Tensor | None = None  # [B, T] bool
+    stat: str = "mass"
+
+    def __post_init__(self) -> None:
+        if self.stat not in CAPTURE_STATS:
+            raise ValueError(f"unknown capture stat {self.stat!r}; choose one of: {', '.join(CAPTURE_STATS)}")
 
 
 @dataclass

@@ -307,17 +307,30 @@ class Engine:
         groups [G, T_i] bool)``, the same names and G for every request. Returns, per
         request, ``{name: [L, H, G]}`` (see :class:`Capture`). Prompts share forwards
         (one row each, left-padded) within the batching limits; no logits are computed."""
+        return self.capture_prompts([(pr, [Capture(r, groups, name) for name, r in rows.items()]) for pr, rows, groups in requests])
+
+    def capture_prompts(self, requests: list[tuple[Prompt, list[Capture]]]) -> list[dict[str, torch.Tensor]]:
+        """:meth:`capture_many` with any :class:`Capture` (``norm``, ``stat``): ``requests[i] =
+        (prompt, captures)``, each capture's tensors in prompt coordinates without the batch
+        dimension (rows [T_i], groups [G, T_i], norm [T_i]); the same names in every request,
+        G may differ (padded with empty groups, cut back in the result). Returns, per request,
+        ``{name: [L, H, G_i]}``."""
         out: list[dict[str, torch.Tensor]] = []
-        for group in pack([(pr, 1, 0) for pr, _, _ in requests], self.batching if self.cross_item else dataclasses.replace(self.batching, max_rows=1)):
+        for group in pack([(pr, 1, 0) for pr, _ in requests], self.batching if self.cross_item else dataclasses.replace(self.batching, max_rows=1)):
             prompts = [requests[i][0] for i in group]
             batch = RowBatch(prompts, [1] * len(group), [0] * len(group))
-            caps = []
-            for name in requests[group[0]][1]:
-                rows = torch.stack([batch.place(u, requests[i][1][name].bool(), False) for u, i in enumerate(group)])  # [B, T]
-                groups = torch.stack([batch.place(u, requests[i][2].bool(), False) for u, i in enumerate(group)])  # [B, G, T]
-                caps.append(Capture(rows, groups, name))
+            caps, sizes = [], {}
+            for j, first in enumerate(requests[group[0]][1]):
+                each = [requests[i][1][j] for i in group]
+                sizes[first.name] = [c.groups.shape[0] for c in each]
+                G = max(sizes[first.name])
+                rows = torch.stack([batch.place(u, c.rows.bool(), False) for u, c in enumerate(each)])  # [B, T]
+                groups = torch.stack([batch.place(u, torch.cat([c.groups.bool(), c.groups.new_zeros(G - c.groups.shape[0], c.groups.shape[1]).bool()]), False)
+                                      for u, c in enumerate(each)])  # [B, G, T]
+                norm = None if first.norm is None else torch.stack([batch.place(u, c.norm.bool(), False) for u, c in enumerate(each)])  # [B, T]
+                caps.append(Capture(rows, groups, first.name, norm, first.stat))
             res = self.run(batch, self.plan(len(group), captures=caps), logits_at=[])
-            out += [{name: res.captures[name][u] for name in res.captures} for u in range(len(group))]
+            out += [{name: res.captures[name][u][..., : sizes[name][u]] for name in res.captures} for u in range(len(group))]
         return out
 
 
