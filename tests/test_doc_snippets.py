@@ -11,7 +11,7 @@ session (a later block may use an earlier block's names), its ``bash`` blocks in
   (its Python is run by ``tests/test_interop.py``), and the scratch folder gets a copy of
   it, as a reader who saves the shown code would have;
 - ``text`` blocks are diagrams and synopses, not code;
-- a block whose first line is ``# not run: <why>`` is skipped (a whole study, an install):
+- a block whose first line is ``# not run: <why>`` is skipped (a whole study, an install; a TOML block for another model than the tiny one):
   the reason is written in the block, where the reader sees it.
 
 ``docs/index.md``'s table of model families is checked against the adapter registry.
@@ -80,7 +80,7 @@ def test_every_block_is_of_a_known_kind_and_every_skip_says_why():
             assert kind in KINDS, f"{page}: a code block of kind {kind or '(none)'!r}; use one of {sorted(KINDS)}"
             first = src.splitlines()[0] if src.strip() else ""
             if first.startswith(NOT_RUN):
-                assert kind in ("python", "bash") and len(first) > len(NOT_RUN) + 3, f"{page}: {first!r} gives no reason"
+                assert kind in ("python", "bash", "toml") and len(first) > len(NOT_RUN) + 3, f"{page}: {first!r} gives no reason"
 
 
 def test_included_files_exist_and_parse():
