@@ -11,23 +11,13 @@ from PIL import Image
 
 from tests.conftest import family_params
 from vheads.data import Item
+from vheads.doctor._pixels import lm_input_embeds
 from vheads.models.tiny_random import FAMILY_BUILDERS, randomize_constant_weights
 
 
 def _lm_input_embeds(lm, prompt) -> torch.Tensor:
     """The embeddings the model hands its language model (vision tower as it is): [T, D]."""
-    seen = {}
-
-    def grab(module, args, kwargs):
-        seen["e"] = kwargs["inputs_embeds"][0].detach().clone()
-
-    handle = lm.model.get_decoder().register_forward_pre_hook(grab, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            lm.model(**prompt.inputs)
-    finally:
-        handle.remove()
-    return seen["e"]
+    return lm_input_embeds(lm.model, prompt.inputs)
 
 
 def _noise(seed: int) -> Image.Image:

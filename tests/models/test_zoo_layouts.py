@@ -11,7 +11,6 @@ thumbnail, with no knowledge of the adapter's geometry.
 
 from __future__ import annotations
 
-import contextlib
 
 import pytest
 import torch
@@ -19,42 +18,15 @@ from PIL import Image
 
 from tests.conftest import ZOO_FAMILIES
 from vheads.data import Item
+from vheads.doctor._pixels import lm_input_embeds
 from vheads.models import load_model
 from vheads.models.tiny_random import build_tiny_random
 
 
-@contextlib.contextmanager
-def _patch_local_vision(model):
-    """Every attention module outside the language model outputs zeros: no image token mixes
-    with another before it reaches the language model."""
-
-    def zero(module, args, out):
-        return (torch.zeros_like(out[0]), *out[1:]) if isinstance(out, tuple) else torch.zeros_like(out)
-
-    text = set(map(id, model.get_decoder().modules()))
-    handles = [m.register_forward_hook(zero) for m in model.modules() if type(m).__name__.endswith("Attention") and id(m) not in text]
-    assert handles, "no attention module found in the vision tower"
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
 def _lm_input_embeds(lm, prompt) -> torch.Tensor:
-    """The embeddings the model hands its language model, its vision tower patch-local: [T, D]."""
-    seen = {}
-
-    def grab(module, args, kwargs):
-        seen["e"] = kwargs["inputs_embeds"][0].detach().clone()
-
-    handle = lm.model.get_decoder().register_forward_pre_hook(grab, with_kwargs=True)
-    try:
-        with torch.no_grad(), _patch_local_vision(lm.model):
-            lm.model(**prompt.inputs)
-    finally:
-        handle.remove()
-    return seen["e"]
+    """The embeddings the model hands its language model, its vision tower patch-local: [T, D]
+    (the doctor's pixel check, ``vheads.doctor._pixels``, is the same code)."""
+    return lm_input_embeds(lm.model, prompt.inputs, local_vision=True)
 
 
 def _pair(size, box, colour=(255, 0, 0)):
