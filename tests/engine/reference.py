@@ -19,13 +19,13 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from vheads.doctor._reference import logit_scale
+
 REF = "vheads_test_reference"
 SPEC: dict = {}
 #: families whose image tokens attend to each other bidirectionally (read in their modeling code):
 #: Gemma 3 on every layer, Gemma 4 (``use_bidirectional_attention = "vision"``) on sliding layers only
 BIDIRECTIONAL_IMAGE = {"gemma3": ("sliding_attention", "full_attention"), "gemma4": ("sliding_attention",)}
-#: text model types whose attention logits are ``q · k`` unscaled (Gemma 4 RMS-norms q and k instead)
-UNIT_SCALE = {"gemma4_text"}
 
 
 def model_mask(model, image_positions: list[int], T: int) -> dict[int, torch.Tensor]:
@@ -56,7 +56,7 @@ def reference_attention(module, query, key, value, attention_mask, dropout=0.0, 
     rep = H // key.shape[1]
     k = torch.cat([key[:, i // rep : i // rep + 1] for i in range(H)], dim=1)
     v = torch.cat([value[:, i // rep : i // rep + 1] for i in range(H)], dim=1)
-    scale = 1.0 if module.config.model_type in UNIT_SCALE else 1 / math.sqrt(D)
+    scale = logit_scale(module.config, D)  # query_pre_attn_scalar where the config has one (Gemma 3)
     logits = (query.double() @ k.double().transpose(-1, -2)) * scale
     layer = module.layer_idx
     allowed = SPEC["allowed"][layer] if SPEC.get("allowed") else torch.ones(T, T, dtype=torch.bool).tril()
