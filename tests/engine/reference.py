@@ -19,36 +19,10 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from vheads.doctor._reference import logit_scale
+from vheads.doctor._reference import logit_scale, model_mask  # noqa: F401 - model_mask: the tests' import point
 
 REF = "vheads_test_reference"
 SPEC: dict = {}
-#: families whose image tokens attend to each other bidirectionally (read in their modeling code):
-#: Gemma 3 on every layer, Gemma 4 (``use_bidirectional_attention = "vision"``) on sliding layers only
-BIDIRECTIONAL_IMAGE = {"gemma3": ("sliding_attention", "full_attention"), "gemma4": ("sliding_attention",)}
-
-
-def model_mask(model, image_positions: list[int], T: int) -> dict[int, torch.Tensor]:
-    """Allowed keys per softmax layer, ``{layer: bool [T, T]}`` (query row, key), by hand."""
-    tc = model.config.text_config
-    q = torch.arange(T)[:, None]
-    k = torch.arange(T)[None, :]
-    causal = k <= q
-    block = torch.zeros(T, T, dtype=torch.bool)
-    bidirectional = BIDIRECTIONAL_IMAGE.get(model.config.model_type, ())
-    if model.config.model_type == "gemma4" and tc.use_bidirectional_attention != "vision":
-        bidirectional = ()
-    if bidirectional and image_positions:
-        # one image = one contiguous block of image tokens: all of them see each other
-        img = torch.zeros(T, dtype=torch.bool)
-        img[image_positions] = True
-        block = img[:, None] & img[None, :]
-    types = getattr(tc, "layer_types", None) or ["full_attention"] * tc.num_hidden_layers
-    out = {}
-    for layer, kind in enumerate(types):
-        allowed = causal | block if kind in bidirectional else causal
-        out[layer] = allowed & (k > q - tc.sliding_window) if kind == "sliding_attention" else allowed
-    return out
 
 
 def reference_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
