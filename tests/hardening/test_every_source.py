@@ -182,13 +182,18 @@ def test_duplicate_image_ids_in_coco_annotations_are_refused_naming_both(tmp_pat
         load_coco_strips(imgs, "ordinal", n=1)
 
 
+def _edit_line(path, i: int, edit) -> None:
+    """Apply ``edit`` to the JSON object on line ``i`` (0-based) of a JSONL file, in place."""
+    lines = path.read_text().splitlines()
+    d = json.loads(lines[i])
+    edit(d)
+    lines[i] = json.dumps(d)
+    path.write_text("\n".join(lines) + "\n")
+
+
 def test_duplicate_ids_in_an_mcq_file_are_refused_naming_both_lines(tmp_path):
     path, _ = make_mcq_jsonl(tmp_path / "mcq")
-    lines = path.read_text().splitlines()
-    d = json.loads(lines[4])
-    d["id"] = "m1"
-    lines[4] = json.dumps(d)
-    path.write_text("\n".join(lines) + "\n")
+    _edit_line(path, 4, lambda d: d.update(id="m1"))
     r = vheads("audit", "--model", NO_MODEL, "--source", f"mcq:{path}", "--n", "2")
     refused(r, str(path), "lines 2 and 5", "'m1'")
 
@@ -241,23 +246,20 @@ def test_discovery_labels_with_control_characters_or_not_text_are_refused(tmp_pa
 ])
 def test_mcq_texts_are_checked_naming_the_line(tmp_path, edit, fragment):
     path, _ = make_mcq_jsonl(tmp_path / "mcq")
-    lines = path.read_text().splitlines()
-    d = json.loads(lines[2])
-    edit(d)
-    d["answer"] = d["choices"][0] if isinstance(d["choices"][0], str) else "red"
-    lines[2] = json.dumps(d)
-    path.write_text("\n".join(lines) + "\n")
+
+    def edit_keeping_an_answer(d):
+        edit(d)
+        d["answer"] = d["choices"][0] if isinstance(d["choices"][0], str) else "red"
+
+    _edit_line(path, 2, edit_keeping_an_answer)
     refused(vheads("audit", "--model", NO_MODEL, "--source", f"mcq:{path}", "--n", "2"), f"{path} line 3", fragment)
 
 
 def test_an_mcq_question_may_hold_newlines(tmp_path):
     path, _ = make_mcq_jsonl(tmp_path / "mcq")
-    lines = path.read_text().splitlines()
-    d = json.loads(lines[0])
-    d["question"] = "look at the photo.\nwhat colour is it ?"
-    lines[0] = json.dumps(d)
-    path.write_text("\n".join(lines) + "\n")
-    assert read_mcq_jsonl(str(path), "mcq")[0].question == d["question"]
+    question = "look at the photo.\nwhat colour is it ?"
+    _edit_line(path, 0, lambda d: d.update(question=question))
+    assert read_mcq_jsonl(str(path), "mcq")[0].question == question
 
 
 @pytest.mark.parametrize("line", ["5", "null", "[1, 2]", '"text"'])
