@@ -169,15 +169,19 @@ def doctor(
     model: Annotated[str, typer.Option(help="'tiny', a local folder or a hub id")] = "tiny",
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N, mps")] = "cpu",
     dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16")] = "float32",
+    device_map: Annotated[Optional[str], typer.Option("--device-map", help="place the layers as a study's device_map: auto | balanced | balanced_low_0 | sequential (accelerate), or one device")] = None,  # noqa: UP007
+    quantize: Annotated[Optional[str], typer.Option("--quantize", help="load the weights as a study's quantization: 4bit | 8bit (bitsandbytes, CUDA only)")] = None,  # noqa: UP007
     config: Annotated[Optional[Path], typer.Option(help="study config (TOML) whose projected time to print; default: the built-in study")] = None,  # noqa: UP007
     json_out: Annotated[bool, typer.Option("--json", help="one JSON document")] = False,
 ) -> None:
     """Check vheads on your own checkpoint and device before a long study (exit 1: an invariant failed)."""
     from vheads.doctor import doctor as run_doctor
+    from vheads.models import check_load_options
     from vheads.study import load_config
 
+    _fail_clearly(_check_doctor_load, device, device_map, quantize, check_load_options)  # before any work
     study = _fail_clearly(load_config, config, model=model)  # its sizes and the questions this model is asked
-    rep = _fail_clearly(run_doctor, model, device, dtype, study=study)
+    rep = _fail_clearly(run_doctor, model, device, dtype, study=study, device_map=device_map, quantization=quantize)
     if json_out:
         from vheads._io import json_safe  # a NaN (a check that broke) is written as null
 
@@ -187,6 +191,18 @@ def doctor(
     if not rep.ok:
         typer.echo(f"error: doctor: invariant(s) failed on {model}: {', '.join(rep.failed)}", err=True)
         raise typer.Exit(1)
+
+
+def _check_doctor_load(device: str, device_map: str | None, quantize: str | None, check) -> None:
+    """``--device-map`` / ``--quantize`` as the study checks ``device_map`` / ``quantization``,
+    named by flag."""
+    from vheads._errors import VheadsError
+
+    for flag, args in (("--device-map", (device, device_map, None)), ("--quantize", (device, device_map, quantize))):
+        try:
+            check(*args)
+        except VheadsError as e:
+            raise VheadsError(f"{flag}: {e}") from None
 
 
 @app.command()

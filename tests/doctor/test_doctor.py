@@ -167,6 +167,9 @@ def test_a_dropped_system_turn_fails_template(qwen_with_template, monkeypatch):
     (["--device", "cuda:7"], "cuda:7"),
     (["--dtype", "float8"], "float8"),
     (["--config", "/no/such/study.toml"], "/no/such/study.toml"),
+    (["--device-map", "everywhere"], "--device-map"),
+    (["--quantize", "3bit"], "--quantize"),
+    (["--quantize", "4bit"], "--quantize"),  # bitsandbytes runs on CUDA only; here the load is on cpu
 ])
 def test_bad_input_is_one_line_and_exit_2(args, needle):
     res = _doctor(*args)
@@ -176,9 +179,30 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
     assert "Traceback" not in res.output
 
 
+def test_device_map_and_quantize_reach_the_load(monkeypatch):
+    """The flags load the model as the study keys ``device_map`` / ``quantization`` do."""
+    import vheads.models
+
+    seen = {}
+
+    class Loaded(Exception):
+        pass
+
+    def load(*args, **kwargs):
+        seen.update(kwargs)
+        raise Loaded
+
+    monkeypatch.setattr(vheads.models, "load_model", load)
+    monkeypatch.setattr(vheads.models, "check_load_options", lambda *a: None)  # 4bit on this CPU-only machine
+    with pytest.raises(Loaded):
+        CliRunner().invoke(app, ["doctor", "--device-map", "cpu", "--quantize", "4bit"], catch_exceptions=False)
+    assert seen["device_map"] == "cpu" and seen["quantization"] == "4bit"
+
+
 # ---- published files -------------------------------------------------------------------------
 @pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n == "qwen2_5_vl_7b_instruct" else [pytest.mark.slow])
-                                  for n in ("qwen2_5_vl_7b_instruct", "qwen3_vl_4b_instruct", "gemma_3_4b_it", "llava_1_5_7b_hf")])
+                                  for n in ("qwen2_5_vl_7b_instruct", "qwen3_vl_4b_instruct", "gemma_3_4b_it", "llava_1_5_7b_hf",
+                                            "internvl3_1b_hf")])
 def test_every_invariant_holds_on_the_real_shells(name, tmp_path):
     """Published tokenizer, chat template and configs around a shrunk random model
     (tests/fixtures/published): the template check runs against the published template, and

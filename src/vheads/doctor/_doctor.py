@@ -62,23 +62,28 @@ def _context(lm, engine, templates, seed: int) -> Context:
 
 
 def doctor(model: str = "tiny", device: str = "cpu", dtype: str = "float32", revision: str | None = None,
-           study=None, trust_remote_code: bool = False, lm=None) -> DoctorReport:
+           study=None, trust_remote_code: bool = False, lm=None, device_map: str | None = None,
+           quantization: str | None = None) -> DoctorReport:
     """Every check of the doctor on ``model`` (loaded here, or ``lm`` if given): the invariants,
     then bf16 vs fp32 P(option), the baseline audit on a few items, and the speed, with the
     projected time of ``study`` (a :class:`vheads.study.StudyConfig`, whose question templates
     the items are asked with; None: the tiny model's questions and no projection).
 
-    Bad input (an unknown device or dtype, a model path that does not exist) is a
-    :class:`~vheads._errors.VheadsError` before the model loads."""
+    ``device_map`` and ``quantization`` load the model as a study's keys of the same names do
+    (:func:`vheads.models.load_model`): layers placed by accelerate, bitsandbytes 4bit / 8bit
+    weights. Bad input (an unknown device, dtype, device map or quantization, a model path
+    that does not exist) is a :class:`~vheads._errors.VheadsError` before the model loads."""
     from vheads.engine import Engine
-    from vheads.models import check_device, load_model
+    from vheads.models import check_device, check_load_options, load_model
 
     if lm is None:
         check_device(device)
-        lm = load_model(model, revision, dtype, device, trust_remote_code=trust_remote_code)
+        check_load_options(device, device_map, quantization)
+        lm = load_model(model, revision, dtype, device, device_map=device_map, quantization=quantization,
+                        trust_remote_code=trust_remote_code)
     ctx = _context(lm, Engine(lm), study.question_templates if study is not None else None, study.seed if study is not None else 0)
     checks = run_checks(ctx)
-    checks.append(_guarded("bf16 vs fp32", lambda: check_dtypes(ctx, model), ctx, invariant=False))
+    checks.append(_guarded("bf16 vs fp32", lambda: check_dtypes(ctx, model, device_map, quantization), ctx, invariant=False))
     got: dict = {}
 
     def baseline() -> Check:

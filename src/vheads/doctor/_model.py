@@ -36,13 +36,17 @@ def _option_probs(ctx: Context, engine) -> torch.Tensor:
     return torch.cat(out)  # [items, 4]
 
 
-def check_dtypes(ctx: Context, model_path: str) -> Check:
+def check_dtypes(ctx: Context, model_path: str, device_map: str | None = None, quantization: str | None = None) -> Check:
     """P(option) of one item per evaluation kind in this dtype and the other (bf16 <-> fp32),
-    where a second copy of the weights fits in free memory."""
+    where a second copy of the weights fits in free memory (placed by the same ``device_map``);
+    skipped for quantized weights, whose dtype is the quantization's."""
     from vheads.engine import Engine
     from vheads.models import load_model
 
     lm = ctx.lm
+    if quantization is not None:
+        return Check("bf16 vs fp32", None, f"skipped: the weights are {quantization} (bitsandbytes); the compute dtype is not "
+                     "the weights' precision", invariant=False)
     other = "float32" if ctx.half else "bfloat16"
     n_params = sum(p.numel() for p in lm.model.parameters())
     need = n_params * (4 if other == "float32" else 2)
@@ -51,7 +55,7 @@ def check_dtypes(ctx: Context, model_path: str) -> Check:
         return Check("bf16 vs fp32", None, f"skipped: a {other} copy needs {need / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free",
                      invariant=False)
     try:
-        lm2 = load_model(model_path, lm.revision, other, str(lm.device))
+        lm2 = load_model(model_path, lm.revision, other, str(lm.device), device_map=device_map)
     except (RuntimeError, ValueError, TypeError) as e:
         return Check("bf16 vs fp32", None, f"skipped: the model does not load in {other} here ({str(e).splitlines()[0][:120]})", invariant=False)
     try:
