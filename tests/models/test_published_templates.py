@@ -1,0 +1,115 @@
+"""Published chat templates on the tiny random model of their family (issue 22).
+
+For a released checkpoint whose chat template could be had but not its tokenizer
+(``tests/fixtures/published/templates``, sources in its ``SOURCES.md``), the template is given to
+the tiny random model of the family (``chat_template``, as a user would) and vheads' prompt is
+compared with the family's own transformers processor rendering the same template
+(``apply_chat_template(..., tokenize=True)`` with the image): the processor expands the template's
+image placeholder with its own code, so equal ids mean vheads' placeholder, wrapping and image
+block are the checkpoint's. The tiny models' word-level tokenizers drop whitespace, so the
+comparison runs on a byte-level BPE tokenizer instead (the published Qwen2.5-VL vocabulary, with the
+tiny tokenizer's special tokens added): a newline vheads put in the wrong place changes the ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.published.build_shells import read_published
+from vheads.data import synthetic as syn
+from vheads.models import adapter_for, format_options, load_processor
+from vheads.models._adapter import render_chat
+
+TEMPLATES = Path(__file__).parent.parent / "fixtures" / "published" / "templates"
+
+
+def _smolvlm_processor(folder: Path, template: str):
+    """Idefics3Processor from the tiny model's files with ``image_seq_len`` as the released
+    processor_config.json sets it for its model: (max_image_size / patch)² / scale_factor²
+    (SmolVLM-256M: (512 / 16)² / 4² = 64)."""
+    from transformers import AutoConfig, AutoProcessor
+
+    cfg = AutoConfig.from_pretrained(folder)
+    edge = AutoProcessor.from_pretrained(folder).image_processor.max_image_size["longest_edge"]
+    seq = (edge // cfg.vision_config.patch_size) ** 2 // cfg.scale_factor ** 2
+    return AutoProcessor.from_pretrained(folder, image_seq_len=seq, chat_template=template)
+
+
+#: template file -> (tiny random family, the family's processor built with that template)
+CASES = {
+    "smolvlm_256m_instruct.chat_template.json": ("idefics3", _smolvlm_processor),
+}
+
+
+def _items():
+    """Items of every image shape the study uses: grids (one view), strips (wide: split into
+    sub-images), and a tall strip."""
+    items = [*syn.kind_items("grid-neutral", 2, seed=0), *syn.kind_items("strip-ordinal", 2, seed=0),
+             *syn.kind_items("class-matched", 1, seed=0)]
+    wide = syn.kind_items("strip-referring", 1, seed=1)[0]
+    tall = dataclasses.replace(wide, id="tall", image=wide.image.transpose(2), regions={})  # ROTATE_90
+    return [*items, tall]
+
+
+def _bpe_folder(tiny: Path, out: Path) -> Path:
+    """A copy of the tiny model's folder whose tokenizer is the published Qwen2.5-VL byte-level BPE
+    (``tests/fixtures/published/qwen2_5_vl_7b_instruct``) with the tiny tokenizer's special tokens
+    added: the family's image tokens and markers stay single special tokens, whitespace is kept."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    shutil.copytree(tiny, out)
+    tiny_tok = AutoTokenizer.from_pretrained(tiny)
+    for f in out.glob("*"):
+        if f.name.startswith(("tokenizer", "special_tokens_map", "added_tokens", "vocab", "merges", "chat_template")):
+            f.unlink()
+    qwen = out.parent / f"{out.name}_qwen_tokenizer"
+    qwen.mkdir()
+    for f in ("vocab.json", "merges.txt", "tokenizer_config.json"):
+        (qwen / f).write_text(read_published("qwen2_5_vl_7b_instruct", f), encoding="utf-8")
+    tok = AutoTokenizer.from_pretrained(qwen)
+    tok.add_tokens([t for t in tiny_tok.all_special_tokens if t not in tok.get_vocab()], special_tokens=True)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def bpe_folders(tiny_random_dirs, tmp_path_factory):
+    root = tmp_path_factory.mktemp("bpe")
+    return {name: _bpe_folder(Path(tiny_random_dirs[family]), root / family) for name, (family, _) in CASES.items()}
+
+
+def _bundle(folder: Path, name: str):
+    from transformers import AutoConfig
+
+    return load_processor(str(folder), None, AutoConfig.from_pretrained(folder), chat_template=str(TEMPLATES / name))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_published_template_renders_one_image_placeholder_of_the_adapter(name, bpe_folders):
+    family, _ = CASES[name]
+    adapter, bundle = adapter_for(family), _bundle(bpe_folders[name], name)
+    text = render_chat(bundle.tokenizer, adapter.chat_template(bundle), "what is shown ?", True)
+    assert text.count(adapter.placeholder) == 1, text
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_prompt_ids_equal_the_family_processor_on_the_published_template(name, bpe_folders):
+    family, make = CASES[name]
+    folder = bpe_folders[name]
+    template = json.loads((TEMPLATES / name).read_text(encoding="utf-8"))["chat_template"]
+    adapter, bundle = adapter_for(family), _bundle(folder, name)
+    proc = make(folder, template)
+    image_id = proc.tokenizer.convert_tokens_to_ids(adapter.image_token)
+    for item in _items():
+        text = item.question + (format_options(item.options) if item.options else "")
+        msgs = [{"role": "user", "content": [{"type": "image", "image": item.image}, {"type": "text", "text": text}]}]
+        ref = [int(t) for t in proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"][0]]
+        prompt = adapter.build(item, bundle)
+        assert prompt.inputs["input_ids"][0].tolist() == ref, (item.id, item.image.size, proc.tokenizer.decode(ref)[-300:])
+        assert len(prompt.layout.image_positions) == ref.count(image_id) > 0
