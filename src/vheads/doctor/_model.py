@@ -108,7 +108,9 @@ def study_rows(cfg, main_k: int | None = None) -> dict[str, int]:
 
     Left out: the head-set algebra, the pointing suite, and controls that two settings or
     two draws happen to share (heads in the same layers: most on small models), which the
-    memo also serves once; so this is an upper bound on a model with few heads.
+    memo also serves once; so this is an upper bound on a model with few heads. The memo is
+    one replica's: with several replicas (``run.backend = "ray"``) the shared rows run once
+    on each.
     """
     n_strips = len(cfg.corpora) * len(cfg.queries) * cfg.n_discovery
     disc = n_strips * (1 + (5 if "out" in cfg.sources else 0))
