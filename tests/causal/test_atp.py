@@ -133,13 +133,13 @@ def test_agreement_with_the_exact_one_head_map_on_the_tiny_model(tiny, capsys):
     """Prints Spearman ρ and top-5 recall of the AtP* map against the exact map (one-head
     sets through the evaluation), and the items where they disagree most."""
     eng = Engine(tiny)
-    sets = _ncs_sets(8)
+    sets = _ncs_sets(6)
     atp = atp_map(eng, sets)
     exact, arms = exact_map(eng, sets)
     res = compare_maps(exact, atp.map(), k=5, exact_items=arms["matched"], approx_items=atp.arms["matched"].drops,
                        item_ids=atp.arms["matched"].item_ids)
     with capsys.disabled():
-        print(f"\n[AtP* vs exact NCS map, tiny model, 8+8 items] Spearman rho = {res['spearman']:.3f}, "
+        print(f"\n[AtP* vs exact NCS map, tiny model, 6+6 items] Spearman rho = {res['spearman']:.3f}, "
               f"top-5 recall = {res['top_k_recall']:.2f}; most different heads: "
               + ", ".join(f"{tuple(d['head'])} exact {d['exact']:+.3f} AtP {d['approx']:+.3f}" for d in res["heads"][:3])
               + "; lowest per-item rho (matched arm): " + ", ".join(f"{d['item']} {d['spearman']:.2f}" for d in res["items"][:3]))
@@ -160,7 +160,7 @@ def test_planted_route_heads_rank_at_the_top_of_both_maps(tiny):
     S = _top_image_heads(Engine(tiny), per_layer=2)
     eng = Engine(_planted(tiny, S))
     L, H = eng.shape
-    sets = _ncs_sets(6)
+    sets = _ncs_sets(4)
     in_s = S.as_mask()
     for name, m in (("atp", atp_map(eng, sets).map()), ("atp-zero", atp_map(eng, sets, ablation="zero").map()), ("exact", exact_map(eng, sets)[0])):
         size = np.abs(m)

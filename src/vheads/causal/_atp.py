@@ -46,11 +46,10 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from vheads.data import OPTION_LETTERS
-from vheads.engine import NAME, ROW_GROUPS, Batching, RowBatch, pack, positions_mask, register, row_mask
-from vheads.engine._attention import CHUNK_ELEMENTS, _model_mask
-from vheads.engine._layers import decoder_layers
-from vheads.evaluation._metrics import METRICS, _check_items
-from vheads.evaluation._probe import key_positions
+from vheads.engine import (
+    CHUNK_ELEMENTS, NAME, ROW_GROUPS, Batching, RowBatch, decoder_layers, model_mask, pack, positions_mask, register, row_mask,
+)
+from vheads.evaluation import METRICS, check_items, key_positions
 
 ABLATIONS = ("attention", "zero")
 #: each test's arms: (arm name, item kind of :data:`vheads.evaluation.TEST_SETS`)
@@ -171,7 +170,7 @@ def _delta(ab: _Ablation, out, query, key, value, attention_mask, scaling) -> to
     chunk = max(1, CHUNK_ELEMENTS // (B * H * tk))
     for start in range(0, len(idx), chunk):
         loc = idx[start : start + chunk]
-        mask = _model_mask(attention_mask, loc + q_off, q_off, tk).to(dt) + hide[:, None, :]  # [B, Qs, Tk]
+        mask = model_mask(attention_mask, loc + q_off, q_off, tk).to(dt) + hide[:, None, :]  # [B, Qs, Tk]
         o = F.scaled_dot_product_attention(query[:, :, loc].to(dt), k, v, attn_mask=mask[:, None], scale=scaling)
         o = torch.nan_to_num(o, nan=0.0).transpose(1, 2)  # [B, Qs, H, D]; a row with every key hidden attends nowhere
         on = rows[:, loc][:, :, None, None].to(dt)
@@ -289,7 +288,7 @@ def atp_map(engine, sets: dict, test: str = "ncs", ablation: str = "attention", 
     for _, kind in ATP_TESTS[test]:
         if kind not in sets:
             raise ValueError(f"AtP of {test!r} needs items of kind {kind!r}; sets has {', '.join(sets) or 'none'}")
-        _check_items(sets[kind], f"AtP {test} {kind}")
+        check_items(sets[kind], f"AtP {test} {kind}")
     keys, act_rows = ("image", rows) if test == "ncs" else ("text", "all")
     arms = {}
     for arm, kind in ATP_TESTS[test]:
@@ -307,8 +306,7 @@ def exact_map(engine, sets: dict, test: str = "ncs", rows: str = "all", metric: 
     """The exact attention-mask map the estimates are checked against: the evaluation's own
     test (:func:`vheads.evaluation.run_test`) with one head-set per head. Returns the map
     ``[L, H]`` and each arm's per-item drops ``{arm: [n, L, H]}`` (0 in layers without heads)."""
-    from vheads.evaluation import HeadSet
-    from vheads.evaluation._run import run_test
+    from vheads.evaluation import HeadSet, run_test
 
     check_atp_request(test, "attention", rows, metric, batch_size)
     L, H = engine.shape
