@@ -78,16 +78,16 @@ def test_gradient_equals_a_central_finite_difference(tiny64, ablation, metric):
     assert np.allclose(g, fd, rtol=1e-2, atol=2e-4), np.abs(g - fd).max()
 
 
-@pytest.mark.parametrize("rows", ["all", "question", "image"])
-def test_unit_alpha_is_the_evaluations_one_head_mask(tiny, rows):
+@pytest.mark.parametrize("rows,keys", [("all", "image"), ("question", "image"), ("image", "image"), ("all", "text")])
+def test_unit_alpha_is_the_evaluations_one_head_mask(tiny, rows, keys):
     """α = e_h gives exactly the metric of the engine's mask of h alone (α = 0: the baseline)."""
     eng = Engine(tiny)
     L, H = eng.shape
     heads = [(l, h) for l in range(L) for h in range(H)]
     pr, letter = _prompt(eng, kind_items("class-matched", 1, 6)[0])
     got, _ = scaled_ablation(eng, [pr] * (len(heads) + 1), [letter] * (len(heads) + 1),
-                             torch.cat([torch.zeros(1, L, H, dtype=torch.float64), _one_hot(L, H, heads)]), rows=rows)
-    base, masked = run_scores(eng, [Probe(pr, None), Probe(pr, Action("mask", rows=rows, keys="image"), [HeadSet([lh], L, H) for lh in heads])])
+                             torch.cat([torch.zeros(1, L, H, dtype=torch.float64), _one_hot(L, H, heads)]), keys=keys, rows=rows)
+    base, masked = run_scores(eng, [Probe(pr, None), Probe(pr, Action("mask", rows=rows, keys=keys), [HeadSet([lh], L, H) for lh in heads])])
     want = np.concatenate([letter_metric(base, letter), letter_metric(masked, letter)])
     assert np.abs(got.numpy() - want).max() <= 1e-5
 
@@ -187,6 +187,17 @@ def test_linear_attention_layers_of_a_hybrid_model_have_no_estimate(loaded):
     got, _ = scaled_ablation(eng, [pr] * len(heads), [letter] * len(heads), _one_hot(L, H, heads))
     masked = run_scores(eng, [Probe(pr, Action("mask", rows="all", keys="image"), [HeadSet([lh], L, H, lm.attention_layers) for lh in heads])])[0]
     assert np.abs(got.numpy() - letter_metric(masked, letter)).max() <= 1e-5
+
+
+def test_the_text_arm_map_is_the_mean_estimated_drop_of_hiding_the_question(tiny):
+    eng = Engine(tiny)
+    items = kind_items("text", 3, 0)
+    atp = atp_map(eng, {"text": items}, test="text", rows="question")
+    assert (list(atp.arms), atp.rows) == (["text"], "all")  # the text arm hides the question at all rows, as text_arm does
+    prompts = [eng.lm.adapter.build(it, eng.lm.processor) for it in items]
+    _, drops = estimate_drops(eng, prompts, [OPTION_LETTERS.index(it.answer) for it in items], keys="text", rows="all")
+    assert np.allclose(atp.map(), drops.mean(0), atol=1e-9)
+    assert np.abs(atp.map()).max() > 0
 
 
 def test_compare_maps_against_a_hand_computation():

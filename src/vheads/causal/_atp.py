@@ -253,8 +253,8 @@ def estimate_drops(engine, prompts: list, letters: list[int], keys: str = "image
     L, H = engine.shape
     base, drops = np.zeros(len(prompts)), np.zeros((len(prompts), L, H))
     bt = Batching(max_rows=batch_size if engine.cross_item else 1, token_budget=token_budget)
+    dtype = torch.promote_types(engine.lm.model.dtype, torch.float32)
     for group in pack([(pr, 1, 0) for pr in prompts], bt):
-        dtype = torch.promote_types(engine.lm.model.dtype, torch.float32)
         alpha = torch.zeros(len(group), L, H, dtype=dtype, device=engine.lm.device, requires_grad=True)
         m, g = scaled_ablation(engine, [prompts[i] for i in group], [letters[i] for i in group], alpha, keys, ablation, rows, metric, checkpoint)
         base[group] = m.double().cpu().numpy()
