@@ -13,6 +13,8 @@ from vheads.engine import Engine
 from vheads.evaluation import Action, HeadSet, letter_metric
 from vheads.evaluation._probe import Probe, run_scores
 
+from tests.conftest import family_params
+
 
 @pytest.fixture(scope="module")
 def tiny():
@@ -187,6 +189,27 @@ def test_linear_attention_layers_of_a_hybrid_model_have_no_estimate(loaded):
     got, _ = scaled_ablation(eng, [pr] * len(heads), [letter] * len(heads), _one_hot(L, H, heads))
     masked = run_scores(eng, [Probe(pr, Action("mask", rows="all", keys="image"), [HeadSet([lh], L, H, lm.attention_layers) for lh in heads])])[0]
     assert np.abs(got.numpy() - letter_metric(masked, letter)).max() <= 1e-5
+
+
+@pytest.mark.parametrize("family", family_params())
+def test_every_family_unit_alpha_is_the_engines_one_head_mask_and_agreement_is_printed(loaded, family, capsys):
+    """On each tiny random family (its own masks: sliding windows, bidirectional image blocks,
+    tiles, hybrid layers), Δ is the engine's mask exactly; ρ and top-5 recall of AtP* against
+    the exact map are printed (random weights: no claim on their size)."""
+    lm = loaded[family]
+    eng = Engine(lm)
+    L, H = eng.shape
+    heads = [(l, h) for l in lm.attention_layers for h in range(H)]
+    pr, letter = _prompt(eng, kind_items("class-matched", 1, 6)[0])
+    got, _ = scaled_ablation(eng, [pr] * len(heads), [letter] * len(heads), _one_hot(L, H, heads))
+    masked = run_scores(eng, [Probe(pr, Action("mask", rows="all", keys="image"), [HeadSet([lh], L, H, lm.attention_layers) for lh in heads])])[0]
+    assert np.abs(got.numpy() - letter_metric(masked, letter)).max() <= 1e-5
+    sets = _ncs_sets(2, seed=1)
+    valid = np.zeros((L, H), dtype=bool)
+    valid[list(lm.attention_layers)] = True
+    res = compare_maps(exact_map(eng, sets)[0], atp_map(eng, sets).map(), k=5, valid=valid)
+    with capsys.disabled():
+        print(f"\n[AtP* vs exact NCS map, random {family}, 2+2 items] rho = {res['spearman']:.3f}, top-5 recall = {res['top_k_recall']:.2f}")
 
 
 def test_the_text_arm_map_is_the_mean_estimated_drop_of_hiding_the_question(tiny):

@@ -219,22 +219,34 @@ def _ablating(model, ab: _Ablation, checkpoint: bool):
 
 def scaled_ablation(engine, prompts: list, letters: list[int], alpha: torch.Tensor, keys: str = "image", ablation: str = "attention",
                     rows: str = "all", metric: str = "p4", checkpoint: bool | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One forward of ``prompts`` (one batch row each, left-padded) with every head's output
-    ``o + α[b, l, h] · Δ`` at ``rows`` (``ablation``: ``attention`` hides ``keys`` — image,
-    text or a region — from the head; ``zero`` zeroes it). Returns the key letter's
-    ``metric`` ``[B]`` and, when ``alpha`` requires a gradient, ``∂metric/∂α [B, L, H]``.
-    α = 0 is the clean model; α one at h alone is h alone ablated."""
+    """One forward of ``prompts`` (one batch row each, left-padded; consecutive repeats of
+    one prompt share its image's vision pass) with every head's output ``o + α[b, l, h] · Δ``
+    at ``rows`` (``ablation``: ``attention`` hides ``keys`` — image, text or a region — from
+    the head; ``zero`` zeroes it). Returns the key letter's ``metric`` ``[B]`` and, when
+    ``alpha`` requires a gradient, ``∂metric/∂α [B, L, H]``. α = 0 is the clean model; α one
+    at h alone is h alone ablated."""
     model = engine.lm.model
-    batch = RowBatch(prompts, [1] * len(prompts), [0] * len(prompts))
+    units, counts = [], []  # distinct consecutive prompts and their rows
+    for pr in prompts:
+        if units and units[-1] is pr:
+            counts[-1] += 1
+        else:
+            units.append(pr)
+            counts.append(1)
+    if len(units) > 1 and not engine.cross_item:
+        raise ValueError(f"the {engine.lm.adapter.family} adapter runs one item per forward; pass one prompt (repeated) at a time")
+    batch = RowBatch(units, counts, [0] * len(units))
     inputs = engine._inputs(batch, "full")
-    row_m = torch.stack([batch.place(u, row_mask(pr.layout, rows), False) for u, pr in enumerate(prompts)])  # [B, T]
-    key_m = torch.stack([batch.place(u, positions_mask(pr.layout.n_tokens, key_positions(pr, keys)), False) for u, pr in enumerate(prompts)])
+    reps = torch.tensor(counts)
+    row_m = torch.stack([batch.place(u, row_mask(pr.layout, rows), False) for u, pr in enumerate(units)]).repeat_interleave(reps, 0)  # [B, T]
+    key_m = torch.stack([batch.place(u, positions_mask(pr.layout.n_tokens, key_positions(pr, keys)), False)
+                         for u, pr in enumerate(units)]).repeat_interleave(reps, 0)
     dev = engine.lm.device
     ab = _Ablation(alpha.to(dev) if alpha.device != dev else alpha, row_m.to(dev), key_m.to(dev), ablation)
     if checkpoint is None:
         checkpoint = batch.n_rows * batch.length >= CHECKPOINT_FROM
     ids = engine.lm.adapter.letter_token_ids(engine.lm.processor)
-    with _ablating(model, ab, checkpoint):
+    with _ablating(model, ab, checkpoint), engine._shared_vision(batch):
         logits = model(**inputs, use_cache=False, logits_to_keep=1).logits[:, -1]  # [B, V]
         dt = torch.promote_types(logits.dtype, torch.float32)
         scores = torch.cat([logits[:, ids].to(dt), torch.logsumexp(logits.to(dt), -1, keepdim=True)], -1)  # [B, 5]
