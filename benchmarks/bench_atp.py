@@ -56,10 +56,14 @@ def run(lm, eng, n_items: int, image_tokens: int | None, batch_size: int, device
     holder = {}
     atp_s = _setup.timed(lambda: holder.__setitem__("atp", atp_map(eng, sets)), device)
     exact_s = _setup.timed(lambda: holder.__setitem__("exact", exact_map(eng, sets, batch_size=batch_size)[0]), device)
-    cmp = compare_maps(holder["exact"], holder["atp"].map(), k=min(TOP_K, len(lm.attention_layers) * lm.n_heads))
+    heads = len(lm.attention_layers) * lm.n_heads
+    cmp = compare_maps(holder["exact"], holder["atp"].map(), k=min(TOP_K, heads))
     log(f"  AtP map {atp_s:.1f}s, exact one-head scan {exact_s:.1f}s ({exact_s / atp_s:.1f}×); ρ {cmp['spearman']:.3f}, "
         f"top-{cmp['k']} recall {cmp['top_k_recall']:.2f}")
-    return {"atp_s": atp_s, "exact_s": exact_s, "items_per_arm": n_items, "heads": len(lm.attention_layers) * lm.n_heads,
+    # per-row throughput for the README's GPU-hour projection: the exact scan runs one row per head and
+    # one baseline per prompt; AtP one forward + backward per prompt
+    return {"atp_s": atp_s, "exact_s": exact_s, "items_per_arm": n_items, "heads": heads,
+            "exact_rows_per_s": 2 * n_items * (heads + 1) / exact_s, "atp_s_per_prompt": atp_s / (2 * n_items),
             "layers": lm.n_layers, "n_heads": lm.n_heads, "prompt_tokens": pr.layout.n_tokens,
             "image_tokens": len(pr.layout.image_positions), "spearman": cmp["spearman"], "top_k": cmp["k"], "top_k_recall": cmp["top_k_recall"]}
 
