@@ -188,8 +188,8 @@ def _atp_attention(module, query, key, value, attention_mask, dropout=0.0, scali
     ab = _ACTIVE[-1]
     with torch.no_grad():
         delta = _delta(ab, out, query, key, value, attention_mask, query.shape[-1] ** -0.5 if scaling is None else scaling)
-    a = ab.alpha[:, layer].to(out.dtype)  # [B, H]
-    return out + a[:, None, :, None] * delta, weights
+    a = ab.alpha[:, layer]  # [B, H] (fp32 or wider: the backward's Σ_rows ⟨∂m/∂o, Δ⟩ is not summed in bf16)
+    return out + (a[:, None, :, None] * delta.to(a.dtype)).to(out.dtype), weights
 
 
 @contextlib.contextmanager
