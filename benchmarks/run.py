@@ -1,6 +1,6 @@
 """vheads benchmarks: ratios measured side by side in one run.
 
-    python benchmarks/run.py [--quick] [--json PATH] [--only capture|evaluation|overhead|memory|layers|study] [--model random|tiny|both|zoo|all]
+    python benchmarks/run.py [--quick] [--json PATH] [--only capture|evaluation|overhead|memory|layers|atp|study] [--model random|tiny|both|zoo|all]
 
 Runs on CUDA + bf16 when a GPU is there, else CPU + fp32 (the same command either way),
 on a random-initialised Qwen3-VL with the 2B language-model layout (28 layers × 16 heads
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
 
-from benchmarks import _setup, bench_capture, bench_evaluation, bench_layers, bench_overhead, bench_study  # noqa: E402
+from benchmarks import _setup, bench_atp, bench_capture, bench_evaluation, bench_layers, bench_overhead, bench_study  # noqa: E402
 
 CAPTURE_TIME_TARGET = 1.1  # at every prompt length from CAPTURE_TARGET_FROM tokens up
 CAPTURE_MEMORY_TARGET = 1.05
@@ -44,15 +44,17 @@ STUDY_SPEEDUP_TARGET = 2.0  # cross-item off / on, default study (not --quick)
 def params(device: str, quick: bool) -> dict:
     if device == "cuda":
         p = dict(lengths=[256, 1024, 4096], repeats=5, items=4, image_tokens=1024, baseline_sample=8, batched_sample=64, batch_size=64,
-                 overhead_rows=64, budget_rows=[16, 64], memory_items=2, layer_controls=64)
+                 overhead_rows=64, budget_rows=[16, 64], memory_items=2, layer_controls=64, atp_items=4, atp_image_tokens=1024)
         if quick:
-            p.update(repeats=3, items=1, baseline_sample=4)
+            p.update(repeats=3, items=1, baseline_sample=4, atp_items=2)
         return p
     if quick:
         return dict(lengths=[256, 1024], repeats=3, items=1, image_tokens=1024, baseline_sample=2, batched_sample=8, batch_size=64,
-                    overhead_rows=8, budget_rows=[8, 32], memory_items=1, layer_controls=8, layer_image_tokens=256)
+                    overhead_rows=8, budget_rows=[8, 32], memory_items=1, layer_controls=8, layer_image_tokens=256,
+                    atp_items=1, atp_image_tokens=None)
     return dict(lengths=[256, 1024, 4096], repeats=3, items=2, image_tokens=1024, baseline_sample=4, batched_sample=16, batch_size=64,
-                overhead_rows=16, budget_rows=[8, 32], memory_items=2, layer_controls=32)
+                overhead_rows=16, budget_rows=[8, 32], memory_items=2, layer_controls=32,
+                atp_items=2, atp_image_tokens=256)
 
 
 def entry(name, ratio, target, better, raw, command, note=""):
@@ -183,6 +185,10 @@ def bench_model(name, lm, model_dir, spec_line, args, p, device, dtype, log, mod
     if args.only in (None, "layers"):
         res = bench_layers.run(lm, eng, p["items"], p.get("layer_image_tokens", p["image_tokens"]), p["layer_controls"], p["repeats"], device, log)
         entries += layers_entries(res, name, f"python benchmarks/run.py{q}{model_flag} --only layers")
+    if args.only in (None, "atp"):
+        res = bench_atp.run(lm, eng, p["atp_items"], p["atp_image_tokens"], p["batch_size"], device, log)
+        mem = bench_atp.memory(model_dir, p["image_tokens"], device, dtype, log) if model_dir != "tiny" else None
+        entries += bench_atp.entries(res, mem, name, f"python benchmarks/run.py{q}{model_flag} --only atp", entry)
     if args.only in (None, "memory") and model_dir != "tiny":
         T = _setup.prompt_of_length(lm, p["image_tokens"]).layout.n_tokens
         budgets = [r * T for r in p["budget_rows"]]
@@ -195,7 +201,7 @@ def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="shorter prompts, fewer repeats and samples (a few minutes on a 2-core CPU)")
     ap.add_argument("--json", type=Path, help="write the entries here")
-    ap.add_argument("--only", choices=["capture", "evaluation", "overhead", "memory", "layers", "study"])
+    ap.add_argument("--only", choices=["capture", "evaluation", "overhead", "memory", "layers", "atp", "study"])
     ap.add_argument("--model", choices=["random", "tiny", "both", "zoo", "all"], default="both",
                     help="random 2B-layout Qwen3-VL, the built-in tiny model, both; zoo: capture rows on Qwen3.5 and InternVL; all: every one")
     ap.add_argument("--lengths", type=int, nargs="+", help="capture prompt lengths (tokens)")

@@ -4,9 +4,12 @@ from vheads.engine._attention import NAME, active_plan, install, register, vhead
 from vheads.engine._plan import ROW_GROUPS, Capture, Intervention, ProbePlan, first_biased_key, mask_keys, steer_keys
 from vheads.engine._runner import Batching, Engine, ForwardResult, RowBatch, can_split, pack
 from vheads.engine._rows import row_mask, positions_mask
+from vheads.engine._attention import CHUNK_ELEMENTS, _model_mask as model_mask  # the model's own additive mask at chosen rows
+from vheads.engine._layers import decoder_layers
 
 __all__ = [
     "NAME", "ROW_GROUPS", "Batching", "Capture", "Engine", "RowBatch", "can_split", "pack", "ForwardResult", "Intervention", "ProbePlan",
     "active_plan", "first_biased_key", "install", "mask_keys", "positions_mask", "register", "row_mask", "steer_keys",
     "vheads_attention",
+    "CHUNK_ELEMENTS", "decoder_layers", "model_mask",
 ]

@@ -10,6 +10,8 @@ from vheads.evaluation._metrics import (
     METRICS, Outcomes, baseline_audit, cers, letter_metric, distractor_cell, head_attention_mass, ncs, ncs_grid, text_arm,
 )
 from vheads.evaluation._probe import Action, ProbeMemo, option_probs, prompt_digest
+from vheads.evaluation._probe import key_positions
+from vheads.evaluation._metrics import _check_items as check_items  # four lettered options per item
 from vheads.evaluation._run import (
     AUDIT_SETS, TEST_SETS, TESTS, HeadsetResult, audit_sets, check_request, evaluate_headsets, item_sets, run_test,
 )
@@ -27,4 +29,5 @@ __all__ = [
     "draw_controls", "get_control", "head_attention_mass", "holm", "layer_matched_controls", "ncs", "ncs_difference_t", "ncs_grid", "option_probs",
     "paired_one_sided_p", "paired_t", "parse_control_spec", "random_n_controls", "rank_p", "sink_heads",
     "spearman", "split_control_name", "t_interval", "text_arm", "text_heavy_heads", "whole_layer_controls", "z_score",
+    "check_items", "key_positions",
 ]
