@@ -30,10 +30,8 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         plot_overlap_heatmap, split_half_ceiling, topk_overlap,
     )
     from vheads.discovery._schema import headset_schema, headset_schema_errors, validate_headset_json
-    from vheads.discovery._scores import (
-        CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCES, Setting, SettingScores, greedy_answer, item_region_mass,
-        score_settings,
-    )
+    from vheads.discovery._scores import SettingScores, greedy_answer, item_region_mass, score_settings
+    from vheads.discovery._setting import CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCES, Setting
     from vheads.discovery._selection import MODES, ranked_heads, resolve_k, select_heads
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from vheads.engine._constants import ROW_GROUPS  # noqa: F401 - re-exported
 from vheads.models import check_attention_layers
-
-ROW_GROUPS = ("all", "image", "question", "last")
 
 
 def first_biased_key(key_bias: torch.Tensor) -> torch.Tensor:
