@@ -17,8 +17,9 @@ model only the softmax layers' heads). Each curve is summarised by its mean and 
 percentiles over the draws. Its **ceiling** is its mean at the largest size, n = N: for the
 full-corpus overlap that is k (the subset is the corpus); for the split-half overlap it is
 the split-half noise ceiling of the whole corpus (the definition of ``split_half_ceiling``;
-the study draws it with the ceiling's own seed, so it is the overlap table's ceiling). **N90** is the smallest size on the grid whose mean reaches
-90% of that ceiling (none when the ceiling is 0: nothing to reach).
+the study draws it with the ceiling's own seed, so it is the overlap table's ceiling).
+**N90** is the smallest size on the grid whose mean reaches 90% of that ceiling (none when
+the ceiling is 0: nothing to reach).
 
 The full-corpus overlap counts items the subset shares with the corpus, so it rises to k
 by construction; the split-half overlap compares disjoint halves and is the honest
@@ -173,7 +174,8 @@ def plot_stability(curves: dict[str, StabilityCurve], path=None, fraction: float
         ax.set_ylabel(f"shared heads (of {size})", fontsize=8)
     legend = dict(zip(*reversed(ax0.get_legend_handles_labels())))  # label -> handle
     order = sorted(legend, key=lambda name: name.startswith("N90"))  # the two curves, then the N90 ring
-    fig.legend([legend[n] for n in order], order, loc="outside lower center", ncol=1 if ncols == 1 else 3 if ncols > 2 else 2, fontsize=7.5, frameon=False)
+    fig.legend([legend[n] for n in order], order, loc="outside lower center", ncol=min(ncols, 3), fontsize=7.5,
+               frameon=False)
     if path is not None:
         from pathlib import Path
 

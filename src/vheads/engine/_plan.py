@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from vheads.engine._constants import ROW_GROUPS  # noqa: F401 - re-exported
 from vheads.models import check_attention_layers
 
 

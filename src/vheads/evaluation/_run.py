@@ -16,7 +16,7 @@ from vheads.evaluation._controls import draw_controls, get_control
 from vheads.evaluation._headsets import HeadSet
 from vheads.evaluation._metrics import Outcomes, cers, head_attention_mass, ncs, ncs_grid, text_arm
 from vheads.evaluation._probe import ProbeMemo
-from vheads.evaluation._request import AUDIT_SETS, TEST_SETS, TESTS, audit_sets, check_request, item_sets  # noqa: F401 - re-exported
+from vheads.evaluation._request import TEST_SETS, TESTS, check_request, item_sets
 from vheads.evaluation._stats import (
     MIN_BOOTSTRAP_N, bca_diff_ci, bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score,
 )
