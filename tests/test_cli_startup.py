@@ -98,6 +98,8 @@ def test_python_dash_m_vheads_is_the_command(tmp_path):
     (["discover", "--query", "nowhere"], None, "unknown query type 'nowhere'"),
     (["audit", "--n", "0"], None, "--n"),
     (["overlap", "h.json"], None, "h.json does not exist"),
+    (["compare", "one-run"], None, "at least two run folders"),
+    (["compare", "a", "b"], None, "no results store"),
 ])
 def test_a_bad_config_or_argument_is_refused_before_torch_loads(args, config, says, tmp_path):
     """Config and argument checks run before torch is imported: one line, exit 2, and
