@@ -81,3 +81,34 @@ def test_python_dash_m_vheads_is_the_command(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     r = subprocess.run([sys.executable, "-m", "vheads", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "Usage: vheads" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("args, config, says", [
+    (["study", "bad.toml"], "n_eval = 1\n", "config key 'n_eval'"),
+    (["study", "bad.toml"], "no_such_key = 3\n", "unknown config key 'no_such_key'"),
+    (["study", "bad.toml"], 'tests = ["ncs", "ncs"]\nrow_groups = ["nowhere"]\n', "config key 'row_groups'"),
+    (["study", "bad.toml"], 'metric = "accuracy"\n', "config key 'metric'"),
+    (["study", "bad.toml"], "[controls]\nlayer-matched = 1000000\n", "config key 'controls.layer-matched'"),
+    (["doctor", "--config", "bad.toml"], 'sources = ["nowhere"]\n', "config key 'sources'"),
+    (["evaluate", "--headset", "h.json", "--test", "bogus"], None, "unknown test 'bogus'"),
+    (["evaluate", "--headset", "h.json", "--rows", "nowhere"], None, "unknown row group 'nowhere'"),
+    (["evaluate", "--headset", "h.json", "--controls", "layer-matched:0"], None, "layer-matched"),
+    (["evaluate", "--headset", "h.json"], None, "h.json does not exist"),
+    (["discover", "--source", "nowhere"], None, "unknown attention source 'nowhere'"),
+    (["discover", "--query", "nowhere"], None, "unknown query type 'nowhere'"),
+    (["audit", "--n", "0"], None, "--n"),
+    (["overlap", "h.json"], None, "h.json does not exist"),
+    (["compare", "one-run"], None, "at least two run folders"),
+    (["compare", "a", "b"], None, "no results store"),
+])
+def test_a_bad_config_or_argument_is_refused_before_torch_loads(args, config, says, tmp_path):
+    """Config and argument checks run before torch is imported: one line, exit 2, and
+    neither torch nor transformers in ``sys.modules`` (the constants they check against
+    live in torch-free modules; the device check, which needs torch, runs last)."""
+    if config is not None:
+        (tmp_path / "bad.toml").write_text(config)
+    code, out, err, loaded = run_cli(args, tmp_path)
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and says in err, err
+    assert loaded == [], f"`vheads {' '.join(args)}` imported {loaded} before refusing"
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "headsets").exists()  # nothing written

@@ -56,13 +56,15 @@ def study(
     chat_template: Annotated[Optional[Path], typer.Option(help="override the config's chat_template (a Jinja file replacing the checkpoint's)")] = None,  # noqa: UP007
 ) -> None:
     """The whole study: discovery x evaluation against random controls, then the report."""
-    from vheads.study import default_toml, load_config, run_study
+    from vheads.study import default_toml, load_config
 
     if print_config:  # with --model: the question templates that apply to that model
         typer.echo(default_toml(model or "tiny"), nl=False)
         return
     cfg = _fail_clearly(load_config, config, model=model, system_prompt=system_prompt,
                         chat_template=None if chat_template is None else str(chat_template))
+    from vheads.study import run_study  # torch loads here, once the config is known to be good
+
     t0 = time.time()
     with _quiet_libraries(quiet):
         res = _fail_clearly(_resumable, out, run_study, cfg, out, progress=not quiet, skip_doctor=skip_doctor)
@@ -93,14 +95,10 @@ def evaluate(
     chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
-    from vheads.engine import Engine
-    from vheads.discovery import load_headset_files
-    from vheads.evaluation import check_request, evaluate_headsets
-    from vheads.models import load_model
-
     from vheads.discovery import load_headset
+    from vheads.evaluation import check_request
 
-    # every argument, and every head-set file, is checked before the model is loaded
+    # every argument, and every head-set file, is checked before the model (or torch) is loaded
     _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size, steer_rows=steer_rows, seed=seed)
     records = [_fail_clearly(load_headset, p) for p in headset]
     real = _real_items(source, cell)
@@ -110,6 +108,11 @@ def evaluate(
         _fail_clearly(item_sets, [k for t in test for k in TEST_SETS[t]], n, lambda kind: seed, real)
     if model is None:
         model = records[0].model["id"]
+    from vheads.discovery import load_headset_files
+    from vheads.engine import Engine
+    from vheads.evaluation import evaluate_headsets
+    from vheads.models import load_model
+
     lm = _fail_clearly(load_model, model, system_prompt=system_prompt, chat_template=chat_template)
     hs = _fail_clearly(load_headset_files, headset, lm, force)
     results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out,
@@ -144,9 +147,7 @@ def audit(
 ) -> None:
     """Baseline audit of the evaluation sets: oracle, floor, matched, mismatched, leak."""
     from vheads._errors import MAX_ITEMS, MAX_SEED, check_range
-    from vheads.engine import Engine
-    from vheads.evaluation import audit_sets, baseline_audit
-    from vheads.models import load_model
+    from vheads.evaluation import audit_sets
 
     _fail_clearly(check_range, "--n", n, 1, MAX_ITEMS)
     _fail_clearly(check_range, "--seed", seed, 0, MAX_SEED)
@@ -154,6 +155,10 @@ def audit(
 
     real = _real_items(source, cell)
     sets = _fail_clearly(audit_sets, n, lambda kind: seed, real, default_templates(model))  # every photo read before the model loads
+    from vheads.engine import Engine
+    from vheads.evaluation import baseline_audit
+    from vheads.models import load_model
+
     lm = _fail_clearly(load_model, model)
     rep = baseline_audit(Engine(lm), sets)
     if json_out:
@@ -175,12 +180,14 @@ def doctor(
     json_out: Annotated[bool, typer.Option("--json", help="one JSON document")] = False,
 ) -> None:
     """Check vheads on your own checkpoint and device before a long study (exit 1: an invariant failed)."""
-    from vheads.doctor import doctor as run_doctor
-    from vheads.models import check_load_options
     from vheads.study import load_config
 
+    study = _fail_clearly(load_config, config, model=model)  # its sizes and the questions this model is asked (no torch)
+    from vheads.models import check_load_options
+
     _fail_clearly(_check_doctor_load, device, device_map, quantize, check_load_options)  # before any work
-    study = _fail_clearly(load_config, config, model=model)  # its sizes and the questions this model is asked
+    from vheads.doctor import doctor as run_doctor
+
     rep = _fail_clearly(run_doctor, model, device, dtype, study=study, device_map=device_map, quantization=quantize)
     if json_out:
         from vheads._io import json_safe  # a NaN (a check that broke) is written as null

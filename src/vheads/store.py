@@ -59,6 +59,11 @@ ood_outcomes(unit_id, task, setting, test, headset_id, item_id, value, logprob, 
                                                   pointing suite: per-item CERS ('cers') and NCS
                                                   ('ncs-all', with arms 'ncs-matched' / 'ncs-mismatched')
 ood_audit(task, name, n, mean_p_key, lo, hi, ok)  pointing suite: baseline audit of each task
+stability(setting, k, curve, n_items, draw, seed, overlap)
+                                                  stability curves (vheads.discovery.stability_curve):
+                                                  curve 'full' (overlap with the all-items top-k) or
+                                                  'split' (split-half overlap) of each seeded draw of
+                                                  n_items of the setting's item_scores (item_id order)
 """
 
 from __future__ import annotations
@@ -97,6 +102,8 @@ TABLES: dict[str, tuple[str, str]] = {
     "ood_audit": ("task TEXT, name TEXT, n INTEGER, mean_p_key REAL, lo REAL, hi REAL, ok INTEGER", "task, name"),
     "strip_attention": ("setting TEXT, item_id TEXT, layer INTEGER, head INTEGER, masses TEXT",
                         "setting, item_id, layer, head"),
+    "stability": ("setting TEXT, k INTEGER, curve TEXT, n_items INTEGER, draw INTEGER, seed INTEGER, overlap INTEGER",
+                  "setting, curve, n_items, draw"),
 }
 SCHEMA_VERSION = 3
 SCHEMA = "\n".join(f"CREATE TABLE IF NOT EXISTS {t}(model TEXT NOT NULL DEFAULT '', {cols}, PRIMARY KEY(model, {pk}));"

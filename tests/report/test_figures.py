@@ -69,10 +69,10 @@ def check_saved(saved: list[dict]) -> None:
                     f"figure {title!r}, panel {ax.get_title()!r}: the {axis.axis_name} axis has tick labels but no label")
 
 
-@pytest.mark.parametrize("settings, meta", [(SETTINGS, None), (SETTINGS[:1], None),
+@pytest.mark.parametrize("settings, meta", [(SETTINGS, None), (SETTINGS[:1], None), (["cm-ord-last", "ph-ord-last"], None),
                                             (["cm-ord-last", "cm-ref-qsp", "ph-ord-last", "ph-ref-qsp"], None),
                                             (SETTINGS[:1], {"attention_layers": [1, 3]})],
-                         ids=["twelve", "one", "four", "one-hybrid"])
+                         ids=["twelve", "one", "two", "four", "one-hybrid"])
 def test_every_report_figure_fits_its_canvas_and_labels_its_axes(settings, meta, tmp_path, drawn):
     """``one-hybrid``: a hybrid model's score map greys its linear layers and says so in the
     colour-bar label, the longest label of any figure."""

@@ -8,6 +8,8 @@
 - :func:`headset_schema` / :func:`validate_headset_json` — the shipped JSON Schema of those files;
 - :func:`overlap_report` — overlap matrix, split-half noise ceilings, geometric-mean
   ceilings, overlap curves; :func:`plot_overlap_heatmap`;
+- :func:`stability_curve` — overlap with the full-corpus head-set and split-half overlap as
+  the number of discovery items grows, N90 (:func:`items_to_reach`), :func:`plot_stability`;
 - :func:`discover_headsets` — the whole run (the ``vheads discover`` command).
 
 The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
@@ -30,10 +32,9 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         plot_overlap_heatmap, split_half_ceiling, topk_overlap,
     )
     from vheads.discovery._schema import headset_schema, headset_schema_errors, validate_headset_json
-    from vheads.discovery._scores import (
-        CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCES, Setting, SettingScores, greedy_answer, item_region_mass,
-        score_settings,
-    )
+    from vheads.discovery._scores import SettingScores, greedy_answer, item_region_mass, score_settings
+    from vheads.discovery._setting import CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCES, Setting
     from vheads.discovery._selection import MODES, ranked_heads, resolve_k, select_heads
+    from vheads.discovery._stability import StabilityCurve, items_to_reach, plot_stability, stability_curve, stability_sizes
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -56,13 +56,10 @@ def discover(
 ) -> list[Path]:
     """Rank heads under every corpus × query × source setting and write one head-set file each."""
     from vheads.discovery._discover import check_out_folder, discover_headsets, load_corpora
-    from vheads.discovery._scores import SOURCES
-    from vheads.models import check_load_options, load_model, preflight_prompts, read_chat_template
+    from vheads.discovery._setting import SOURCES
 
-    # every input is checked, and every corpus loaded, before the model is
-    check_load_options(device, device_map, quantize)
-    if chat_template is not None:
-        read_chat_template(chat_template)  # exists and parses
+    # every input is checked, and every corpus loaded, before the model is; the flags that
+    # need no torch first, so a typo is refused at once
     check_positive(max_new_tokens=max_new_tokens, panel_size=panel_size, splits=splits)
     check_range("--n", n, 1, MAX_ITEMS)
     check_range("--seed", seed, 0, MAX_SEED)
@@ -74,6 +71,11 @@ def discover(
     from vheads.data import default_templates
 
     corpora = load_corpora(corpus, query, n, seed, panel_size, default_templates(model))  # the model's question set
+    from vheads.models import check_load_options, load_model, preflight_prompts, read_chat_template
+
+    check_load_options(device, device_map, quantize)  # asks torch what this machine has
+    if chat_template is not None:
+        read_chat_template(chat_template)  # exists and parses
     # the prompts can be built (template renders the image, ...), checked on the processor alone
     preflight_prompts(model, chat_template=chat_template, system_prompt=system_prompt, trust_remote_code=trust_remote_code)
     lm = load_model(model, dtype=dtype, device=device, device_map=device_map, quantization=quantize,

@@ -15,12 +15,16 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vheads._errors import VheadsError, check_output_path, path_inside, safe_name
 from vheads.data import DEFAULT_TEMPLATES, Item, Templates
 from vheads.discovery._files import HeadSetRecord, save_headset, save_per_item
-from vheads.discovery._scores import CORPUS_ABBREV, QUERIES, SOURCES, SettingScores, score_settings
+from vheads.discovery._setting import CORPUS_ABBREV, QUERIES, SOURCES
 from vheads.discovery._selection import resolve_k, select_heads
+
+if TYPE_CHECKING:  # the scores import torch: loaded where they are computed
+    from vheads.discovery._scores import SettingScores
 
 SYNTHETIC = ("comics", "photo")
 
@@ -154,6 +158,8 @@ def discover_headsets(lm, corpora: Sequence[str | Corpus] = SYNTHETIC, queries: 
     resolve_k(len(lm.attention_layers), lm.n_heads, k, mode)  # mode check before any work
     if out is not None:
         check_out_folder(out, force)
+    from vheads.discovery._scores import score_settings
+
     loaded = list(corpora) if all(isinstance(c, Corpus) for c in corpora) else load_corpora(corpora, queries, n, seed, panel_size)
     scores = score_settings(lm, {(c.name, c.query): c.items for c in loaded}, sources, max_new_tokens,
                             corpus_abbrev={c.name: c.abbrev for c in loaded}, progress=progress)

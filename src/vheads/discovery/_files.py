@@ -41,7 +41,7 @@ import vheads
 from vheads._errors import VheadsError
 from vheads._io import atomic_write, read_json
 from vheads.discovery._schema import validate_headset_json
-from vheads.discovery._scores import Setting
+from vheads.discovery._setting import Setting
 from vheads.discovery._selection import MODES, ranked_heads
 from vheads.evaluation import HeadSet
 

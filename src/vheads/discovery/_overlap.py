@@ -158,7 +158,7 @@ def plot_overlap_heatmap(matrix: np.ndarray, labels: Sequence[str], path, k: int
     if ceilings is not None:
         for i, c in enumerate(ceilings):
             shown[i, i] = c.mean
-    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * n, 0.8 + 0.5 * n))
+    fig, ax = plt.subplots(figsize=(max(4.2, 1.0 + 0.55 * n), max(2.6, 0.8 + 0.5 * n)))  # room for the title at n = 2
     im = ax.imshow(shown, cmap="viridis", vmin=0, vmax=k or max(1.0, m.max()))
     ax.set_xticks(range(n), labels, rotation=60, ha="right", fontsize=8)
     ax.set_yticks(range(n), labels, fontsize=8)

@@ -1,15 +1,20 @@
-"""The attention engine: probe plans (capture, mask, steer) run inside one forward pass."""
+"""The attention engine: probe plans (capture, mask, steer) run inside one forward pass.
 
-from vheads.engine._attention import NAME, active_plan, install, register, vheads_attention
-from vheads.engine._plan import ROW_GROUPS, Capture, Intervention, ProbePlan, first_biased_key, mask_keys, steer_keys
-from vheads.engine._runner import Batching, Engine, ForwardResult, RowBatch, can_split, pack
-from vheads.engine._rows import row_mask, positions_mask
-from vheads.engine._attention import CHUNK_ELEMENTS, _model_mask as model_mask  # the model's own additive mask at chosen rows
-from vheads.engine._layers import decoder_layers
+The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
+``from vheads.engine import ROW_GROUPS`` (a config check) imports no torch.
+"""
 
-__all__ = [
-    "NAME", "ROW_GROUPS", "Batching", "Capture", "Engine", "RowBatch", "can_split", "pack", "ForwardResult", "Intervention", "ProbePlan",
-    "active_plan", "first_biased_key", "install", "mask_keys", "positions_mask", "register", "row_mask", "steer_keys",
-    "vheads_attention",
-    "CHUNK_ELEMENTS", "decoder_layers", "model_mask",
-]
+from typing import TYPE_CHECKING
+
+from vheads._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public names; each loads on first use
+    from vheads.engine._attention import NAME, active_plan, install, register, vheads_attention
+    from vheads.engine._constants import ROW_GROUPS
+    from vheads.engine._plan import Capture, Intervention, ProbePlan, first_biased_key, mask_keys, steer_keys
+    from vheads.engine._runner import Batching, Engine, ForwardResult, RowBatch, can_split, pack
+    from vheads.engine._rows import row_mask, positions_mask
+    from vheads.engine._attention import CHUNK_ELEMENTS, _model_mask as model_mask  # the model's own additive mask at chosen rows
+    from vheads.engine._layers import decoder_layers
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -15,8 +15,6 @@ import torch
 
 from vheads.models import check_attention_layers
 
-ROW_GROUPS = ("all", "image", "question", "last")
-
 
 def first_biased_key(key_bias: torch.Tensor) -> torch.Tensor:
     """The first position each batch row's key bias is non-zero at (``key_bias`` [B, T]): [B]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from vheads.engine._plan import ROW_GROUPS
+from vheads.engine._constants import ROW_GROUPS
 from vheads.models import TokenLayout
 
 

@@ -22,9 +22,7 @@ from vheads.data import OPTION_LETTERS, Item
 from vheads.engine import Engine
 from vheads.evaluation._headsets import HeadSet
 from vheads.evaluation._probe import Action, Probe, ProbeMemo, letter_p, run_probes, run_scores
-
-#: the metrics of an outcome (DESIGN.md "Metrics of an outcome"); the first is the seed's
-METRICS = ("p4", "logprob", "logit-diff")
+from vheads.evaluation._request import METRICS
 
 
 def letter_metric(scores: np.ndarray, letter: int, metric: str = "p4") -> np.ndarray:

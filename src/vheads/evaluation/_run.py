@@ -9,22 +9,17 @@ Holm-adjusted p.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from vheads._errors import MAX_ITEMS, MAX_SEED, VheadsError, check_range
 from vheads._seeds import derived_seed
-from vheads.evaluation._controls import draw_controls, get_control, parse_control_spec
+from vheads.evaluation._controls import draw_controls, get_control
 from vheads.evaluation._headsets import HeadSet
 from vheads.evaluation._metrics import Outcomes, cers, head_attention_mass, ncs, ncs_grid, text_arm
 from vheads.evaluation._probe import ProbeMemo
+from vheads.evaluation._request import TEST_SETS, TESTS, check_request, item_sets
 from vheads.evaluation._stats import (
     MIN_BOOTSTRAP_N, bca_diff_ci, bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score,
 )
-
-TESTS = ("cers", "ncs", "ncs-grid", "text")
 
 
 @dataclass
@@ -76,38 +71,6 @@ def headset_interval(out: Outcomes, j: int = 0, seed: int = 0):
     return "t", (ci.low, ci.high), None, None
 
 
-#: the item kinds each test runs on
-TEST_SETS: dict[str, tuple[str, ...]] = {
-    "cers": ("grid-neutral",),
-    "cers-sym": ("grid-neutral",),
-    "ncs": ("class-matched", "class-mismatched"),
-    "ncs-grid": ("grid-oracle",),
-    "text": ("text",),
-}
-TESTS = tuple(TEST_SETS)
-#: the baseline audit's sets (DESIGN.md "Baseline audit"); the leak set is derived from "matched"
-AUDIT_SETS: dict[str, str] = {"oracle": "grid-oracle", "floor": "grid-blank", "matched": "class-matched", "mismatched": "class-mismatched"}
-
-
-def item_sets(kinds: Iterable[str], n: int, seed_of: Callable[[str], int], source=None, templates=None) -> dict[str, list]:
-    """``{kind: n items}``, each kind generated from ``seed_of(kind)``: synthetic (asked with
-    ``templates``, a :class:`vheads.data.Templates`; default wording if ``None``), or built
-    from real photos when ``source`` is a :class:`vheads.data.builders.RealItems` (which
-    carries its own templates)."""
-    from vheads.data import DEFAULT_TEMPLATES
-    from vheads.data.synthetic import kind_items
-
-    if source is not None:
-        return {kind: source.items(kind, n, seed_of(kind)) for kind in kinds}
-    return {kind: kind_items(kind, n, seed_of(kind), templates=templates or DEFAULT_TEMPLATES) for kind in kinds}
-
-
-def audit_sets(n: int, seed_of: Callable[[str], int], source=None, templates=None) -> dict[str, list]:
-    """The audit's evaluation sets by audit name (oracle, floor, matched, mismatched)."""
-    items = item_sets(AUDIT_SETS.values(), n, seed_of, source, templates)
-    return {name: items[kind] for name, kind in AUDIT_SETS.items()}
-
-
 def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float, rows: str, seed: int, batch_size: int,
              progress: bool = False, cache: dict | None = None, memo: ProbeMemo | None = None) -> Outcomes:
     """Run ``test`` on ``sets`` (``{kind: items}``, kinds as in :data:`TEST_SETS`); ``memo``:
@@ -123,32 +86,6 @@ def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float
     if test == "text":
         return text_arm(engine, sets["text"], headsets, batch_size=batch_size, progress=progress, memo=memo)
     raise ValueError(f"unknown test {test!r}; choose from {', '.join(TESTS)}")
-
-
-def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n: int = 2, batch_size: int = 1,
-                  steer_rows: str = "all", seed: int = 0) -> list:
-    """Validate an evaluation request before any work; returns the parsed control requests.
-
-    ``n`` (items per set) must be 2 (a t-interval needs two items) to ``MAX_ITEMS``,
-    ``batch_size`` at least 1, ``beta`` above 0 and ``seed`` 0 to ``MAX_SEED``."""
-    from vheads.engine import ROW_GROUPS
-
-    if n < 2:
-        raise VheadsError(f"--n must be at least 2 items per evaluation set (a 95% interval needs two), got {n}")
-    check_range("--n", n, 2, MAX_ITEMS)
-    check_range("--seed", seed, 0, MAX_SEED)
-    if batch_size < 1:
-        raise VheadsError(f"--batch-size must be at least 1 head-set per forward, got {batch_size}")
-
-    for t in tests:
-        if t not in TESTS:
-            raise ValueError(f"unknown test {t!r}; choose from {', '.join(TESTS)}")
-    for name, group in (("rows", rows), ("steer_rows", steer_rows)):
-        if group not in ROW_GROUPS:
-            raise ValueError(f"unknown row group {group!r} ({name}); choose from {', '.join(ROW_GROUPS)}")
-    if not (np.isfinite(beta) and beta > 0):
-        raise VheadsError(f"--beta must be a finite number above 0 (steering adds +beta / -beta to logits), got {beta}")
-    return parse_control_spec(controls)
 
 
 def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], controls: str = "layer-matched:100,any-layer:100",

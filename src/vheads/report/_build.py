@@ -27,7 +27,7 @@ from vheads.report._doc import Figure, Section, render_html, render_markdown
 from vheads.report._protocol import protocol_checks
 
 REPORT_FIGURES = {"random_band", "score_maps", "overlap", "overlap_curves", "random_overlap", "beta_sweep", "k_sweep",
-                  "crossmodel_band", "crossmodel_overlap"}  # plus strips_<setting>
+                  "crossmodel_band", "crossmodel_overlap", "stability"}  # plus strips_<setting>
 
 HOW = {
     "protocol": (
@@ -156,6 +156,13 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     b += [t for t in (O.random_overlap_table(run), O.crossover_table(run)) if t]
     if b:
         sections.append(Section("overlap", "Overlap between settings and noise ceilings", HOW["overlap"], b))
+
+    from vheads.report._stability import HOW as HOW_STAB
+    from vheads.report._stability import stability_blocks
+
+    b = stability_blocks(run.run_dir, run.model)
+    if b:
+        sections.append(Section("stability", "How many discovery items a head-set needs", HOW_STAB, b))
 
     b = [t for t in (T.row_group_table(run), T.arms_table(run)) if t]
     if b:

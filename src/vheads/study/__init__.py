@@ -1,13 +1,18 @@
-"""The study runner: configuration, work units, results store, backends."""
+"""The study runner: configuration, work units, results store, backends.
 
-from vheads.study._config import DEFAULT_TOML, RunConfig, default_toml, StudyConfig, config_from_dict, load_config
-from vheads.study._runner import StudyResult, run_study
-from vheads.study._export import export_run
-from vheads.study._compare import compare_runs
-from vheads.study._runner import build_report_if_available
-from vheads.store import Store
+The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
+``load_config`` checks a config without importing torch, so a bad config is refused at once.
+"""
 
-__all__ = [
-    "DEFAULT_TOML", "RunConfig", "default_toml", "Store", "StudyConfig", "StudyResult", "build_report_if_available", "compare_runs", "config_from_dict",
-    "export_run", "load_config", "run_study",
-]
+from typing import TYPE_CHECKING
+
+from vheads._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public names; each loads on first use
+    from vheads.study._config import DEFAULT_TOML, RunConfig, default_toml, StudyConfig, config_from_dict, load_config
+    from vheads.study._runner import StudyResult, build_report_if_available, run_study
+    from vheads.study._export import export_run
+    from vheads.study._compare import compare_runs
+    from vheads.store import Store
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__)

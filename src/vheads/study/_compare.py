@@ -10,7 +10,6 @@ from pathlib import Path
 from vheads._errors import MissingFileError, VheadsError
 from vheads.store import STORE_NAME, Store
 from vheads.study._config import MODEL_LOADING_KEYS, RunConfig, StudyConfig
-from vheads.study._runner import run_finished
 
 #: config keys that may differ between the runs ``compare`` puts side by side (the model and how it runs)
 MODEL_ONLY_KEYS = ("model", *MODEL_LOADING_KEYS, "models", "run")
@@ -37,6 +36,8 @@ def _finished_config(run_dir: Path) -> dict:
         config = json.loads(raw) if raw else None
         if not isinstance(config, dict):
             raise VheadsError(f"run {str(run_dir)!r} records no study config; compare takes runs of `vheads study`")
+        from vheads.study._runner import run_finished  # here: a bad argument is refused before torch loads
+
         if not run_finished(store, _as_config(config)):
             raise VheadsError(f"run {str(run_dir)!r} is not finished; rerun its `vheads study` command to complete it")
         return config

@@ -389,6 +389,7 @@ def validate(cfg: StudyConfig) -> None:
         bad("dtype", f"unknown dtype {cfg.dtype!r}")
     _validate_more(cfg, bad)
     _validate_models(cfg, bad)
+    _validate_loading(cfg, bad)
 
 
 def _validate_more(cfg: StudyConfig, bad) -> None:
@@ -421,6 +422,19 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
         bad("beta_sweep", f"lists a beta twice: {cfg.beta_sweep}")
     if cfg.run.torch_threads < 0:
         bad("run.torch_threads", f"must be 0 (all cores) or positive, got {cfg.run.torch_threads}")
+    if any(c.startswith("strips:") for c in cfg.corpora):
+        from vheads.discovery import corpus_abbrev
+
+        seen: dict[str, str] = {}
+        for c in cfg.corpora:
+            a = corpus_abbrev(c)
+            if a is not None and seen.setdefault(a, c) != c:
+                bad("corpora", f"{seen[a]} and {c} share the setting-id abbreviation {a!r}; set 'abbrev' in a strips.json")
+
+
+def _validate_loading(cfg: StudyConfig, bad) -> None:
+    """Device and loading options: the one check that imports torch (it asks torch what this
+    machine has), so it runs after every other check and a typo elsewhere is refused at once."""
     if cfg.run.backend == "local":  # Ray workers may have devices the driver lacks
         from vheads.models import check_device, check_load_options
 
@@ -439,14 +453,6 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
             torch.device(cfg.device)
         except (RuntimeError, ValueError, TypeError):
             bad("device", f"{cfg.device!r} is not a torch device; use cpu, cuda, cuda:N or mps")
-    if any(c.startswith("strips:") for c in cfg.corpora):
-        from vheads.discovery import corpus_abbrev
-
-        seen: dict[str, str] = {}
-        for c in cfg.corpora:
-            a = corpus_abbrev(c)
-            if a is not None and seen.setdefault(a, c) != c:
-                bad("corpora", f"{seen[a]} and {c} share the setting-id abbreviation {a!r}; set 'abbrev' in a strips.json")
 
 
 # ---- several models in one study -------------------------------------------------------------
@@ -523,12 +529,14 @@ def _validate_models(cfg: StudyConfig, bad) -> None:
         return
     if cfg.model != StudyConfig.model:
         bad("model", f"is {cfg.model!r} but 'models' is set too; name every model in 'models' and drop 'model'")
-    for i, e in enumerate(model_entries(cfg)):
+    entries = model_entries(cfg)
+    for i, e in enumerate(entries):
         if e.dtype not in DTYPES:
             bad(f"models[{i}].dtype", f"unknown dtype {e.dtype!r}")
+    for i, e in enumerate(entries):
         if any(getattr(e, k) != getattr(cfg, k) for k in MODEL_LOADING_KEYS):
             try:
-                _validate_more(model_config(cfg, e), bad)
+                _validate_loading(model_config(cfg, e), bad)
             except VheadsError as err:
                 raise VheadsError(f"{err} (in models[{i}], {e.name!r})") from None
 

@@ -1,6 +1,7 @@
 """``run_study``: discovery × evaluation × report, resumable, on any backend.
 
-Stages: discovery (one unit per corpus × query) → overlap and noise ceilings → head-sets
+Stages: discovery (one unit per corpus × query) → overlap and noise ceilings, stability
+curves (no forward pass: the stored per-item scores) → head-sets
 and their random controls → evaluation (one unit per setting × test × item shard) →
 baseline audit → report. Every unit is committed to the store atomically; rerunning the
 same command into the same directory computes only what is missing, and a run directory
@@ -30,6 +31,7 @@ from vheads._errors import VheadsError, check_output_path, path_inside, storage_
 from vheads._io import atomic_write
 from vheads.study._config import StudyConfig, model_config, model_entries, validate_for_model
 from vheads.study._lock import RunLock
+from vheads.study._stability import stability_stage
 from vheads.store import Store
 from vheads._seeds import derived_seed
 
@@ -441,6 +443,9 @@ def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progr
         n_computed += _run_units(store, run_dir, backend, [{"unit_id": "image-mass", "kind": "image-mass"}], "attention", progress)
         _overlap_stage(store, cfg, shape["attention_layers"])
         timed("overlap", t)
+        t = time.time()
+        stability_stage(store, cfg, shape["attention_layers"])
+        timed("stability", t)
         t = time.time()
         _headset_stage(store, cfg, (shape["n_layers"], shape["n_heads"]), shape["attention_layers"])
         timed("controls", t)
