@@ -124,15 +124,16 @@ def record_k(res: PointResult) -> int:
 
 
 def score_items(lm, items: Sequence[Item], points: Sequence[ScorePoint], max_new_tokens: int = 4, engine=None,
-                where: str = "") -> tuple[list[PointResult], list[str], int]:
+                labels: Sequence[str] | None = None) -> tuple[list[PointResult], list[str], int]:
     """Every point's :class:`PointResult` on ``items`` (greedy answers made once, when a point
     reads the ``out`` rows; an empty one teacher-forces the end-of-turn token), the item ids and
-    the count of empty answers. A selection of nothing is a :class:`VheadsError` naming ``where``."""
+    the count of empty answers. A selection of nothing is a :class:`VheadsError` that starts
+    with the point's label (``labels``, one per point: ``setting cm-ord-vrh``)."""
     from vheads.discovery._scores import _eos_text, greedy_answer
     from vheads.engine import Engine
 
     if not items:
-        raise VheadsError(f"{where or 'scores'}: no items to score")
+        raise VheadsError("no items to score")
     engine = engine or Engine(lm)
     answers: list[str | None] = [None] * len(items)
     n_empty = 0
@@ -141,12 +142,12 @@ def score_items(lm, items: Sequence[Item], points: Sequence[ScorePoint], max_new
         n_empty = sum(not a for a in answers)
         answers = [a or _eos_text(lm) for a in answers]
     results = []
-    for point in points:
+    for i, point in enumerate(points):
         stats = point_statistics(engine, items, answers if point.rows == "out" else [None] * len(items), point)
         try:
             results.append(aggregate(stats, point, lm.n_heads, tuple(lm.attention_layers), lm.n_layers))
         except VheadsError as e:
-            raise VheadsError(f"{where}: {e}" if where else str(e)) from None
+            raise VheadsError(f"{labels[i]}: {e}" if labels else str(e)) from None
     return results, [it.id for it in items], n_empty
 
 
@@ -174,7 +175,7 @@ def discover_scores(lm, corpora: Sequence, named: Sequence[tuple[str, ScorePoint
     for c in tqdm(corpora, desc="scores", unit="corpus", disable=not progress):
         settings = [ScoreSetting(c.name, c.query, n, p, c.abbrev) for n, p in named]
         results, ids, n_empty = score_items(lm, c.items, [p for _, p in named], max_new_tokens,
-                                            where=f"setting {settings[0].id}" if len(settings) == 1 else f"corpus {c.id} ({c.query})")
+                                            labels=[f"--score, setting {st.id}" for st in settings])
         for st, res in zip(settings, results):
             corpus = {"id": c.id, "n_items": len(ids), "seed": seed, "item_ids": _ids_hash(c.items), "n_empty_answers": n_empty}
             hs = HeadSet(res.heads, lm.n_layers, lm.n_heads, tuple(lm.attention_layers) if "attention_layers" in model else None)

@@ -27,7 +27,7 @@ from vheads.report._doc import Figure, Section, render_html, render_markdown
 from vheads.report._protocol import protocol_checks
 
 REPORT_FIGURES = {"random_band", "score_maps", "overlap", "overlap_curves", "random_overlap", "beta_sweep", "k_sweep",
-                  "crossmodel_band", "crossmodel_overlap"}  # plus strips_<setting>
+                  "crossmodel_band", "crossmodel_overlap", "methods_overlap"}  # plus strips_<setting>
 
 HOW = {
     "protocol": (
@@ -156,6 +156,13 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     b += [t for t in (O.random_overlap_table(run), O.crossover_table(run)) if t]
     if b:
         sections.append(Section("overlap", "Overlap between settings and noise ceilings", HOW["overlap"], b))
+
+    from vheads.report._methods import HOW as HOW_METHODS
+    from vheads.report._methods import methods_blocks
+
+    b = methods_blocks(run)
+    if b:
+        sections.append(Section("methods", "Published methods vs the seed's settings", HOW_METHODS, b))
 
     b = [t for t in (T.row_group_table(run), T.arms_table(run)) if t]
     if b:

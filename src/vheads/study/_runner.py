@@ -30,6 +30,7 @@ from vheads._errors import VheadsError, check_output_path, path_inside, storage_
 from vheads._io import atomic_write
 from vheads.study._config import StudyConfig, model_config, model_entries, validate_for_model
 from vheads.study._lock import RunLock
+from vheads.study._scores import score_units
 from vheads.store import Store
 from vheads._seeds import derived_seed
 
@@ -434,7 +435,9 @@ def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progr
         _doctor_stage(store, cfg, run_dir, backend, skip_doctor)
         timed("doctor", t)
         t = time.time()
-        disc = [{"unit_id": f"discovery/{c}/{q}", "kind": "discovery", "corpus": c, "query": q} for c in cfg.corpora for q in cfg.queries]
+        # the score points first: a selection that keeps no head stops the run before the grid's work
+        disc = score_units(cfg) + [{"unit_id": f"discovery/{c}/{q}", "kind": "discovery", "corpus": c, "query": q}
+                                   for c in cfg.corpora for q in cfg.queries]
         n_computed += _run_units(store, run_dir, backend, disc, "discovery", progress)
         timed("discovery", t)
         t = time.time()
