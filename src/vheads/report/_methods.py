@@ -144,7 +144,7 @@ def methods_overlap_figure(run: RunData) -> bytes | None:
     rows, cols, m = got
     size = np.array([[min(len(_heads(run, a)), len(_heads(run, b))) for b in cols] for a in rows], dtype=float)
     share = np.divide(m, size, out=np.zeros(m.shape), where=size > 0)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * len(cols), 1.1 + 0.42 * len(rows)), layout="constrained")
+    fig, ax = plt.subplots(figsize=(max(3.6, 2.2 + 0.55 * len(cols)), max(2.2, 1.4 + 0.42 * len(rows))), layout="constrained")
     im = ax.imshow(share, cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for i in range(len(rows)):
         for j in range(len(cols)):
