@@ -81,6 +81,7 @@ def test_single_model_config_keeps_its_hash():
     d.pop("run")
     for key in ("eval_source", "eval_classes", "eval_exclude", "eval_groups", "eval_cell", "eval_resize", "ood_tasks",
                 "n_ood", "ood_controls", "device_map", "quantization", "trust_remote_code", "templates",
+                "scores", "score_on",  # the score points' defaults (issue 24)
                 "metric"):  # metric: which stored metric the report leads with, never in the hash
         d.pop(key)
     assert cfg.science_hash() == hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
