@@ -133,3 +133,19 @@ def test_a_selection_of_nothing_names_the_setting_and_writes_nothing(small_qwen_
     assert len(errors) == 1 and r.stderr.rstrip().endswith(errors[0])
     assert "setting cm-ord-flat1" in errors[0] and "'elbow'" in errors[0] and "selects no head" in errors[0]
     assert not out.exists() or files_under(out) == set()
+
+
+def test_overlap_compares_score_files_with_grid_files_of_one_k(written, small_qwen_dir, tmp_path):
+    out, _ = written
+    r = vheads("discover", "--model", small_qwen_dir, "--corpus", "comics", "--query", "ordinal", "--source", "last",
+               "--n", "4", "--k", "3", "--out", tmp_path / "grid")
+    assert r.exit_code == 0, r.output
+    files = [tmp_path / "grid" / "cm-ord-last.json", out / "cm-ord-gaze.json", out / "cm-ord-loc.json"]
+    r = vheads("overlap", *files, "--splits", "10", "--json")
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    recs = [load_headset(f) for f in files]
+    for i, a in enumerate(recs):
+        for j, b in enumerate(recs):
+            if i != j:
+                assert rep["overlap_all_items"][i][j] == len(set(a.headset) & set(b.headset))

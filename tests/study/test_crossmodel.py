@@ -28,7 +28,7 @@ def multi_config(dirs: dict[str, str], **over) -> dict:
     d = {"models": [{"name": n, "model": str(m)} for n, m in dirs.items()], "corpora": ["comics"], "queries": ["ordinal"],
          "sources": ["last", "qspan"], "n_discovery": 4, "n_eval": 2, "splits": 4, "tests": ["cers", "ncs"],
          "row_groups": ["all"], "controls": {"layer-matched": 3}, "beta_sweep": [], "k_sweep": [], "algebra_controls": 0,
-         "run": {"shard_size": 4, "batch_size": 16}}
+         "scores": [], "run": {"shard_size": 4, "batch_size": 16}}  # score points: tests/study/test_scores.py
     d.update(over)
     return d
 
