@@ -115,6 +115,8 @@ def test_old_files_without_a_score_still_read(small_qwen_dir, tmp_path):
     (["--score", "vrh", "--score", "vrh"], "'vrh' is given twice"),
     (["--score", "vrh", "--per-layer"], "--per-layer"),
     (["--score", "vrh", "--k", "0"], "--k"),
+    (["--score", "vrh", "--score", "gaze", "--overlap"], "pass --k"),
+    (["--score", "select=elbow", "--overlap", "--k", "3"], "'elbow'"),
 ])
 def test_bad_scores_are_refused_before_the_model(tmp_path, args, fragment):
     out = tmp_path / "hs"

@@ -72,7 +72,7 @@ def discover(
     for s in source:
         if s not in SOURCES:
             raise VheadsError(f"unknown attention source {s!r}; choose one of: {', '.join(SOURCES)}")
-    named = check_scores(score, per_layer, k) if score else None
+    named = check_scores(score, per_layer, k, with_overlap) if score else None
     from vheads.data import default_templates
 
     corpora = load_corpora(corpus, query, n, seed, panel_size, default_templates(model))  # the model's question set
@@ -104,9 +104,9 @@ def discover(
     return paths
 
 
-def check_scores(scores: list[str], per_layer: bool, k: int | None = None) -> list[tuple]:
+def check_scores(scores: list[str], per_layer: bool, k: int | None = None, with_overlap: bool = False) -> list[tuple]:
     """The ``--score`` points, named (:func:`~vheads.discovery._scored.parse_named_score`),
-    each name once; refused before any work."""
+    each name once, of one size where ``--overlap`` compares them; refused before any work."""
     from vheads.discovery._scored import parse_named_score
 
     if per_layer:
@@ -118,6 +118,15 @@ def check_scores(scores: list[str], per_layer: bool, k: int | None = None) -> li
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise VheadsError(f"--score: the name {twice[0]!r} is given twice; give each point its own name (NAME:axis=value,...)")
+    if with_overlap:
+        elbow = [n for n, p in named if p.select == "elbow"]
+        if elbow:
+            raise VheadsError(f"--overlap compares head-sets of one size, but --score {elbow[0]!r} selects by the elbow "
+                              "(its size is found by scoring); run `vheads overlap` on files of one size afterwards")
+        if k is None and len({p.k for _, p in named}) > 1:
+            sizes = ", ".join(f"{n}: {p.k if p.k is not None else 'scaled'}" for n, p in named)
+            raise VheadsError("--overlap compares head-sets of one size, but the --score points have different k "
+                              f"({sizes}); pass --k")
     return named
 
 
