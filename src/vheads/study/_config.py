@@ -18,6 +18,7 @@ from typing import Any
 from vheads._errors import MAX_ITEMS, MissingFileError, VheadsError, safe_name
 from vheads.engine import ROW_GROUPS
 from vheads.evaluation import MAX_R, METRICS, TESTS
+from vheads.study._scores import DEFAULT_SCORES
 
 MAX_INT = 1 << 63  # every integer key fits a signed 64-bit integer (SQLite's)
 DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
@@ -129,7 +130,7 @@ LATER_KEY_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_excl
                       "eval_resize": "crop", "ood_tasks": [], "n_ood": 80, "ood_controls": 1,
                       "device_map": "", "quantization": "", "trust_remote_code": False, "templates": {},
                       "system_prompt": "", "chat_template": "",
-                      "scores": ["gaze", "localization", "vrh", "sparsemm"], "score_on": "first"}
+                      "scores": DEFAULT_SCORES, "score_on": "first"}
 #: prompt keys left out of the stored config while at their default ("")
 PROMPT_KEYS = ("system_prompt", "chat_template")
 
@@ -164,7 +165,7 @@ class StudyConfig:
     k: int = 0
     selection: str = "flat"
     splits: int = 200
-    scores: list = field(default_factory=lambda: ["gaze", "localization", "vrh", "sparsemm"])  # see study/_scores.py
+    scores: list = field(default_factory=lambda: list(DEFAULT_SCORES))  # presets or points: study/_scores.py
     score_on: str = "first"
     tests: list[str] = field(default_factory=lambda: ["cers", "ncs", "ncs-grid", "text"])
     n_eval: int = 16
