@@ -40,8 +40,7 @@ ENTRY_KEYS = ("name", "rows", "region", "norm", "keys", "across", "select", "k")
 def named_points(cfg) -> list[tuple[str, Any]]:
     """``(name, ScorePoint)`` of every ``scores`` entry as the study runs it (presets at the
     study's k); :class:`VheadsError` naming ``scores[i]`` on bad input."""
-    from vheads.discovery._scored import check_score_name, parse_named_score
-    from vheads.discovery._space import SCORES, ScorePoint
+    from vheads.discovery import SCORES, ScorePoint, check_score_name, parse_named_score
 
     if not isinstance(cfg.scores, list):
         raise VheadsError(f"config key 'scores': expected a list of presets or points, got {cfg.scores!r:.80}")
@@ -102,8 +101,7 @@ def compute_score_unit(computer, unit: dict) -> dict:
     (source ``score``), its per-item shares (``item_scores``) and a meta row
     ``score:<setting>`` holding the point's full axes."""
     from vheads._seeds import derived_seed
-    from vheads.discovery import load_corpus
-    from vheads.discovery._scored import ScoreSetting, record_k, score_items
+    from vheads.discovery import ScoreSetting, load_corpus, record_k, score_items
 
     cfg, eng = computer.cfg, computer.engine
     lm = eng.lm
