@@ -164,3 +164,11 @@ def test_the_methods_tables_recompute_from_the_store(run_dir):
 
 def test_the_run_holds_no_file_outside_the_run_folder(run_dir):
     assert "report.html" in files_under(run_dir) and "figures/methods_overlap.png" in files_under(run_dir)
+
+
+def test_ceilings_rank_per_layer_where_the_point_selects_per_layer():
+    from vheads.study._scores import ranks_per_layer
+
+    of = ranks_per_layer(config_from_dict({"scores": ["vrh", "pl:select=per-layer"], "selection": "per-layer"}))
+    assert of("cm-ord-pl") and not of("cm-ord-vrh") and of("cm-ord-last")
+    assert not ranks_per_layer(config_from_dict({"scores": []}))("cm-ord-last")

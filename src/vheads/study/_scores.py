@@ -19,8 +19,8 @@ Choices, for comparisons at equal size and a modest cost:
   point keeps its own ``k`` when it sets one.
 - The per-item scores stored for the noise ceilings are each item's share of the point's
   score (:attr:`vheads.discovery._space.PointResult.per_item`): a half of the items ranks
-  heads as the point would (exact for flat selection; the ceiling of an ``elbow`` /
-  ``entropy`` / ``per-layer`` point over ``mean`` is that of the flat top-|S| of its score).
+  heads as the point would (exact for flat and per-layer selection; the ceiling of an
+  ``elbow`` / ``entropy`` point over ``mean`` is that of the flat top-|S| of its score).
 """
 
 from __future__ import annotations
@@ -80,6 +80,19 @@ def validate_scores(cfg, bad) -> None:
     if cfg.score_on not in SCORE_ON:
         bad("score_on", f"must be one of {', '.join(SCORE_ON)}, got {cfg.score_on!r}")
     named_points(cfg)
+
+
+def ranks_per_layer(cfg):
+    """``setting id -> bool``: whether its noise ceiling and overlaps take the top-k per layer —
+    a score setting's own ``select`` (``per-layer``, else flat), a grid setting's the study's
+    ``selection`` (a pair: its first setting's)."""
+    per_layer = {n: p.select == "per-layer" for n, p in named_points(cfg)} if cfg.scores else {}
+
+    def of(sid: str) -> bool:
+        name = sid.rsplit("-", 1)[-1]
+        return per_layer[name] if name in per_layer else cfg.selection == "per-layer"
+
+    return of
 
 
 def score_targets(cfg) -> list[tuple[str, str]]:
