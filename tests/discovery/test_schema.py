@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 
 from vheads.discovery import MODES, QUERIES, SOURCES, discover_headsets, headset_schema, load_headset
+from vheads.discovery._space import AXES
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "src" / "vheads" / "schemas" / "headset.schema.json"
 
@@ -46,8 +47,11 @@ def test_files_from_a_discovery_run_validate(written):
 def test_schema_enums_are_the_library_vocabulary():
     props = raw_schema()["properties"]
     assert tuple(props["setting"]["properties"]["query"]["enum"]) == QUERIES
-    assert tuple(props["setting"]["properties"]["source"]["enum"]) == SOURCES
-    assert tuple(props["selection"]["properties"]["mode"]["enum"]) == MODES
+    assert tuple(props["setting"]["properties"]["source"]["enum"]) == (*SOURCES, "score")
+    # a score point's file: its own selection rule, and every axis with the score space's values
+    assert tuple(props["selection"]["properties"]["mode"]["enum"]) == AXES["select"] and set(MODES) <= set(AXES["select"])
+    score = props["setting"]["properties"]["score"]["properties"]
+    assert {a: tuple(score[a]["enum"]) for a in AXES} == AXES
 
 
 def _drop(key):

@@ -199,3 +199,47 @@ def test_presets_score_the_tiny_model(small_qwen):
     hits = st.per_item * st.n_rows[:, None, None]  # hits per item: whole numbers
     np.testing.assert_allclose(hits, np.round(hits), atol=1e-9)
     np.testing.assert_allclose(sparse.scores, hits.sum(0) / st.n_rows.sum())
+
+
+def test_localization_selects_per_item_then_counts_by_hand():
+    """Per item: heads before the elbow of the sorted scores, of those the k of lowest entropy;
+    the score is the share of items selecting a head; the head-set its flat top-k."""
+    per_item = np.array([[[0.9, 0.8, 0.1, 0.0]], [[0.1, 0.7, 0.6, 0.05]]])  # [N=2, L=1, H=4]
+    entropy = np.array([[[0.7, 0.2, 0.1, 0.5]], [[0.0, 0.9, 0.3, 0.0]]])
+    # item a sorted: .9 .8 .1 0 -> y = v/.9; d = 1 - i/3 - y = 0, -.22, .22, 0 -> 2 heads: h0, h1
+    # item b sorted: .7 .6 .1 .05 -> y = (v-.05)/.65; d = 0, -.18, .26, 0 -> 2 heads: h1, h2
+    st = PointStatistics(per_item, np.array([1, 1]), ["a", "b"], entropy)
+    one = aggregate(st, ScorePoint(region="image", across="frequency", select="entropy", k=1), 4, (0,), 1)
+    # k=1: item a keeps h1 (entropy .2 < .7), item b keeps h2 (.3 < .9)
+    np.testing.assert_array_equal(one.scores, [[0.0, 0.5, 0.5, 0.0]])
+    assert one.heads == [(0, 1)]  # h1 and h2 tie at 1/2: the lower (layer, head) first
+    np.testing.assert_array_equal(one.per_item, [[[0, 1, 0, 0]], [[0, 0, 1, 0]]])
+    two = aggregate(st, ScorePoint(region="image", across="frequency", select="entropy", k=2), 4, (0,), 1)
+    np.testing.assert_array_equal(two.scores, [[0.5, 1.0, 0.5, 0.0]])
+    assert two.heads == [(0, 1), (0, 0)]
+
+
+def test_per_item_shares_rank_a_half_of_the_items_as_the_point_would():
+    st = _stats()  # n_rows 1, 3, 2
+    hf = aggregate(st, ScorePoint(keys="hit", across="hit-frequency", k=1), 2, (0, 1), 2)
+    np.testing.assert_allclose(hf.per_item.mean(0), hf.scores)
+    half = [1, 2]  # pooled hits over items b and c: (3 m_b + 2 m_c) / 5
+    pooled = (3 * st.per_item[1] + 2 * st.per_item[2]) / 5
+    shares = hf.per_item[half].mean(0)
+    assert np.argsort(shares, axis=None).tolist() == np.argsort(pooled, axis=None).tolist()
+    np.testing.assert_allclose(shares / shares.sum(), pooled / pooled.sum())
+    mean = aggregate(st, ScorePoint(k=1), 2, (0, 1), 2)
+    np.testing.assert_array_equal(mean.per_item, st.per_item)
+
+
+def test_top_k_per_layer_breaks_ties_by_head():
+    s = np.array([[0.5, 0.5, 0.1], [0.2, 0.3, 0.3]])
+    assert select_point(s, ScorePoint(select="per-layer"), k=1) == [(0, 0), (1, 1)]
+    assert select_point(s, ScorePoint(select="per-layer"), k=2) == [(0, 0), (0, 1), (1, 1), (1, 2)]
+
+
+def test_elbow_keeps_tied_top_scores_together():
+    s = np.array([[0.0, 3.0, 0.0], [3.0, 0.0, 3.0]])
+    # sorted 3 3 3 0 0 0: y = 1 1 1 0 0 0, d = 1 - i/5 - y = 0 -.2 -.4 .4 .2 0 -> 3 heads
+    assert elbow_count(s) == 3
+    assert select_point(s, ScorePoint(select="elbow"), k=0) == [(0, 1), (1, 0), (1, 2)]

@@ -28,7 +28,7 @@ def multi_config(dirs: dict[str, str], **over) -> dict:
     d = {"models": [{"name": n, "model": str(m)} for n, m in dirs.items()], "corpora": ["comics"], "queries": ["ordinal"],
          "sources": ["last", "qspan"], "n_discovery": 4, "n_eval": 2, "splits": 4, "tests": ["cers", "ncs"],
          "row_groups": ["all"], "controls": {"layer-matched": 3}, "beta_sweep": [], "k_sweep": [], "algebra_controls": 0,
-         "run": {"shard_size": 4, "batch_size": 16}}
+         "scores": [], "run": {"shard_size": 4, "batch_size": 16}}  # score points: tests/study/test_scores.py
     d.update(over)
     return d
 
@@ -81,6 +81,7 @@ def test_single_model_config_keeps_its_hash():
     d.pop("run")
     for key in ("eval_source", "eval_classes", "eval_exclude", "eval_groups", "eval_cell", "eval_resize", "ood_tasks",
                 "n_ood", "ood_controls", "device_map", "quantization", "trust_remote_code", "templates",
+                "scores", "score_on",  # the score points' defaults (issue 24)
                 "metric"):  # metric: which stored metric the report leads with, never in the hash
         d.pop(key)
     assert cfg.science_hash() == hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

@@ -20,6 +20,7 @@ def small_config(model_dir, **over):
         "model": str(model_dir), "corpora": ["comics"], "queries": ["ordinal"], "sources": ["last", "qspan"],
         "n_discovery": 4, "n_eval": 4, "splits": 10, "tests": ["cers", "ncs"], "row_groups": ["all", "last"],
         "controls": {"layer-matched": 3, "any-layer": 3}, "beta_sweep": [10.0], "k_sweep": [1],
+        "scores": [],  # score points: tests/study/test_scores.py
         "run": {"shard_size": 2, "batch_size": 16},
     }
     d.update(over)

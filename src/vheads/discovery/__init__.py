@@ -10,7 +10,10 @@
   ceilings, overlap curves; :func:`plot_overlap_heatmap`;
 - :func:`stability_curve` — overlap with the full-corpus head-set and split-half overlap as
   the number of discovery items grows, N90 (:func:`items_to_reach`), :func:`plot_stability`;
-- :func:`discover_headsets` — the whole run (the ``vheads discover`` command).
+- :func:`discover_headsets` — the whole run (the ``vheads discover`` command);
+- the score space (:class:`ScorePoint`, presets in :data:`SCORES`, :func:`parse_score`,
+  :func:`score_point`) and its settings (:class:`ScoreSetting`, :func:`discover_scores`:
+  ``vheads discover --score``).
 
 The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
 ``vheads discover --help`` imports the command module alone, not torch.
@@ -36,5 +39,9 @@ if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.discovery._setting import CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCES, Setting
     from vheads.discovery._selection import MODES, ranked_heads, resolve_k, select_heads
     from vheads.discovery._stability import StabilityCurve, items_to_reach, plot_stability, stability_curve, stability_sizes
+    from vheads.discovery._space import AXES, SCORES, ScorePoint, parse_score, score, score_point
+    from vheads.discovery._scored import (
+        ScoreSetting, check_score_name, discover_scores, parse_named_score, record_k, score_items,
+    )
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -35,6 +35,7 @@ def discover(
     corpus: Annotated[list[str], typer.Option(help="comics, photo, strips:FOLDER, coco:IMAGES[,ANN.json]; repeat for several")] = ["comics", "photo"],  # noqa: B006
     query: Annotated[list[str], typer.Option(help="ordinal and/or referring; repeat for several")] = ["ordinal", "referring"],  # noqa: B006
     source: Annotated[list[str], typer.Option(help="last, qspan and/or out; repeat for several")] = ["last", "qspan", "out"],  # noqa: B006
+    score: Annotated[Optional[list[str]], typer.Option(help="a score point instead of the --source grid: a preset (gaze, localization, vrh, sparsemm), 'rows=out,keys=hit,...' or 'NAME:rows=...'; repeat for several")] = None,  # noqa: UP007
     k: Annotated[Optional[int], typer.Option(help="head-set size (per layer with --per-layer); default: scaled to the model")] = None,  # noqa: UP007
     per_layer: Annotated[bool, typer.Option("--per-layer", help="top-k of every layer instead of flat top-k")] = False,
     n: Annotated[int, typer.Option(help="discovery items per corpus and query type")] = 32,
@@ -54,7 +55,7 @@ def discover(
     system_prompt: Annotated[Optional[str], typer.Option(help="a system turn before each prompt (default: what the chat template does without one)")] = None,  # noqa: UP007
     chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
 ) -> list[Path]:
-    """Rank heads under every corpus × query × source setting and write one head-set file each."""
+    """Rank heads under every corpus × query × source setting (or × --score point) and write one head-set file each."""
     from vheads.discovery._discover import check_out_folder, discover_headsets, load_corpora
     from vheads.discovery._setting import SOURCES
 
@@ -68,6 +69,7 @@ def discover(
     for s in source:
         if s not in SOURCES:
             raise VheadsError(f"unknown attention source {s!r}; choose one of: {', '.join(SOURCES)}")
+    named = check_scores(score, per_layer, k, with_overlap) if score else None
     from vheads.data import default_templates
 
     corpora = load_corpora(corpus, query, n, seed, panel_size, default_templates(model))  # the model's question set
@@ -80,8 +82,13 @@ def discover(
     preflight_prompts(model, chat_template=chat_template, system_prompt=system_prompt, trust_remote_code=trust_remote_code)
     lm = load_model(model, dtype=dtype, device=device, device_map=device_map, quantization=quantize,
                     trust_remote_code=trust_remote_code, system_prompt=system_prompt, chat_template=chat_template)
-    records = discover_headsets(lm, corpora, query, source, k, "per-layer" if per_layer else "flat", n, seed, out,
-                                max_new_tokens, panel_size, progress=not json_out, force=force)
+    if named is not None:
+        from vheads.discovery._scored import discover_scores
+
+        records = discover_scores(lm, corpora, named, k, seed, out, max_new_tokens, progress=not json_out, force=force)
+    else:
+        records = discover_headsets(lm, corpora, query, source, k, "per-layer" if per_layer else "flat", n, seed, out,
+                                    max_new_tokens, panel_size, progress=not json_out, force=force)
     paths = [r.path for r in records]
     rep = overlap_of_files(paths, splits, seed, Path(out) / "overlap.png", progress=not json_out) if with_overlap else None
     if json_out:
@@ -97,6 +104,32 @@ def discover(
         typer.echo("")
         echo_overlap_table(rep, splits, Path(out) / "overlap.png")
     return paths
+
+
+def check_scores(scores: list[str], per_layer: bool, k: int | None = None, with_overlap: bool = False) -> list[tuple]:
+    """The ``--score`` points, named (:func:`~vheads.discovery._scored.parse_named_score`),
+    each name once, of one size where ``--overlap`` compares them; refused before any work."""
+    from vheads.discovery._scored import parse_named_score
+
+    if per_layer:
+        raise VheadsError("--per-layer applies to the --source grid; a score point names its own selection (select=per-layer)")
+    if k is not None and k < 1:
+        raise VheadsError(f"--k must be at least 1, got {k}: it would select nothing")
+    named = [parse_named_score(s, f"--score {s!r}") for s in scores]
+    names = [n for n, _ in named]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise VheadsError(f"--score: the name {twice[0]!r} is given twice; give each point its own name (NAME:axis=value,...)")
+    if with_overlap:
+        elbow = [n for n, p in named if p.select == "elbow"]
+        if elbow:
+            raise VheadsError(f"--overlap compares head-sets of one size, but --score {elbow[0]!r} selects by the elbow "
+                              "(its size is found by scoring); run `vheads overlap` on files of one size afterwards")
+        if k is None and len({p.k for _, p in named}) > 1:
+            sizes = ", ".join(f"{n}: {p.k if p.k is not None else 'scaled'}" for n, p in named)
+            raise VheadsError("--overlap compares head-sets of one size, but the --score points have different k "
+                              f"({sizes}); pass --k")
+    return named
 
 
 def overlap(

@@ -7,12 +7,16 @@ Schema ``vheads.headset/1`` (all keys required unless marked optional)::
       "vheads_version": "0.1.0",
       "setting":   {"id": "cm-ref-qsp", "corpus": "comics", "corpus_abbrev": "cm",
                     "query": "referring", "source": "qspan"},
+                   # or a score point (vheads discover --score): "source": "score" and
+                   # "score": {"name": "vrh", "rows": "out", "region": "target", "norm": "raw",
+                   #           "keys": "mass", "across": "mean", "select": "flat", "k": 20}
       "model":     {"id": "tiny", "revision": null, "fingerprint": "sha256:…",
                     "n_layers": 4, "n_heads": 8,
                     "attention_layers": [1, 3]},     # optional: hybrid models only
       "corpus":    {"id": "synthetic:comics", "n_items": 64, "seed": 0},
       "seed": 0,
-      "selection": {"mode": "flat" | "per-layer", "k": 3},
+      "selection": {"mode": "flat" | "per-layer", "k": 3},   # a score point: its select rule
+                                                                # (also elbow, entropy)
       "heads":       [[layer, head], …],     # by descending score, ties by (layer, head)
       "head_scores": [s, …],                 # s[l,h] of each head, same order
       "scores":      [[s[0,0], …], …],       # the full [L, H] discovery score
@@ -43,6 +47,7 @@ from vheads._io import atomic_write, read_json
 from vheads.discovery._schema import validate_headset_json
 from vheads.discovery._setting import Setting
 from vheads.discovery._selection import MODES, ranked_heads
+from vheads.discovery._space import AXES
 from vheads.evaluation import HeadSet
 
 SCHEMA = "vheads.headset/1"
@@ -53,7 +58,7 @@ class HeadSetRecord:
     """A discovered head-set with everything needed to trust and reuse it."""
 
     headset: HeadSet
-    setting: Setting
+    setting: Setting  # or a vheads.discovery._scored.ScoreSetting (a score point's head-set)
     scores: np.ndarray  # [L, H] float64
     model: dict[str, Any]  # id, revision, fingerprint, n_layers, n_heads
     corpus: dict[str, Any]  # id, n_items, seed
@@ -160,8 +165,12 @@ def _validate(d: dict[str, Any], where: str) -> None:
         raise ValueError(f"{where}: scores have shape {scores.shape}, the model record says {L} x {H}")
     if not np.all(np.isfinite(scores)):
         raise ValueError(f"{where}: scores hold non-finite values")
-    if d["selection"].get("mode") not in MODES:
-        raise ValueError(f"{where}: selection mode {d['selection'].get('mode')!r} is not one of {MODES}")
+    modes = AXES["select"] if d["setting"].get("source") == "score" else MODES  # a score point's own rule
+    if d["selection"].get("mode") not in modes:
+        raise ValueError(f"{where}: selection mode {d['selection'].get('mode')!r} is not one of {modes}")
+    if d["setting"].get("source") == "score" and d["selection"]["mode"] != d["setting"]["score"].get("select"):
+        raise ValueError(f"{where}: selection mode {d['selection']['mode']!r} is not the score point's select "
+                         f"{d['setting']['score'].get('select')!r}")
     if len(d["heads"]) != len(d["head_scores"]):
         raise ValueError(f"{where}: {len(d['heads'])} heads but {len(d['head_scores'])} head scores")
     HeadSet(d["heads"], L, H, d["model"].get("attention_layers"))  # range, duplicate and layer checks
@@ -171,6 +180,8 @@ def load_headset(path: str | Path, lm=None, force: bool = False) -> HeadSetRecor
     """Read a head-set file. With ``lm`` (a :class:`~vheads.models.LoadedModel`), refuse a
     head-set discovered on another model (different fingerprint) unless ``force``; a
     head-set for another model *shape* is refused even when forced."""
+    from vheads.discovery._scored import setting_from_dict
+
     path = Path(path)
     d = read_json(path, f"head-set file {path}")
     try:
@@ -178,7 +189,7 @@ def load_headset(path: str | Path, lm=None, force: bool = False) -> HeadSetRecor
         m = d["model"]
         hs = HeadSet(d["heads"], m["n_layers"], m["n_heads"], m.get("attention_layers"))
         rec = HeadSetRecord(
-            headset=hs, setting=Setting.from_dict(d["setting"]), scores=np.asarray(d["scores"], dtype=np.float64),
+            headset=hs, setting=setting_from_dict(d["setting"]), scores=np.asarray(d["scores"], dtype=np.float64),
             model=m, corpus=d["corpus"], seed=d["seed"], k=d["selection"]["k"], mode=d["selection"]["mode"],
             vheads_version=d.get("vheads_version", "?"), per_item_file=d.get("per_item_file"), path=path,
         )

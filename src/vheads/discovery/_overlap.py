@@ -249,7 +249,8 @@ def overlap_report(records, splits: int = 200, seed: int = 0, curve_k: int | Non
     fps = {r.model["fingerprint"] for r in records}
     if len(fps) > 1:
         raise ValueError(f"head-sets come from different models ({', '.join(sorted(fps))}); overlap compares head-sets of one model")
-    ks = {(r.k, r.mode) for r in records}
+    # a score point's half-splits rank its per-item shares by top-k (per layer or flat), whatever its own rule
+    ks = {(r.k, r.mode if r.mode in ("flat", "per-layer") else "flat") for r in records}
     if len(ks) > 1:
         raise ValueError(f"head-sets differ in size or selection mode {sorted(ks)}; overlap compares head-sets of one k and mode")
     k, mode = next(iter(ks))

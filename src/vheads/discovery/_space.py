@@ -291,13 +291,18 @@ def select_point(scores: np.ndarray, point: ScorePoint, k: int, entropy: np.ndar
 
 @dataclass
 class PointResult:
-    """A point's score ``scores [L, H]`` (the across-item aggregate) and its head-set ``heads``
-    (by descending score, ties by (layer, head))."""
+    """A point's score ``scores [L, H]`` (the across-item aggregate), its head-set ``heads``
+    (by descending score, ties by (layer, head)), the k its selection was asked for (scaled
+    to the model when the point leaves it unset; unused by ``elbow``) and ``per_item [N, L, H]``,
+    each item's share of the score: ``scores`` is its mean over items (``mean``: ``m_i``;
+    ``frequency``: 1 where item i's own selection holds the head; ``hit-frequency``:
+    ``N·|Q_i|·m_i / Σ_j |Q_j|``), so a half of the items ranks heads as the point would."""
 
     point: ScorePoint
     scores: np.ndarray
     heads: list[tuple[int, int]]
     k: int
+    per_item: np.ndarray
 
 
 def aggregate(stats: PointStatistics, point: ScorePoint, n_heads: int, attention_layers: tuple[int, ...],
@@ -309,16 +314,18 @@ def aggregate(stats: PointStatistics, point: ScorePoint, n_heads: int, attention
     k = resolve_k(len(attention_layers), n_heads, None if point.k is None else min(point.k, cap), "per-layer" if per_layer else "flat")
     layers = None if len(attention_layers) == n_layers else tuple(attention_layers)
     if point.across == "mean":
-        scores = stats.per_item.mean(0)
+        per_item = stats.per_item
+        scores = per_item.mean(0)
     elif point.across == "hit-frequency":
         w = stats.n_rows.astype(float)
         scores = np.tensordot(w, stats.per_item, axes=1) / w.sum()
+        per_item = stats.per_item * (len(w) * w / w.sum())[:, None, None]
     else:
-        chosen = np.zeros(stats.per_item.shape)
+        per_item = np.zeros(stats.per_item.shape)
         for i, m in enumerate(stats.per_item):
             for lh in select_point(m, point, k, None if stats.entropy is None else stats.entropy[i], layers):
-                chosen[(i, *lh)] = 1.0
-        scores = chosen.mean(0)
+                per_item[(i, *lh)] = 1.0
+        scores = per_item.mean(0)
     if point.across == "frequency":
         final = replace(point, select="flat")
         heads = select_point(scores, final, k, None, layers)
@@ -329,7 +336,7 @@ def aggregate(stats: PointStatistics, point: ScorePoint, n_heads: int, attention
     if not heads:
         raise VheadsError(f"selection {point.select!r} of score point {point.to_dict()} selects no head on these items "
                           "(no elbow in the sorted scores, or no item selects any head); choose select 'flat'")
-    return PointResult(point, scores, heads, len(heads))
+    return PointResult(point, scores, heads, k, per_item)
 
 
 def score_point(lm, items: Sequence[Item], point: ScorePoint, max_new_tokens: int = 4, engine: Engine | None = None) -> tuple[PointResult, PointStatistics]:

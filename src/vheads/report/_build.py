@@ -27,7 +27,7 @@ from vheads.report._doc import Figure, Section, render_html, render_markdown
 from vheads.report._protocol import protocol_checks
 
 REPORT_FIGURES = {"random_band", "score_maps", "overlap", "overlap_curves", "random_overlap", "beta_sweep", "k_sweep",
-                  "crossmodel_band", "crossmodel_overlap", "stability"}  # plus strips_<setting>
+                  "crossmodel_band", "crossmodel_overlap", "stability", "methods_overlap"}  # plus strips_<setting>
 
 HOW = {
     "protocol": (
@@ -163,6 +163,12 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     b = stability_blocks(run.run_dir, run.model)
     if b:
         sections.append(Section("stability", "How many discovery items a head-set needs", HOW_STAB, b))
+    from vheads.report._methods import HOW as HOW_METHODS
+    from vheads.report._methods import methods_blocks
+
+    b = methods_blocks(run)
+    if b:
+        sections.append(Section("methods", "Published methods vs the seed's settings", HOW_METHODS, b))
 
     b = [t for t in (T.row_group_table(run), T.arms_table(run)) if t]
     if b:

@@ -127,6 +127,11 @@ class RunData:
     model: str = ""  # the model's name in a multi-model run's store ('' = a single-model run)
     metric: str = "p4"  # the metric of every outcome value above (the config's ``metric``)
     heads_of: dict[tuple[str, str], str] = field(default_factory=dict)  # (setting, head-set id) -> its heads
+    # score points beside the grid (discovery source 'score'; vheads.report._methods): kept out of
+    # ``settings`` and ``overlap``, so the seed's tables and their Holm family stay the grid's
+    score_settings: list[str] = field(default_factory=list)
+    score_points: dict[str, dict[str, Any]] = field(default_factory=dict)  # setting -> its point's axes (meta 'score:<id>')
+    score_overlap: list[dict[str, Any]] = field(default_factory=list)  # overlap rows with a score setting in them
 
     @property
     def model_id(self) -> str:
@@ -292,13 +297,18 @@ def _load(store: Store, run_dir: Path, metric: str | None = None) -> RunData:
     ):
         strips[setting][(int(layer), int(head))][item_id] = [float(m) for m in (_json(masses) or [])]
 
-    ids = set(discovery) | {s for (s, _) in cells} | {s for (s, _) in ksweep} | set(ceilings)
+    scored = {s for s, d in discovery.items() if d["source"] == "score"}
+    ids = (set(discovery) | {s for (s, _) in cells} | {s for (s, _) in ksweep} | set(ceilings)) - scored
     settings = _setting_order(ids, cfg_get(config, "settings"))
     return RunData(
         run_dir=run_dir, config=config, meta=meta, settings=settings, discovery=discovery, cells=cells,
-        ksweep=ksweep, headset_sizes=headset_sizes, arms=arms, overlap=overlap, ceilings=ceilings,
+        ksweep=ksweep, headset_sizes=headset_sizes, arms=arms,
+        overlap=[r for r in overlap if r["a"] not in scored and r["b"] not in scored], ceilings=ceilings,
         audit=audit, strip_attention={s: dict(v) for s, v in strips.items()}, nonfinite=nonfinite,
         random_overlap=dict(random_overlap), metric=metric, heads_of=heads_of,
+        score_settings=sorted(scored, key=lambda s: (s.rsplit("-", 1)[0], (meta.get(f"score:{s}") or {}).get("order", 0), s)),
+        score_points={s: meta.get(f"score:{s}") or {} for s in scored},
+        score_overlap=[r for r in overlap if r["a"] in scored or r["b"] in scored],
     )
 
 

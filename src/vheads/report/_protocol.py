@@ -65,7 +65,7 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
     L, H = run.shape
     checks.append(Check("Model", f"{run.model_id}" + (f" ({L} layers × {H} heads = {L * H} heads)" if L and H else "")))
 
-    disc = run.discovery
+    disc = {s: d for s, d in run.discovery.items() if s not in run.score_settings}  # the grid (score points: below)
     none = "no discovery recorded in the store" if not disc else None
     checks.append(Check("Query type", _join(d["query"] for d in disc.values()), none))
     checks.append(Check("Attention source", _join(d["source"] for d in disc.values()), none))
@@ -79,6 +79,11 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
     checks.append(Check("Outcome metric", f"{run.metric} in the tables (config key metric); the metric robustness "
                         "table shows Table 3 under p4, logprob and logit-diff"))
     checks.append(Check("Settings", f"{len(run.settings)}: {', '.join(run.settings)}" if run.settings else "none"))
+    if run.score_settings:
+        from vheads.report._methods import point_text
+
+        checks.append(Check("Score points (config key scores)", "; ".join(
+            f"{s} ({point_text(run.score_points.get(s, {}))})" for s in run.score_settings)))
     checks.append(Check("Question templates ([..]: query span)", _templates_text(run.config, run.model_id)))
     checks += _prompt_checks(run)
 

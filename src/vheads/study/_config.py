@@ -18,6 +18,7 @@ from typing import Any
 from vheads._errors import MAX_ITEMS, MissingFileError, VheadsError, safe_name
 from vheads.engine import ROW_GROUPS
 from vheads.evaluation import MAX_R, METRICS, TESTS
+from vheads.study._scores import DEFAULT_SCORES
 
 MAX_INT = 1 << 63  # every integer key fits a signed 64-bit integer (SQLite's)
 DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
@@ -47,6 +48,9 @@ n_discovery = 48          # discovery items per corpus x query
 k = 0                     # head-set size; 0 = scaled to the model (100 of 1,152 heads)
 selection = "flat"        # flat | per-layer
 splits = 200              # half-splits for the noise ceilings
+scores = ["gaze", "localization", "vrh", "sparsemm"]   # published score points beside the grid ([] = none): presets,
+                          # "NAME:rows=out,keys=hit" or { name = "outhit", rows = "out", keys = "hit" } (axes: docs/scores.md)
+score_on = "first"        # the scores' corpus x query: first (first corpus and query: cm-ord-gaze, ...) | all
 
 # evaluation
 tests = ["cers", "ncs", "ncs-grid", "text"]   # also: cers-sym (stored with cers anyway: same forwards)
@@ -125,7 +129,8 @@ DEFAULT_TOML = default_toml("tiny")
 LATER_KEY_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_exclude": "", "eval_groups": "", "eval_cell": 224,
                       "eval_resize": "crop", "ood_tasks": [], "n_ood": 80, "ood_controls": 1,
                       "device_map": "", "quantization": "", "trust_remote_code": False, "templates": {},
-                      "system_prompt": "", "chat_template": ""}
+                      "system_prompt": "", "chat_template": "",
+                      "scores": DEFAULT_SCORES, "score_on": "first"}
 #: prompt keys left out of the stored config while at their default ("")
 PROMPT_KEYS = ("system_prompt", "chat_template")
 
@@ -160,6 +165,8 @@ class StudyConfig:
     k: int = 0
     selection: str = "flat"
     splits: int = 200
+    scores: list = field(default_factory=lambda: list(DEFAULT_SCORES))  # presets or points: study/_scores.py
+    score_on: str = "first"
     tests: list[str] = field(default_factory=lambda: ["cers", "ncs", "ncs-grid", "text"])
     n_eval: int = 16
     beta: float = 1e4
@@ -292,8 +299,8 @@ def config_from_dict(data: dict[str, Any]) -> StudyConfig:
                     raise VheadsError(f"unknown config key 'run.{k2}'; known keys: {', '.join(sorted(run_known))}")
                 rk[k2] = _check(f"run.{k2}", v2, getattr(run, k2))
             kwargs["run"] = RunConfig(**rk)
-        elif key == "templates":
-            kwargs["templates"] = value  # against the model's defaults, below
+        elif key in ("templates", "scores"):
+            kwargs[key] = value  # templates: against the model's defaults, below; scores: in validate
         else:
             kwargs[key] = _check(key, value, getattr(base, key))
     if "templates" in kwargs:
@@ -381,6 +388,9 @@ def validate(cfg: StudyConfig) -> None:
             "[controls] has no layer-matched; add it or set beta_sweep_controls = 0")
     _validate_eval_source(cfg, bad)
     _validate_ood(cfg, bad)
+    from vheads.study._scores import validate_scores
+
+    validate_scores(cfg, bad)
     if cfg.run.backend not in ("local", "ray"):
         bad("run.backend", f"must be local or ray, got {cfg.run.backend!r}")
     if cfg.run.shard_size < 1 or cfg.run.batch_size < 1 or cfg.run.ray_workers < 1 or cfg.run.token_budget < 1:

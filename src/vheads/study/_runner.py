@@ -32,6 +32,7 @@ from vheads._io import atomic_write
 from vheads.study._config import StudyConfig, model_config, model_entries, validate_for_model
 from vheads.study._lock import RunLock
 from vheads.study._stability import stability_stage
+from vheads.study._scores import ranks_per_layer, score_units
 from vheads.store import Store
 from vheads._seeds import derived_seed
 
@@ -139,14 +140,14 @@ def _overlap_stage(store: Store, cfg: StudyConfig, attention_layers: tuple[int, 
         return
     t0 = time.time()
     disc = store.query("SELECT setting, k, headset FROM discovery ORDER BY setting")
-    per_layer = cfg.selection == "per-layer"
+    per_layer = ranks_per_layer(cfg)  # setting id -> whether its top-k is taken per layer
     ceil, per, ids = {}, {}, {}
     rows = {"ceilings": [], "overlap": [], "random_overlap": []}
     for sid, k, _ in disc:
         got = store.query("SELECT item_id, scores FROM item_scores WHERE setting=? ORDER BY item_id", sid)
         ids[sid] = [i for i, _ in got]
         per[sid] = np.array([json.loads(s) for _, s in got])
-        c = split_half_ceiling(per[sid], k, cfg.splits, derived_seed(cfg.seed, "ceiling", sid), per_layer=per_layer,
+        c = split_half_ceiling(per[sid], k, cfg.splits, derived_seed(cfg.seed, "ceiling", sid), per_layer=per_layer(sid),
                                attention_layers=attention_layers)
         ceil[sid] = c
         rows["ceilings"].append((sid, k, c.mean, c.lo, c.hi, cfg.splits))
@@ -154,7 +155,7 @@ def _overlap_stage(store: Store, cfg: StudyConfig, attention_layers: tuple[int, 
     for i, (a, ka, _) in enumerate(disc):
         for b, _, _ in disc[i + 1:]:
             p = pair_overlap(a, b, per[a], per[b], ceil[a], ceil[b], len(sets[a] & sets[b]), ka, cfg.splits,
-                             derived_seed(cfg.seed, "pair-overlap", a, b), per_layer, ids[a] == ids[b], attention_layers)
+                             derived_seed(cfg.seed, "pair-overlap", a, b), per_layer(a), ids[a] == ids[b], attention_layers)
             rows["overlap"].append((a, b, ka, p.all_items, p.half.mean, p.half.lo, p.half.hi, int(p.same_items),
                                     ceil[a].mean, ceil[b].mean, p.geo_ceiling, p.fraction))
     # Fig. 7: overlap of each native set with uniform random draws of the same size
@@ -436,7 +437,9 @@ def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progr
         _doctor_stage(store, cfg, run_dir, backend, skip_doctor)
         timed("doctor", t)
         t = time.time()
-        disc = [{"unit_id": f"discovery/{c}/{q}", "kind": "discovery", "corpus": c, "query": q} for c in cfg.corpora for q in cfg.queries]
+        # the score points first: a selection that keeps no head stops the run before the grid's work
+        disc = score_units(cfg) + [{"unit_id": f"discovery/{c}/{q}", "kind": "discovery", "corpus": c, "query": q}
+                                   for c in cfg.corpora for q in cfg.queries]
         n_computed += _run_units(store, run_dir, backend, disc, "discovery", progress)
         timed("discovery", t)
         t = time.time()

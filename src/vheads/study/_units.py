@@ -17,6 +17,7 @@ import numpy as np
 from vheads._seeds import derived_seed
 from vheads.evaluation import METRICS, TEST_SETS, HeadSet, Outcomes, ProbeMemo, audit_sets, item_sets, run_test
 from vheads.study._config import StudyConfig
+from vheads.study._scores import compute_score_unit
 
 ALL_HEADS = "all-heads"  # head-set id of every head (the maximum attainable NCS_grid)
 K_SWEEP_TESTS = ("cers", "ncs")  # tests the k sweep's head-sets run in
@@ -71,7 +72,8 @@ class UnitComputer:
     def compute(self, unit: dict[str, Any]) -> dict[str, Any]:
         t0 = time.time()
         fn = {"discovery": self._discovery, "eval": self._eval, "audit": self._audit, "image-mass": self._image_mass,
-              "ood-audit": self._ood_audit, "ood-eval": self._ood_eval, "doctor": self._doctor}[unit["kind"]]
+              "ood-audit": self._ood_audit, "ood-eval": self._ood_eval, "doctor": self._doctor,
+              "scores": lambda u: compute_score_unit(self, u)}[unit["kind"]]
         rows = fn(unit)
         return {"unit_id": unit["unit_id"], "kind": unit["kind"], "rows": rows, "seconds": time.time() - t0}
 

@@ -1,0 +1,191 @@
+"""Score points as discovery settings: named points, their setting ids, head-set records.
+
+A named point is a registered preset (``vrh``) or a custom point, optionally named
+(``outhit:rows=out,keys=hit``; unnamed, the name is its non-default values joined by ``_``:
+``rows=out,keys=hit`` → ``out_hit``). On a corpus and query type it is a
+:class:`ScoreSetting` with an id like the seed's: ``{corpus}-{query}-{name}`` (``cm-ord-vrh``
+beside ``cm-ord-last``). A name holds no ``-`` (ids split on it) and is none of the seed's
+source parts (``last``, ``qsp``, ``out``), so a score never shadows a grid setting.
+
+:func:`discover_scores` is ``vheads discover --score``: every corpus × query × point scored
+(greedy answers generated once per item for all points that read the ``out`` rows), then the
+files written: ``{setting}.json`` (``vheads.headset/1``, the point's full axes under
+``setting.score``) and ``{setting}.items.npz``, each item's share of the score
+(:attr:`PointResult.per_item`), which the noise ceilings read as they read region mass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from vheads._errors import VheadsError, path_inside
+from vheads.data import Item
+from vheads.discovery._files import HeadSetRecord, save_headset, save_per_item
+from vheads.discovery._scores import CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV
+from vheads.discovery._space import AXES, SCORES, PointResult, ScorePoint, aggregate, parse_score, point_statistics
+from vheads.evaluation import HeadSet
+
+SCORE_NAME = re.compile(r"[a-z0-9][a-z0-9_.+]{0,31}")
+
+
+def point_name(point: ScorePoint) -> str:
+    """The automatic name of a custom point: its values that differ from :class:`ScorePoint`'s
+    defaults, in axis order, ``-`` dropped (``hit-frequency`` → ``hitfrequency``), and ``k<k>``."""
+    base = ScorePoint()
+    parts = [getattr(point, a).replace("-", "") for a in AXES if getattr(point, a) != getattr(base, a)]
+    return "_".join(parts + ([f"k{point.k}"] if point.k is not None else []))
+
+
+def check_score_name(name: str, where: str) -> str:
+    """``name`` may be the last part of a setting id (else :class:`VheadsError` naming ``where``)."""
+    if not isinstance(name, str) or not SCORE_NAME.fullmatch(name):
+        raise VheadsError(f"{where}: score name {name!r} must be lower-case letters, digits, '_', '.' or '+' "
+                          "(no '-': it separates the parts of a setting id), at most 32 characters")
+    if name in SOURCE_ABBREV.values():
+        raise VheadsError(f"{where}: score name {name!r} is the seed's {name!r} source part of a setting id; "
+                          "name the point, e.g. 'mine:rows=...'")
+    return name
+
+
+def parse_named_score(text: str, where: str = "--score") -> tuple[str, ScorePoint]:
+    """``(name, point)`` of a preset name, ``NAME:axis=value,...`` or ``axis=value,...``."""
+    if not isinstance(text, str):
+        raise VheadsError(f"{where}: expected a preset name or a point like 'rows=out,keys=hit', got {text!r:.80}")
+    text = text.strip()
+    name, sep, rest = text.partition(":")
+    try:
+        if sep:
+            return check_score_name(name.strip(), where), parse_score(rest)
+        point = parse_score(text)
+    except VheadsError as e:
+        raise VheadsError(f"{where}: {e}") from None
+    return check_score_name(text if text in SCORES else point_name(point), where), point
+
+
+@dataclass(frozen=True)
+class ScoreSetting:
+    """A score point on one corpus and query type: the setting of a head-set discovered with it.
+
+    The same interface as :class:`vheads.discovery.Setting` (``source`` is ``"score"``)."""
+
+    corpus: str
+    query: str
+    name: str
+    point: ScorePoint
+    corpus_abbrev: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.query not in QUERIES:
+            raise ValueError(f"unknown query type {self.query!r}; choose one of: {', '.join(QUERIES)}")
+        check_score_name(self.name, "setting")
+        if not self.corpus_abbrev:
+            object.__setattr__(self, "corpus_abbrev", CORPUS_ABBREV.get(self.corpus, self.corpus[:2].lower()))
+
+    source = "score"
+
+    @property
+    def abbrev(self) -> str:
+        return self.corpus_abbrev
+
+    @property
+    def id(self) -> str:
+        return f"{self.abbrev}-{QUERY_ABBREV[self.query]}-{self.name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "corpus": self.corpus, "corpus_abbrev": self.abbrev, "query": self.query, "source": "score",
+                "score": {"name": self.name, **self.point.to_dict()}}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ScoreSetting":
+        sc = dict(d["score"])
+        name = sc.pop("name")
+        try:
+            point = ScorePoint(**sc)
+        except (VheadsError, TypeError) as e:
+            raise ValueError(f"setting.score: {e}") from None
+        return cls(d["corpus"], d["query"], name, point, d.get("corpus_abbrev"))
+
+
+def setting_from_dict(d: Mapping[str, Any]):
+    """A head-set file's ``setting``: a :class:`ScoreSetting` where it records a score point,
+    else the seed's :class:`~vheads.discovery.Setting`."""
+    from vheads.discovery._scores import Setting
+
+    return ScoreSetting.from_dict(d) if d.get("source") == "score" else Setting.from_dict(d)
+
+
+def record_k(res: PointResult) -> int:
+    """The selection size a file records: the point's k, or for ``elbow`` (k unused) the heads kept."""
+    return len(res.heads) if res.point.select == "elbow" else res.k
+
+
+def score_items(lm, items: Sequence[Item], points: Sequence[ScorePoint], max_new_tokens: int = 4, engine=None,
+                labels: Sequence[str] | None = None) -> tuple[list[PointResult], list[str], int]:
+    """Every point's :class:`PointResult` on ``items`` (greedy answers made once, when a point
+    reads the ``out`` rows; an empty one teacher-forces the end-of-turn token), the item ids and
+    the count of empty answers. A selection of nothing is a :class:`VheadsError` that starts
+    with the point's label (``labels``, one per point: ``setting cm-ord-vrh``)."""
+    from vheads.discovery._scores import _eos_text, greedy_answer
+    from vheads.engine import Engine
+
+    if not items:
+        raise VheadsError("no items to score")
+    engine = engine or Engine(lm)
+    answers: list[str | None] = [None] * len(items)
+    n_empty = 0
+    if any(p.rows == "out" for p in points):
+        answers = [greedy_answer(lm, lm.adapter.build(it, lm.processor), max_new_tokens) for it in items]
+        n_empty = sum(not a for a in answers)
+        answers = [a or _eos_text(lm) for a in answers]
+    results = []
+    for i, point in enumerate(points):
+        stats = point_statistics(engine, items, answers if point.rows == "out" else [None] * len(items), point)
+        try:
+            results.append(aggregate(stats, point, lm.n_heads, tuple(lm.attention_layers), lm.n_layers))
+        except VheadsError as e:
+            raise VheadsError(f"{labels[i]}: {e}" if labels else str(e)) from None
+    return results, [it.id for it in items], n_empty
+
+
+def discover_scores(lm, corpora: Sequence, named: Sequence[tuple[str, ScorePoint]], k: int | None = None, seed: int = 0,
+                    out: str | Path | None = None, max_new_tokens: int = 4, progress: bool = True,
+                    force: bool = False) -> list[HeadSetRecord]:
+    """``vheads discover --score``: every loaded :class:`~vheads.discovery.Corpus` × named point
+    (``k`` given: it replaces every point's own k), all scored before anything is written, then
+    (with ``out``) one head-set file and one per-item file each, as :func:`discover_headsets` writes."""
+    from tqdm.auto import tqdm
+
+    from vheads.discovery._discover import _ids_hash, check_out_folder
+
+    if out is not None:
+        check_out_folder(out, force)
+    names = [n for n, _ in named]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise VheadsError(f"--score: the name {twice[0]!r} is given twice; give each point its own name (NAME:axis=value,...)")
+    named = [(n, p if k is None else replace(p, k=k)) for n, p in named]
+    model = {"id": lm.model_id, "revision": lm.revision, "fingerprint": lm.fingerprint, "n_layers": lm.n_layers, "n_heads": lm.n_heads}
+    if len(lm.attention_layers) < lm.n_layers:
+        model["attention_layers"] = list(lm.attention_layers)
+    records, per_item = [], {}
+    for c in tqdm(corpora, desc="scores", unit="corpus", disable=not progress):
+        settings = [ScoreSetting(c.name, c.query, n, p, c.abbrev) for n, p in named]
+        results, ids, n_empty = score_items(lm, c.items, [p for _, p in named], max_new_tokens,
+                                            labels=[f"--score, setting {st.id}" for st in settings])
+        for st, res in zip(settings, results):
+            corpus = {"id": c.id, "n_items": len(ids), "seed": seed, "item_ids": _ids_hash(c.items), "n_empty_answers": n_empty}
+            hs = HeadSet(res.heads, lm.n_layers, lm.n_heads, tuple(lm.attention_layers) if "attention_layers" in model else None)
+            records.append(HeadSetRecord(hs, st, res.scores, model, corpus, seed, record_k(res), st.point.select))
+            per_item[st.id] = (res.per_item, ids)
+    if out is not None:
+        out = Path(out)
+        for rec in records:
+            sid = rec.setting.id
+            save_per_item(path_inside(out, f"{sid}.items.npz"), per_item[sid][0], per_item[sid][1], lm.fingerprint)
+            rec.per_item_file = f"{sid}.items.npz"
+            save_headset(rec, path_inside(out, f"{sid}.json"))
+    return records
