@@ -47,7 +47,6 @@ from vheads._io import atomic_write, read_json
 from vheads.discovery._schema import validate_headset_json
 from vheads.discovery._setting import Setting
 from vheads.discovery._selection import MODES, ranked_heads
-from vheads.discovery._space import AXES
 from vheads.evaluation import HeadSet
 
 SCHEMA = "vheads.headset/1"
@@ -165,6 +164,8 @@ def _validate(d: dict[str, Any], where: str) -> None:
         raise ValueError(f"{where}: scores have shape {scores.shape}, the model record says {L} x {H}")
     if not np.all(np.isfinite(scores)):
         raise ValueError(f"{where}: scores hold non-finite values")
+    from vheads.discovery._space import AXES  # loads torch: only once a file is read
+
     modes = AXES["select"] if d["setting"].get("source") == "score" else MODES  # a score point's own rule
     if d["selection"].get("mode") not in modes:
         raise ValueError(f"{where}: selection mode {d['selection'].get('mode')!r} is not one of {modes}")
@@ -180,10 +181,10 @@ def load_headset(path: str | Path, lm=None, force: bool = False) -> HeadSetRecor
     """Read a head-set file. With ``lm`` (a :class:`~vheads.models.LoadedModel`), refuse a
     head-set discovered on another model (different fingerprint) unless ``force``; a
     head-set for another model *shape* is refused even when forced."""
-    from vheads.discovery._scored import setting_from_dict
-
     path = Path(path)
     d = read_json(path, f"head-set file {path}")
+    from vheads.discovery._scored import setting_from_dict  # loads torch: only once the file is read
+
     try:
         _validate(d, f"head-set file {path}")
         m = d["model"]
