@@ -6,6 +6,7 @@ GPU does)."""
 from __future__ import annotations
 
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -71,3 +72,15 @@ def test_one_capture_row_that_does_not_fit_is_one_line_naming_the_model_and_the_
         region_masses(eng, strip_items("comics", "ordinal", 2, seed=0), [None] * 2, ("last",))
     msg = str(e.value)
     assert "\n" not in msg and small_qwen.model_id in msg and "batch_size" in msg and "token_budget" in msg and "dtype" in msg
+
+
+def test_a_greedy_answer_that_does_not_fit_is_the_same_one_line(small_qwen, monkeypatch):
+    """Discovery's ``out`` source generates each item's answer (one row): out of memory there is the one-row error."""
+    from vheads.discovery import score_settings
+
+    def full(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+
+    monkeypatch.setattr(small_qwen.model, "generate", full)
+    with pytest.raises(VheadsError, match="out of memory on a forward of one row of model " + re.escape(small_qwen.model_id)):
+        score_settings(small_qwen, {("comics", "ordinal"): strip_items("comics", "ordinal", 1, seed=0)}, sources=("out",), progress=False)

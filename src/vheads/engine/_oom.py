@@ -2,7 +2,8 @@
 
 Rows do not depend on the rows they share a forward with (:class:`vheads.engine.RowBatch`),
 so the halves give what the whole would have given. Evaluation's probe forwards and
-discovery's capture forwards both run through :func:`split_on_oom`.
+discovery's capture forwards both run through :func:`split_on_oom`; discovery's greedy
+answers (one row each) fail with :func:`one_row_out_of_memory`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ W = TypeVar("W")  # a forward's work (its rows)
 R = TypeVar("R")  # what the forward gives for its work
 
 
+def one_row_out_of_memory(model: str) -> VheadsError:
+    """The error for a forward of one row (or one greedy generation) that does not fit on the device."""
+    return VheadsError(f"out of memory on a forward of one row of model {model}: lowering [run] batch_size or token_budget "
+                       "cannot help; use a smaller dtype (dtype = \"bfloat16\"), device_map = \"auto\" or a GPU with more memory")
+
+
 def split_on_oom(run: Callable[[W], R], work: W, n_rows: Callable[[W], int], halve: Callable[[W, int], tuple[W, W]],
                  join: Callable[[R, R], R], model: str) -> R:
     """``run(work)``; on ``torch.OutOfMemoryError``, ``join`` of the same on the two halves
@@ -36,8 +43,7 @@ def split_on_oom(run: Callable[[W], R], work: W, n_rows: Callable[[W], int], hal
         pass  # retried outside the handler: its traceback holds the failed forward's tensors
     rows = n_rows(work)
     if rows <= 1:
-        raise VheadsError(f"out of memory on a forward of one row of model {model}: lowering [run] batch_size or token_budget "
-                          "cannot help; use a smaller dtype (dtype = \"bfloat16\"), device_map = \"auto\" or a GPU with more memory")
+        raise one_row_out_of_memory(model)
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     LOG.warning("out of memory on a forward of %d rows of model %s; split into forwards of %d and %d rows and retried "
