@@ -62,3 +62,30 @@ def test_a_unit_that_kills_every_replica_is_an_error_naming_it(cluster, tmp_path
     with pytest.raises(VheadsError, match="work unit u2 failed on 3 Ray replicas"):
         list(backend.run([{"unit_id": f"u{i}"} for i in range(4)]))
     backend.close()
+
+
+@pytest.mark.timeout(120, method="thread")  # a hang ends the session (Ray swallows the signal); the backend before this test waited forever on the replica that cannot start
+def test_a_replica_the_cluster_has_no_room_for_holds_no_unit_back(cluster, tmp_path):
+    """Three replicas of one CPU each on a cluster of two CPUs: the third never starts, the
+    other two run every unit."""
+    cfg = _cfg(tmp_path, set())
+    cfg["run"]["ray_workers"] = 3
+    backend = RayBackend(cfg, computer=Doomed)
+    got = list(backend.run([{"unit_id": f"u{i}"} for i in range(5)]))
+    assert backend.starting  # the third still waits for room
+    backend.close()
+    assert sorted(r["unit_id"] for r in got) == [f"u{i}" for i in range(5)]
+    assert {r["value"] for r in got} == {i * i for i in range(5)}
+    assert len({r["pid"] for r in got}) <= 2
+
+
+@pytest.mark.timeout(120, method="thread")
+def test_work_left_with_no_replica_that_can_start_is_an_error_not_a_wait(cluster, tmp_path, monkeypatch):
+    monkeypatch.setattr(RayBackend, "START_TIMEOUT", 3.0)
+    hog = ray.remote(num_cpus=2)(Doomed).remote({})  # every CPU of the cluster taken
+    ray.get(hog.__ray_ready__.remote(), timeout=60)
+    backend = RayBackend(_cfg(tmp_path, set()), computer=Doomed)
+    with pytest.raises(VheadsError, match="no Ray replica started within 3 s and none is running, with 2 work unit"):
+        list(backend.run([{"unit_id": "u0"}, {"unit_id": "u1"}]))
+    backend.close()
+    ray.kill(hog)

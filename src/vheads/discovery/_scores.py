@@ -33,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vheads.data import Item
-from vheads.engine import Engine, positions_mask
+from vheads.engine import Engine, one_row_out_of_memory, positions_mask
 from vheads.discovery._setting import (  # noqa: F401 - re-exported
     CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCE_SPAN, SOURCES, Setting,
 )

@@ -33,6 +33,7 @@ from transformers.cache_utils import DynamicLayer
 from vheads.engine._attention import active_plan, install
 from vheads.engine._layers import decoder_layers, shared_layers
 from vheads.engine._memory import keep_freed_memory
+from vheads.engine._oom import split_on_oom
 from vheads.engine._plan import Capture, Intervention, ProbePlan
 from vheads.engine._tail import read_rows_only
 from vheads.models import LoadedModel, Prompt
@@ -317,21 +318,27 @@ class Engine:
         ``{name: [L, H, G_i]}``."""
         out: list[dict[str, torch.Tensor]] = []
         for group in pack([(pr, 1, 0) for pr, _ in requests], self.batching if self.cross_item else dataclasses.replace(self.batching, max_rows=1)):
-            prompts = [requests[i][0] for i in group]
-            batch = RowBatch(prompts, [1] * len(group), [0] * len(group))
-            caps, sizes = [], {}
-            for j, first in enumerate(requests[group[0]][1]):
-                each = [requests[i][1][j] for i in group]
-                sizes[first.name] = [c.groups.shape[0] for c in each]
-                G = max(sizes[first.name])
-                rows = torch.stack([batch.place(u, c.rows.bool(), False) for u, c in enumerate(each)])  # [B, T]
-                groups = torch.stack([batch.place(u, torch.cat([c.groups.bool(), c.groups.new_zeros(G - c.groups.shape[0], c.groups.shape[1]).bool()]), False)
-                                      for u, c in enumerate(each)])  # [B, G, T]
-                norm = None if first.norm is None else torch.stack([batch.place(u, c.norm.bool(), False) for u, c in enumerate(each)])  # [B, T]
-                caps.append(Capture(rows, groups, first.name, norm, first.stat))
-            res = self.run(batch, self.plan(len(group), captures=caps), logits_at=[])
-            out += [{name: res.captures[name][u][..., : sizes[name][u]] for name in res.captures} for u in range(len(group))]
+            # a forward out of device memory is split in half and retried (rows do not depend on their batch)
+            out += split_on_oom(lambda g: self._capture_group(requests, g), group, len, lambda g, k: (g[:k], g[k:]),
+                                lambda a, b: a + b, self.lm.model_id)
         return out
+
+    def _capture_group(self, requests: list[tuple[Prompt, list[Capture]]], group: list[int]) -> list[dict[str, torch.Tensor]]:
+        """One capture forward of ``requests[i]`` for ``i`` in ``group`` (one row each): per request, ``{name: [L, H, G_i]}``."""
+        prompts = [requests[i][0] for i in group]
+        batch = RowBatch(prompts, [1] * len(group), [0] * len(group))
+        caps, sizes = [], {}
+        for j, first in enumerate(requests[group[0]][1]):
+            each = [requests[i][1][j] for i in group]
+            sizes[first.name] = [c.groups.shape[0] for c in each]
+            G = max(sizes[first.name])
+            rows = torch.stack([batch.place(u, c.rows.bool(), False) for u, c in enumerate(each)])  # [B, T]
+            groups = torch.stack([batch.place(u, torch.cat([c.groups.bool(), c.groups.new_zeros(G - c.groups.shape[0], c.groups.shape[1]).bool()]), False)
+                                  for u, c in enumerate(each)])  # [B, G, T]
+            norm = None if first.norm is None else torch.stack([batch.place(u, c.norm.bool(), False) for u, c in enumerate(each)])  # [B, T]
+            caps.append(Capture(rows, groups, first.name, norm, first.stat))
+        res = self.run(batch, self.plan(len(group), captures=caps), logits_at=[])
+        return [{name: res.captures[name][u][..., : sizes[name][u]] for name in res.captures} for u in range(len(group))]
 
 
 def pack(requests: list[tuple[Prompt, int, int]], batching: Batching) -> list[list[int]]:

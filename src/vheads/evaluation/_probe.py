@@ -16,21 +16,16 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import logging
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from vheads._errors import VheadsError
 from vheads.engine import Engine, Intervention, RowBatch, mask_keys, pack, positions_mask, row_mask, steer_keys
-from vheads.engine import can_split, first_biased_key
+from vheads.engine import can_split, first_biased_key, split_on_oom
 from vheads.evaluation._headsets import HeadSet
 from vheads.models import Prompt
-
-LOG = logging.getLogger("vheads")
-
 
 N_SCORES = 5  # per row: the four letters' logits, then the log-sum-exp over the vocabulary
 
@@ -324,24 +319,15 @@ def _run_forward(engine: Engine, probes: list[Probe], pieces: list[tuple[int, in
 
     A forward that runs out of device memory (``torch.OutOfMemoryError``, e.g. a long
     prompt on a full GPU) is split into two forwards of half its rows and each retried
-    (recursively), with a warning on the ``vheads`` logger; the values equal the unsplit
-    forward's (rows do not depend on their batch). A single row that does not fit is a
-    :class:`VheadsError` saying what to lower."""
-    try:
-        batch, plan = probe_batch(engine, probes, pieces, prefix_reuse)
+    (:func:`vheads.engine.split_on_oom`); the values equal the unsplit forward's."""
+
+    def scores(part):
+        batch, plan = probe_batch(engine, probes, part, prefix_reuse)
         logits = engine.run(batch, plan, logits_at=[batch.length - 1]).logits[:, 0]
-        p = engine.letter_scores(logits).cpu().numpy()
-    except torch.OutOfMemoryError:
-        rows = sum(n for _, _, n in pieces)
-        if rows <= 1:
-            raise VheadsError("out of memory on a forward of one row; use a smaller dtype (bfloat16), a GPU with more memory, "
-                              "or device_map = \"auto\"") from None
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        halves = _halve(pieces, rows // 2)
-        LOG.warning("out of memory on a forward of %d rows; split into forwards of %d and %d rows and retried "
-                    "(lower [run] batch_size or token_budget to avoid the retry)", rows, rows // 2, rows - rows // 2)
-        p = np.concatenate([q for half in halves for q in _run_forward(engine, probes, half, prefix_reuse)])
+        return engine.letter_scores(logits).cpu().numpy()
+
+    p = split_on_oom(scores, pieces, lambda part: sum(n for _, _, n in part), _halve, lambda a, b: np.concatenate([a, b]),
+                     engine.lm.model_id)
     out, at = [], 0
     for _, _, n in pieces:
         out.append(p[at : at + n])

@@ -32,19 +32,25 @@ class LocalBackend:
 
 
 class RayBackend:
-    """``ray_workers`` actors (one GPU each when the cluster has GPUs), fed round-robin.
+    """``ray_workers`` actors (one GPU each when the cluster has GPUs), each fed a unit
+    when it is free.
 
     Connects to ``run.ray_address`` or ``RAY_ADDRESS``; with neither, starts a local
     cluster. The ordering of results does not matter: every unit's rows carry its keys.
 
-    An actor that dies in the middle of a unit (its process killed, its node removed) is
-    replaced by a new one, wherever the cluster has room, and the unit runs again there
-    (logged on the ``vheads`` logger); only the driver commits results, so a unit is stored
-    once. A unit whose replica dies :data:`MAX_ATTEMPTS` times is an error naming it.
-    ``computer`` is the actor class (tests pass a stand-in).
+    An actor gets work once it has started (``__ray_ready__``), so a replica the cluster has
+    no room for yet takes nothing and holds nothing up. An actor that dies in the middle of
+    a unit (its process killed, its node removed) is replaced by a new one, which joins
+    when the cluster has room for it, and the unit goes back to the queue, run by the first
+    free replica (logged on the ``vheads`` logger); only the driver commits results, so a
+    unit is stored once. A unit whose replica dies :data:`MAX_ATTEMPTS` times is an error
+    naming it; so is work left with no replica running and none started within
+    :data:`START_TIMEOUT` seconds (a replica that dies as it starts is replaced up to
+    :data:`MAX_ATTEMPTS` times in all). ``computer`` is the actor class (tests pass a stand-in).
     """
 
     MAX_ATTEMPTS = 3
+    START_TIMEOUT = 600.0
 
     def __init__(self, cfg: dict[str, Any], computer: type = UnitComputer):
         try:
@@ -57,9 +63,27 @@ class RayBackend:
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
                      num_cpus=None if address else max(2, cfg["run"]["ray_workers"]))
-        gpus = ray.cluster_resources().get("GPU", 0)
-        self.Actor = ray.remote(num_gpus=1 if gpus >= 1 else 0, num_cpus=1, max_restarts=0)(computer)
-        self.actors = [self.Actor.remote(cfg) for _ in range(cfg["run"]["ray_workers"])]
+        self.gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        self.Actor = ray.remote(num_gpus=self.gpus, num_cpus=1, max_restarts=0)(computer)
+        self.actors: list = []  # every replica not known dead
+        self.starting: dict = {}  # ready ref -> replica not started yet
+        self.free: list = []  # started replicas without a unit
+        self.start_deaths = 0  # replicas that died before they started
+        for _ in range(cfg["run"]["ray_workers"]):
+            self._start()
+
+    def _start(self) -> None:
+        a = self.Actor.remote(self.cfg)
+        self.actors.append(a)
+        self.starting[a.__ray_ready__.remote()] = a
+
+    def _drop(self, a) -> None:
+        """Forget a dead replica (and make sure it is gone: an unreachable one may still hold its resources)."""
+        self.actors = [x for x in self.actors if x is not a]
+        try:
+            self.ray.kill(a, no_restart=True)
+        except Exception:  # already gone with its node
+            pass
 
     def run(self, units: Iterable[dict], on_start=None) -> Iterator[dict]:
         from ray.exceptions import RayActorError
@@ -68,17 +92,36 @@ class RayBackend:
         queue = list(units)
         pending: dict = {}  # ref -> (actor, unit)
         attempts: dict[str, int] = {}
-        free = list(self.actors)
         while queue or pending:
-            while queue and free:
+            while queue and self.free:
                 u = queue.pop(0)
-                a = free.pop()
+                a = self.free.pop()
                 attempts[u["unit_id"]] = attempts.get(u["unit_id"], 0) + 1
                 if on_start:
                     on_start(u)
                 pending[a.compute.remote(u)] = (a, u)
-            done, _ = ray.wait(list(pending), num_returns=1)
+            if not pending and not self.starting:
+                raise VheadsError(f"every Ray replica died, with {len(queue)} work unit(s) left; see the Ray logs")
+            done, _ = ray.wait(list(pending) + list(self.starting), num_returns=1, timeout=None if pending else self.START_TIMEOUT)
+            if not done:
+                raise VheadsError(f"no Ray replica started within {self.START_TIMEOUT:.0f} s and none is running, with "
+                                  f"{len(queue)} work unit(s) left: the cluster has no room for one (each needs 1 CPU"
+                                  f"{' and 1 GPU' if self.gpus else ''}); see `ray status`")
             for ref in done:
+                if ref in self.starting:
+                    a = self.starting.pop(ref)
+                    try:
+                        ray.get(ref)
+                        self.free.append(a)
+                    except RayActorError as e:  # died before it took a unit (its node removed, its constructor failed)
+                        self._drop(a)
+                        self.start_deaths += 1
+                        again = self.start_deaths <= self.MAX_ATTEMPTS
+                        LOG.warning("Ray replica died as it started (%s)%s", type(e).__name__,
+                                    "; starting another" if again else "; going on with the others")
+                        if again:
+                            self._start()
+                    continue
                 a, u = pending.pop(ref)
                 try:
                     res = ray.get(ref)
@@ -86,15 +129,13 @@ class RayBackend:
                     if attempts[u["unit_id"]] >= self.MAX_ATTEMPTS:
                         raise VheadsError(f"work unit {u['unit_id']} failed on {self.MAX_ATTEMPTS} Ray replicas, each of "
                                           f"which died ({type(e).__name__}); see the Ray logs") from None
-                    LOG.warning("Ray replica died during unit %s (%s); running it again on a new replica",
+                    LOG.warning("Ray replica died during unit %s (%s); running it again on the first free replica",
                                 u["unit_id"], type(e).__name__)
-                    self.actors = [x for x in self.actors if x is not a]
-                    a = self.Actor.remote(self.cfg)
-                    self.actors.append(a)
+                    self._drop(a)
+                    self._start()
                     queue.insert(0, u)
-                    free.append(a)
                     continue
-                free.append(a)
+                self.free.append(a)
                 yield res
 
     def close(self) -> None:
