@@ -103,10 +103,13 @@ def greedy_answer(lm: LoadedModel, prompt: Prompt, max_new_tokens: int = 4) -> s
     if "pixel_values" in inputs:
         inputs["pixel_values"] = inputs["pixel_values"].to(lm.model.dtype)
     stop = _stop_ids(lm)
-    out = lm.model.generate(
-        **inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
-        eos_token_id=stop, pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else stop[0],
-    )
+    try:
+        out = lm.model.generate(
+            **inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+            eos_token_id=stop, pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else stop[0],
+        )
+    except torch.OutOfMemoryError:
+        raise one_row_out_of_memory(lm.model_id) from None
     new = out[0, inputs["input_ids"].shape[1]:].tolist()
     for i, t in enumerate(new):
         if t in stop:
