@@ -16,6 +16,7 @@ import numpy as np
 
 from vheads._errors import MAX_ITEMS, MAX_SEED, VheadsError, check_range
 from vheads._seeds import derived_seed
+from vheads.evaluation._ablation import ABLATIONS, check_ablation
 from vheads.evaluation._controls import draw_controls, get_control, parse_control_spec
 from vheads.evaluation._headsets import HeadSet
 from vheads.evaluation._metrics import Outcomes, cers, head_attention_mass, ncs, ncs_grid, text_arm
@@ -102,6 +103,12 @@ def item_sets(kinds: Iterable[str], n: int, seed_of: Callable[[str], int], sourc
     return {kind: kind_items(kind, n, seed_of(kind), templates=templates or DEFAULT_TEMPLATES) for kind in kinds}
 
 
+def reference_sets(kinds: Iterable[str], n: int, seed: int, source=None, templates=None) -> dict[str, list]:
+    """The ``mean`` ablation's reference items: ``n`` of each kind, from their own seed
+    (derived from ``seed`` and the kind), so they are never the evaluation items."""
+    return item_sets(kinds, n, lambda kind: derived_seed(seed, "ablation-reference", kind), source, templates)
+
+
 def audit_sets(n: int, seed_of: Callable[[str], int], source=None, templates=None) -> dict[str, list]:
     """The audit's evaluation sets by audit name (oracle, floor, matched, mismatched)."""
     items = item_sets(AUDIT_SETS.values(), n, seed_of, source, templates)
@@ -109,9 +116,20 @@ def audit_sets(n: int, seed_of: Callable[[str], int], source=None, templates=Non
 
 
 def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float, rows: str, seed: int, batch_size: int,
-             progress: bool = False, cache: dict | None = None, memo: ProbeMemo | None = None) -> Outcomes:
+             progress: bool = False, cache: dict | None = None, memo: ProbeMemo | None = None, ablation: str = "attention",
+             reference: dict | None = None) -> Outcomes:
     """Run ``test`` on ``sets`` (``{kind: items}``, kinds as in :data:`TEST_SETS`); ``memo``:
-    rows already run (:class:`vheads.evaluation.ProbeMemo`)."""
+    rows already run (:class:`vheads.evaluation.ProbeMemo`). ``ablation``: what hiding S
+    means (:data:`ABLATIONS`; NCS and the text arm take every one, CERS and NCS_grid only
+    ``attention``); ``reference``: the ``mean`` ablation's ``{kind: items}``
+    (:func:`reference_sets`)."""
+    check_ablation(ablation, [test])
+    if ablation != "attention":
+        if test == "ncs":
+            return ncs(engine, sets["class-matched"], sets["class-mismatched"], headsets, rows=rows, batch_size=batch_size,
+                       progress=progress, cache=cache, memo=memo, ablation=ablation, reference=reference, seed=seed)
+        return text_arm(engine, sets["text"], headsets, batch_size=batch_size, progress=progress, memo=memo,
+                        ablation=ablation, reference=reference, seed=seed)
     if test in ("cers", "cers-sym"):
         return cers(engine, sets["grid-neutral"], headsets, beta, rows, symmetric=test == "cers-sym", seed=seed,
                     batch_size=batch_size, progress=progress, memo=memo)
