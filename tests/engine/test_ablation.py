@@ -158,9 +158,18 @@ def models(loaded):
     return get
 
 
-@pytest.mark.parametrize("family", ABLATION_FAMILIES)
-@pytest.mark.parametrize("group", ["all", "question"])
-@pytest.mark.parametrize("ablation", ["zero", "mean", "resample"])
+#: (ablation, group, family) run by default; the rest of the grid runs with the slow tests
+FAST = {("zero", "all", "tiny"), ("mean", "question", "tiny"), ("resample", "question", "tiny"), ("zero", "all", "qwen3_5"),
+        ("mean", "all", "qwen3_5"), ("mean", "question", "internvl"), ("resample", "all", "smolvlm"), ("zero", "question", "llava")}
+
+
+def _grid(*axes):
+    import itertools
+
+    return [pytest.param(*p, marks=() if p in FAST else pytest.mark.slow) for p in itertools.product(*axes)]
+
+
+@pytest.mark.parametrize("ablation,group,family", _grid(["zero", "mean", "resample"], ["all", "question"], ABLATION_FAMILIES))
 def test_each_ablation_equals_the_eager_reference_written_by_hand(models, family, group, ablation):
     lm = models(family)
     items = [_item(s) for s in range(4)]  # 0, 1: evaluated; 2, 3: the mean's reference set
@@ -210,8 +219,8 @@ def test_zero_equals_the_head_slice_of_o_proj_input_set_to_zero(models, family):
         assert (got[b] - want).abs().max() <= 2e-4
 
 
-@pytest.mark.parametrize("family", ["tiny", "qwen3_5", "internvl"])
-@pytest.mark.parametrize("group", ["question", "all"])
+@pytest.mark.parametrize("family,group", [("tiny", "all"), ("internvl", "question"), ("internvl", "all"),
+                                          *(pytest.param(f, g, marks=pytest.mark.slow) for f, g in (("tiny", "question"), ("qwen3_5", "question"), ("qwen3_5", "all")))])
 def test_batched_ablated_head_sets_equal_separate_runs_and_prefix_reuse_equals_recompute(models, family, group):
     lm = models(family)
     prompts = [lm.adapter.build(_item(s), lm.processor) for s in range(3)]

@@ -19,6 +19,7 @@ ablation) refuse the head-output ones.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import numpy as np
@@ -58,7 +59,8 @@ def record_head_outputs(engine, prompts) -> list[tuple[list[str], torch.Tensor, 
     """Every head's output of each prompt, unablated, summed per row role: per prompt
     ``(roles [R], sums [L, H, R, D], counts [R])``. Prompts share forwards (one row each)."""
     out = []
-    for group in pack([(pr, 1, 0) for pr in prompts], engine.batching):
+    batching = engine.batching if engine.cross_item else dataclasses.replace(engine.batching, max_rows=1)
+    for group in pack([(pr, 1, 0) for pr in prompts], batching):
         batch = RowBatch([prompts[i] for i in group], [1] * len(group), [0] * len(group))
         names, role = [], torch.full((len(group), batch.length), -1, dtype=torch.long)
         for u, i in enumerate(group):
