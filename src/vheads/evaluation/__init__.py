@@ -1,5 +1,6 @@
 """Causal evaluation: head-sets, random controls, the tests (CERS, NCS, …) and statistics."""
 
+from vheads.evaluation._ablation import ABLATIONS, check_ablation, donors, reference_means
 from vheads.evaluation._controls import (
     CONTROLS, MAX_R, Control, ControlDraws, control_pool_size, ControlRequest, Fallback, any_layer_controls, attention_matched_controls,
     draw_controls, get_control, layer_matched_controls, split_control_name, parse_control_spec, random_n_controls, sink_heads,
@@ -11,7 +12,7 @@ from vheads.evaluation._metrics import (
 )
 from vheads.evaluation._probe import Action, ProbeMemo, option_probs, prompt_digest
 from vheads.evaluation._run import (
-    AUDIT_SETS, TEST_SETS, TESTS, HeadsetResult, audit_sets, check_request, evaluate_headsets, item_sets, run_test,
+    AUDIT_SETS, TEST_SETS, TESTS, HeadsetResult, audit_sets, check_request, evaluate_headsets, item_sets, reference_sets, run_test,
 )
 from vheads.evaluation._stats import (
     MIN_BOOTSTRAP_N, ArmsDifference, BootstrapInterval, bca_diff_ci, Holm, Interval, PairedT, RankP, Spearman, ZScore, bootstrap_ci, bootstrap_diff_ci, welch_interval, holm, ncs_difference_t, paired_one_sided_p,
@@ -19,6 +20,7 @@ from vheads.evaluation._stats import (
 )
 
 __all__ = [
+    "ABLATIONS", "check_ablation", "donors", "reference_means", "reference_sets",
     "AUDIT_SETS", "HeadsetResult", "TESTS", "TEST_SETS", "audit_sets", "check_request", "evaluate_headsets", "item_sets",
     "run_test",
     "Action", "ProbeMemo", "prompt_digest", "BootstrapInterval", "CONTROLS", "MAX_R", "Control", "ControlDraws", "ControlRequest", "Fallback", "control_pool_size", "HeadSet",

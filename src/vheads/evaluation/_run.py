@@ -41,10 +41,14 @@ class HeadsetResult:
     ci_bootstrap: tuple[float, float] | None = None  # NCS: percentile bootstrap, both arms resampled
     ci_bca: tuple[float, float] | None = None  # NCS with fewer than MIN_BOOTSTRAP_N items per arm: BCa beside it
     bootstrap_seed: int | None = None  # derived from (run seed, head-set, test)
+    ablation: str = "attention"  # what hiding S meant (ABLATIONS)
+    reference: dict | None = None  # the mean ablation's reference items ({kind: ids}, seed) / the resample seed
 
     def to_dict(self, per_item: bool = False) -> dict:
         d = {"headset": self.name, "test": self.test, "T_S": self.t_s, "ci95": list(self.ci),
-             "ci95_method": self.ci_method, "controls": self.controls}
+             "ci95_method": self.ci_method, "controls": self.controls, "ablation": self.ablation}
+        if self.reference is not None:
+            d["ablation_reference"] = self.reference
         if self.ci_bootstrap is not None:
             d["ci95_bootstrap"] = list(self.ci_bootstrap)
             d["bootstrap_seed"] = self.bootstrap_seed
@@ -144,11 +148,13 @@ def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float
 
 
 def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n: int = 2, batch_size: int = 1,
-                  steer_rows: str = "all", seed: int = 0) -> list:
+                  steer_rows: str = "all", seed: int = 0, ablation: str = "attention", reference_n: int | None = None) -> list:
     """Validate an evaluation request before any work; returns the parsed control requests.
 
     ``n`` (items per set) must be 2 (a t-interval needs two items) to ``MAX_ITEMS``,
-    ``batch_size`` at least 1, ``beta`` above 0 and ``seed`` 0 to ``MAX_SEED``."""
+    ``batch_size`` at least 1, ``beta`` above 0 and ``seed`` 0 to ``MAX_SEED``; ``ablation``
+    one of :data:`ABLATIONS` that every test takes; ``reference_n`` (the mean ablation's
+    reference items per kind) 1 to ``MAX_ITEMS``."""
     from vheads.engine import ROW_GROUPS
 
     if n < 2:
@@ -161,6 +167,11 @@ def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n
     for t in tests:
         if t not in TESTS:
             raise ValueError(f"unknown test {t!r}; choose from {', '.join(TESTS)}")
+    check_ablation(ablation, tests)
+    if ablation == "mean" and reference_n is not None:
+        if reference_n < 1:
+            raise VheadsError(f"--reference-n: the mean ablation's reference set is empty ({reference_n} items); it needs at least 1")
+        check_range("--reference-n", reference_n, 1, MAX_ITEMS)
     for name, group in (("rows", rows), ("steer_rows", steer_rows)):
         if group not in ROW_GROUPS:
             raise ValueError(f"unknown row group {group!r} ({name}); choose from {', '.join(ROW_GROUPS)}")
@@ -171,8 +182,14 @@ def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n
 
 def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], controls: str = "layer-matched:100,any-layer:100",
                       n: int = 24, beta: float = 1e4, rows: str = "all", seed: int = 0, batch_size: int = 128,
-                      progress: bool = True, steer_rows: str = "all", source=None, templates=None) -> list[HeadsetResult]:
+                      progress: bool = True, steer_rows: str = "all", source=None, templates=None, ablation: str = "attention",
+                      reference_n: int | None = None) -> list[HeadsetResult]:
     """Test each named head-set with each test against the requested controls.
+
+    ``ablation`` (DESIGN.md "Ablation types"; :mod:`vheads.evaluation._ablation`): what
+    hiding S means in NCS and the text arm (CERS and NCS_grid take ``attention`` only);
+    ``mean`` replaces S's outputs by their mean over ``reference_n`` (default ``n``)
+    reference items of each kind, generated from their own seed and recorded in the results.
 
     ``rows``: where masks act (NCS, NCS_grid); ``steer_rows``: where CERS steers (default
     ``all``, the common practice of public steering code). ``source``: a
@@ -184,7 +201,7 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
     """
     from vheads.data import default_templates
 
-    requests = check_request(tests, controls, beta, rows, steer_rows=steer_rows)
+    requests = check_request(tests, controls, beta, rows, steer_rows=steer_rows, ablation=ablation, reference_n=reference_n)
     templates = templates or default_templates(engine.lm.model_id)
     L, H = engine.shape
     for name, S in headsets.items():
@@ -200,6 +217,12 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
     results: list[HeadsetResult] = []
     memo = ProbeMemo()  # head-sets tested together share many control draws
     all_sets = {test: item_sets(TEST_SETS[test], n, lambda kind: seed, source, templates) for test in tests}  # every image opened first
+    reference, recorded = None, None
+    if ablation == "mean":
+        reference = reference_sets([k for t in tests for k in TEST_SETS[t]], reference_n or n, seed, source, templates)
+        recorded = {"items": {k: [it.id for it in v] for k, v in reference.items()}, "seed": seed, "n": reference_n or n}
+    elif ablation == "resample":
+        recorded = {"pairing_seed": seed}
     for test in tests:
         sets = all_sets[test]
         for name, S in headsets.items():
@@ -212,13 +235,13 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                     ids.append(f"{req.label}#{i}")
                     hs.append(d)
             out = run_test(engine, test, sets, hs, beta, steer_rows if test.startswith("cers") else rows, seed, batch_size,
-                           progress, memo=memo)
+                           progress, memo=memo, ablation=ablation, reference=reference)
             T = out.means()
             bseed = derived_seed(seed, "bootstrap", name, test)  # each head-set and test resamples on its own
             method, ci, boot, bca = headset_interval(out, 0, bseed)
             res = HeadsetResult(name, test if test != "ncs" else f"ncs-{rows}", float(T[0]), ci, outcomes=out,
                                 headset_ids=ids, ci_method=method, ci_bootstrap=boot, ci_bca=bca,
-                                bootstrap_seed=bseed if boot is not None else None)
+                                bootstrap_seed=bseed if boot is not None else None, ablation=ablation, reference=recorded)
             for req in requests:
                 idx = [j for j, h in enumerate(ids) if h.startswith(req.label + "#")]
                 rp = rank_p(T[0], T[idx])  # every draw
@@ -232,7 +255,7 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                                           "sd": float(td.std(ddof=1)) if len(td) > 1 else float("nan"),
                                           "z": None if z is None else float(z.z), "rank_p": float(rp.p)}
             results.append(res)
-    # Holm over the family of head-sets tested together, per test and control
+    # Holm over the family of head-sets tested together, per test and control (one ablation per call)
     for test in {r.test for r in results}:
         fam = [r for r in results if r.test == test]
         for req in requests:
