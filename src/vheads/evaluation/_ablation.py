@@ -113,17 +113,23 @@ def donors(n: int, seed: int) -> np.ndarray:
 def item_references(engine, ablation: str, prompts, reference_items=None, seed: int = 0, what: str = "") -> list[RoleMeans | None]:
     """The replacement head outputs of each of ``prompts`` under ``ablation``: None for
     ``zero`` (and ``attention``, which has none); the reference set's means for ``mean``;
-    the donor item's own outputs for ``resample`` (:func:`donors` from ``seed``)."""
+    the donor item's own outputs for ``resample``: ``reference_items[i]`` is item i's donor
+    when given, else the donors are the other prompts (:func:`donors` from ``seed``)."""
     if ablation in ("attention", "zero"):
         return [None] * len(prompts)
     if ablation == "mean":
         ref = reference_means(engine, reference_items or [], what or "mean ablation")
         return [ref] * len(prompts)
     if ablation == "resample":
-        donor = donors(len(prompts), seed)
-        own = record_head_outputs(engine, prompts)
-        labels = [f"outputs of item {_digest([pr])}" for pr in prompts]
-        return [pooled_means(own[d][1], own[d][2], own[d][0], labels[d]) for d in donor]
+        if reference_items is not None:  # the donors, one per prompt, chosen by the caller
+            if len(reference_items) != len(prompts):
+                raise ValueError(f"resample: {len(reference_items)} donor items for {len(prompts)} items")
+            pool = [engine.lm.adapter.build(it, engine.lm.processor) for it in reference_items]
+            donor = np.arange(len(pool))
+        else:
+            pool, donor = prompts, donors(len(prompts), seed)
+        own = record_head_outputs(engine, pool)
+        return [pooled_means(own[d][1], own[d][2], own[d][0], f"outputs of item {_digest([pool[d]])}") for d in donor]
     raise VheadsError(f"unknown ablation {ablation!r}; choose from {', '.join(ABLATIONS)}")
 
 

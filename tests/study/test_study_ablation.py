@@ -1,0 +1,92 @@
+"""The study's ``ablation`` key: head-output ablations of NCS stored beside the attention
+tests (which stay as they were), recorded, and shown in the report's ablation table."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from tests.study.test_study import small_config
+from vheads._errors import VheadsError
+from vheads.store import Store
+
+
+@pytest.mark.parametrize("over,match", [
+    ({"ablation": ["attention", "shuffle"]}, "config key 'ablation': unknown ablation 'shuffle'"),
+    ({"ablation": ["zero", "zero"]}, "config key 'ablation': 'zero' is listed twice"),
+    ({"ablation": ["attention", "zero"], "tests": ["cers"]}, "config key 'ablation': the head-output ablations run NCS"),
+])
+def test_bad_ablation_key_is_one_error_naming_it(tiny_random_dirs, over, match):
+    with pytest.raises(VheadsError, match=match):
+        small_config(tiny_random_dirs["qwen3_vl"], **over)
+
+
+def test_unknown_ablation_exits_2_before_any_file_is_written(tmp_path):
+    from vheads.cli import app
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('ablation = ["attention", "shuffle"]\n')
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["study", str(cfg), "--out", str(out)])
+    assert r.exit_code == 2 and "ablation" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert not out.exists()
+
+
+def _report(run_dir) -> str:
+    from vheads.report import build_report
+
+    return (build_report(run_dir).parent / "report.md").read_text()
+
+
+def test_ablations_are_stored_recorded_and_tabled_and_leave_the_attention_tables_alone(tiny_random_dirs, tmp_path):
+    from vheads.study import run_study
+
+    model = tiny_random_dirs["qwen3_vl"]
+    plain, abl = tmp_path / "plain", tmp_path / "abl"
+    run_study(small_config(model, ablation=["attention"]), plain, progress=False, report=False)
+    run_study(small_config(model, ablation=["attention", "zero", "mean", "resample"]), abl, progress=False, report=False)
+    s = Store(abl)
+    try:
+        rows = s.query("SELECT setting, test, headset_id, item_id, value FROM outcomes ORDER BY 1, 2, 3, 4")
+        tests = {t for _, t, _, _, _ in rows}
+        assert {"ncs-all@ablation=zero", "ncs-all@ablation=mean", "ncs-all@ablation=resample"} <= tests
+        # S and the row-group controls (layer-matched) only, every item
+        ids = {h for _, t, h, _, _ in rows if t == "ncs-all@ablation=zero"}
+        assert ids == {"S", "layer-matched#0", "layer-matched#1", "layer-matched#2"}
+        # every stored value is recomputable from the two stored arms: matched drop − mean mismatched drop
+        for setting in {r[0] for r in rows}:
+            arms = {arm: np.array([v for (v,) in s.query(
+                "SELECT value FROM arms WHERE setting=? AND test='ncs-all@ablation=zero' AND headset_id='S' AND arm=? "
+                "ORDER BY item_id", setting, arm)]) for arm in ("matched", "mismatched")}
+            vals = np.array([v for st, t, h, _, v in rows if st == setting and t == "ncs-all@ablation=zero" and h == "S"])
+            np.testing.assert_allclose(np.sort(vals), np.sort(arms["matched"] - arms["mismatched"].mean()), atol=1e-12)
+            assert np.abs(arms["matched"]).max() > 0  # zeroing S's outputs moved P(key)
+        meta = json.loads(s.query("SELECT value FROM meta WHERE key='ablation_reference:mean'")[0][0])
+        assert meta["n"] == 4 and set(meta["items"]) == {"class-matched", "class-mismatched"}
+    finally:
+        s.close()
+    # the attention outcomes are those of a run without the other ablations, value for value
+    s0 = Store(plain)
+    try:
+        ref = s0.query("SELECT setting, test, headset_id, item_id, value FROM outcomes ORDER BY 1, 2, 3, 4")
+    finally:
+        s0.close()
+    assert [r for r in rows if "@ablation=" not in r[1]] == ref
+    with_table, without = _report(abl), _report(plain)
+    assert "Ablation × setting" in with_table and "Ablation × setting" not in without
+    assert "The seed's conclusion" in with_table
+    start = with_table.index("Ablation × setting")
+    # the rest of the report reads as before (the run folders differ in name only)
+    assert _strip(with_table[: with_table.rfind("\n#", 0, start)], abl) in _strip(without, plain) or \
+        _strip(with_table, abl).replace(_table_block(with_table, start), "") == _strip(without, plain)
+
+
+def _table_block(md: str, start: int) -> str:
+    head = md.rfind("\n", 0, start)
+    end = md.find("\n#", start)
+    return md[head: end if end >= 0 else len(md)]
+
+
+def _strip(md: str, run_dir) -> str:
+    return md.replace(str(run_dir), "RUN").replace(run_dir.name, "RUN")
