@@ -17,7 +17,9 @@ no ``[L, H, T, T]`` map ever exists:
   for the captured rows in one block per KV head and leaves sdpa's output as it is; with
   interventions too, every pair is recomputed with an explicit softmax (``q_sel @ Kᵀ``).
 
-Every other pair keeps sdpa's output.
+Every other pair keeps sdpa's output. Then the plan's head-output ablations replace, and
+its records read, the result — the per-head slice entering ``o_proj``
+(:mod:`vheads.engine._ablate`).
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ class Probe:
         baseline, or an action that biases no key: it needs only the last row's logits. An
         ablation changes the rows it acts at."""
         rows, bias = self.factors()
-        if self.action is not None and self.action.kind == "ablate" and self.headsets:
+        if self.action is not None and self.action.kind == "ablate" and self.headsets and rows.any():
             return int(rows.nonzero()[0])
         on = (rows & (torch.arange(len(rows)) >= first_biased_key(bias[None])[0])).nonzero()
         return int(on[0]) if len(on) else self.prompt.layout.last
