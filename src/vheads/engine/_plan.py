@@ -169,7 +169,8 @@ class ProbePlan:
         return min(first) if first else 10**9
 
     def select(self, rows: torch.Tensor) -> "ProbePlan":
-        """The plan of batch rows ``rows`` [B'] (long) only, in that order (interventions only)."""
+        """The plan of batch rows ``rows`` [B'] (long) only, in that order (interventions and
+        ablations only)."""
         if self.reads_every_row:
             raise ValueError("a plan that captures or records cannot be cut to some of its batch rows")
         ivs = [Intervention(iv.heads[rows], iv.rows[rows], iv.key_bias[rows]) for iv in self.interventions]
