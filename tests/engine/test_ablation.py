@@ -177,7 +177,7 @@ def test_each_ablation_equals_the_eager_reference_written_by_hand(models, family
     eng = Engine(lm)
     sets = _head_sets(lm)
     L, H = lm.n_layers, lm.n_heads
-    refs = item_references(eng, ablation, prompts[:2], items[2:], seed=5)
+    refs = item_references(eng, ablation, prompts[:2], items[2:] if ablation == "mean" else None, seed=5)  # resample: each other
     probes = [Probe(pr, Action("ablate", rows=group, ablation=ablation), [HeadSet(hs, L, H) for hs in sets], ref)
               for pr, ref in zip(prompts[:2], refs)]
     got = run_scores(eng, probes)  # both items in one forward (cross-item), prefix reuse at question rows
@@ -263,3 +263,21 @@ def test_donors_are_a_seeded_derangement():
         d = donors(n, 11)
         assert sorted(d.tolist()) == list(range(n)) and all(d[i] != i for i in range(n))
         assert (donors(n, 11) == d).all()
+
+
+def test_resample_from_a_chosen_donor_equals_the_mean_over_that_donor_alone(models):
+    """The study picks each item's donor over the whole set: resampling from donor d is the
+    mean ablation with the reference set {d}."""
+    lm = models("tiny")
+    items = [_item(s) for s in range(4)]
+    prompts = [lm.adapter.build(it, lm.processor) for it in items[:2]]
+    eng = Engine(lm)
+    L, H = lm.n_layers, lm.n_heads
+    hs = [HeadSet(s, L, H) for s in _head_sets(lm)]
+    donors_of = [items[3], items[2]]
+    res = item_references(eng, "resample", prompts, donors_of)
+    got = run_scores(eng, [Probe(pr, Action("ablate", rows="all", ablation="resample"), hs, r) for pr, r in zip(prompts, res)])
+    for i, pr in enumerate(prompts):
+        (ref,) = item_references(eng, "mean", [pr], [donors_of[i]])
+        want = run_scores(eng, [Probe(pr, Action("ablate", rows="all", ablation="mean"), hs, ref)])[0]
+        assert abs(got[i] - want).max() <= 1e-5

@@ -133,12 +133,12 @@ def item_references(engine, ablation: str, prompts, reference_items=None, seed: 
     raise VheadsError(f"unknown ablation {ablation!r}; choose from {', '.join(ABLATIONS)}")
 
 
-def head_ablation(batch: RowBatch, probes, heads: torch.Tensor, rows: torch.Tensor) -> HeadAblation:
+def head_ablation(batch: RowBatch, probes, heads: torch.Tensor, rows: torch.Tensor, device=None) -> HeadAblation:
     """The :class:`HeadAblation` of a forward: ``probes`` = (probe, prompt slot, n rows) per
     piece in batch order, ``heads [B, L, H]`` (the ablated heads; 0 on other rows),
     ``rows [B, T]`` (the acted rows). Zero where no probe carries reference values; else
     every distinct reference is concatenated along the role axis, with one zero role for
-    the probes that zero."""
+    the probes that zero; the values are moved to ``device`` once (not per layer)."""
     refs: dict[int, tuple[RoleMeans, int]] = {}
     for pb, _, _ in probes:
         if pb.reference is not None and id(pb.reference) not in refs:
@@ -159,4 +159,4 @@ def head_ablation(batch: RowBatch, probes, heads: torch.Tensor, rows: torch.Tens
                 idx = off + ref.index(row_roles(pb.prompt.layout), f"item {pb.prompt.item.id!r}")
             role[b : b + n] = batch.place(u, idx, -1)
         b += n
-    return HeadAblation(heads, rows, values, role)
+    return HeadAblation(heads, rows, values if device is None else values.to(device), role)

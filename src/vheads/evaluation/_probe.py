@@ -403,7 +403,7 @@ def probe_batch(engine: Engine, probes: list[Probe], pieces: list[tuple[int, int
     ablate = torch.tensor([probes[i].action is not None and probes[i].action.kind == "ablate" for i, _, n in pieces for _ in range(n)])
     iv = Intervention(heads & ~ablate[:, None, None], torch.stack(rows), torch.stack(bias))  # [B, L, H], [B, T], [B, T]
     ablations = [head_ablation(batch, [(probes[i], u, n) for (i, _, n), u in zip(pieces, slot)], heads & ablate[:, None, None],
-                               torch.stack(rows))] if bool(ablate.any()) else []
+                               torch.stack(rows), engine.lm.device)] if bool(ablate.any()) else []
     return batch, engine.plan(batch.n_rows, [iv], ablations=ablations)
 
 
