@@ -93,13 +93,16 @@ def evaluate(
     cell: Annotated[int, typer.Option(help="real photos: pixels per grid cell")] = 224,
     system_prompt: Annotated[Optional[str], typer.Option(help="a system turn before each prompt (default: what the chat template does without one)")] = None,  # noqa: UP007
     chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
+    ablation: Annotated[str, typer.Option(help="what hiding S means: attention (mask its keys; default), zero, mean, resample (its head outputs; NCS and text only)")] = "attention",
+    reference_n: Annotated[Optional[int], typer.Option(help="--ablation mean: reference items per kind (default --n)")] = None,  # noqa: UP007
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
     from vheads.discovery import load_headset
     from vheads.evaluation import check_request
 
     # every argument, and every head-set file, is checked before the model (or torch) is loaded
-    _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size, steer_rows=steer_rows, seed=seed)
+    _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size, steer_rows=steer_rows, seed=seed,
+                  ablation=ablation, reference_n=reference_n)
     records = [_fail_clearly(load_headset, p) for p in headset]
     real = _real_items(source, cell)
     if real is not None:  # every photo read (and checked) before the model loads
@@ -116,12 +119,14 @@ def evaluate(
     lm = _fail_clearly(load_model, model, system_prompt=system_prompt, chat_template=chat_template)
     hs = _fail_clearly(load_headset_files, headset, lm, force)
     results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out,
-                            steer_rows, real)
+                            steer_rows, real, ablation=ablation, reference_n=reference_n)
     if json_out:
         from vheads._io import json_safe
 
         typer.echo(json.dumps(json_safe([r.to_dict(per_item=True) for r in results]), indent=1, allow_nan=False))
         return
+    if ablation != "attention":
+        typer.echo(f"ablation: {ablation} (S's head outputs replaced at the row group, not its attention masked)")
     typer.echo(f"{'head-set':<14} {'test':<10} {'T_S':>8} {'95% CI':>19}  control          mean ± sd        z     rank p   Holm p  draws")
     typer.echo("(95% CI: t over items; NCS: Welch over its two arms, bootstrap below — see --json; mean ± sd and z "
                "over the distinct head-sets drawn, rank p over every draw)")

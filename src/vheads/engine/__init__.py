@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from vheads._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the public names; each loads on first use
+    from vheads.engine._ablate import HeadAblation, OutputRecord, RoleMeans, pooled_means, row_roles
     from vheads.engine._attention import NAME, active_plan, install, register, vheads_attention
     from vheads.engine._constants import ROW_GROUPS
     from vheads.engine._plan import Capture, Intervention, ProbePlan, first_biased_key, mask_keys, steer_keys

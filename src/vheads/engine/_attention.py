@@ -17,7 +17,9 @@ no ``[L, H, T, T]`` map ever exists:
   for the captured rows in one block per KV head and leaves sdpa's output as it is; with
   interventions too, every pair is recomputed with an explicit softmax (``q_sel @ Kᵀ``).
 
-Every other pair keeps sdpa's output.
+Every other pair keeps sdpa's output. Then the plan's head-output ablations replace, and
+its records read, the result — the per-head slice entering ``o_proj``
+(:mod:`vheads.engine._ablate`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from vheads.engine._ablate import head_outputs
 from vheads.engine._plan import ProbePlan, first_biased_key
 
 NAME = "vheads"
@@ -259,7 +262,19 @@ def _local_rows(plan: ProbePlan, layer: int, q_off: int, tq: int) -> torch.Tenso
 
 
 def vheads_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """query [B, H, Tq, D]; key/value [B, Hkv, Tk, D]; returns ([B, Tq, H, D], None)."""
+    """query [B, H, Tq, D]; key/value [B, Hkv, Tk, D]; returns ([B, Tq, H, D], None): the
+    attention under the plan's interventions and captures, then its head-output ablations
+    and records (:func:`vheads.engine._ablate.head_outputs`)."""
+    out, weights = _attend(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    plan = _STATE.plan
+    layer = getattr(module, "layer_idx", None)
+    if plan is not None and layer is not None and (plan.ablations or plan.records):
+        out = head_outputs(plan, layer, out, key.shape[2] - query.shape[2], _STATE.results)
+    return out, weights
+
+
+def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """The attention of every (batch row, head) under the plan's interventions and captures."""
     plan = _STATE.plan
     layer = getattr(module, "layer_idx", None)
     if plan is None or layer is None or not plan.touches_layer(layer):

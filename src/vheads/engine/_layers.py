@@ -30,10 +30,9 @@ from vheads.engine._plan import ProbePlan
 
 
 def action_ids(plan: ProbePlan) -> torch.Tensor:
-    """For each batch row and intervention, an id shared by the rows whose intervention acts
-    at the same query rows with the same key bias: [B, n_interventions] long."""
-    ids = [torch.unique(torch.cat([iv.rows.float(), iv.key_bias.float()], 1), dim=0, return_inverse=True)[1]
-           for iv in plan.interventions]
+    """For each batch row and action (intervention or ablation), an id shared by the rows
+    whose action acts alike (the same query rows, key bias or replacement): [B, n_actions] long."""
+    ids = [torch.unique(a.action_key(), dim=0, return_inverse=True)[1] for a in plan.actions]
     return torch.stack(ids, 1) if ids else torch.zeros(plan.batch_size, 0, dtype=torch.long)
 
 
@@ -52,7 +51,7 @@ def distinct_rows(plan: ProbePlan, items: torch.Tensor, layer: int, actions: tor
     if actions is None:
         actions = action_ids(plan)
     parts = [items[:, None].long()]
-    for i, iv in enumerate(plan.interventions):
+    for i, iv in enumerate(plan.actions):
         heads = iv.heads[:, : layer + 1].reshape(B, -1)  # [B, (layer + 1) · H]
         acted = heads.any(1)
         parts += [torch.where(acted, actions[:, i], -1)[:, None], heads.long()]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from vheads.engine._ablate import HeadAblation, OutputRecord
 from vheads.models import check_attention_layers
 
 
@@ -42,6 +43,11 @@ class Intervention:
             )
         if self.rows.shape[1] != self.key_bias.shape[1]:
             raise ValueError(f"rows cover {self.rows.shape[1]} positions but key_bias {self.key_bias.shape[1]}")
+
+    def action_key(self) -> torch.Tensor:
+        """What this intervention does to each batch row's heads, as numbers (rows and key
+        bias): [B, 2T] float, equal rows act alike."""
+        return torch.cat([self.rows.float(), self.key_bias.float()], 1)
 
 
 def mask_keys(heads: torch.Tensor, rows: torch.Tensor, keys: torch.Tensor) -> Intervention:
@@ -106,9 +112,12 @@ class ProbePlan:
     #: the softmax-attention layers (the only ones with heads); None: every layer. A capture
     #: leaves the rows of the other layers (linear attention: no attention map) at zero.
     attention_layers: tuple[int, ...] | None = None
+    #: head-output ablations and records (:mod:`vheads.engine._ablate`)
+    ablations: list[HeadAblation] = field(default_factory=list)
+    records: list[OutputRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        for iv in self.interventions:
+        for iv in [*self.interventions, *self.ablations]:
             if tuple(iv.heads.shape) != (self.batch_size, self.n_layers, self.n_heads):
                 raise ValueError(
                     f"intervention heads have shape {tuple(iv.heads.shape)}; this model and batch need "
@@ -121,27 +130,50 @@ class ProbePlan:
                 raise ValueError(f"capture {c.name!r} has batch {c.rows.shape[0]}, plan has {self.batch_size}")
             if not c.rows.any(dim=1).all():
                 raise ValueError(f"capture {c.name!r} selects no query row for some batch row")
+        for r in self.records:
+            if r.role.shape[0] != self.batch_size:
+                raise ValueError(f"record {r.name!r} has batch {r.role.shape[0]}, plan has {self.batch_size}")
+
+    @property
+    def actions(self) -> list:
+        """Everything that acts on heads (interventions, then ablations): each has ``heads``
+        [B, L, H] and ``action_key()`` (for layer-prefix sharing)."""
+        return [*self.interventions, *self.ablations]
+
+    @property
+    def reads_every_row(self) -> bool:
+        """A capture or a record reads every row of every layer (no layer-prefix sharing,
+        no last-layer row cut)."""
+        return bool(self.captures or self.records)
 
     def first_row(self) -> int:
         """The first absolute position any action can change (for prefix reuse): a row it
         acts at, at or after the first key it biases in that batch row (the language model
-        is causal outside image blocks: an earlier row sees none of the biased keys)."""
+        is causal outside image blocks: an earlier row sees none of the biased keys); a row
+        an ablation replaces a head's output at; 0 with a record."""
         first = []
         for iv in self.interventions:
             after = torch.arange(iv.rows.shape[1])[None] >= first_biased_key(iv.key_bias)[:, None]  # [B, T]
             active = iv.rows & iv.heads.any(dim=(1, 2))[:, None] & after
             if active.any():
                 first.append(int(active.any(0).nonzero()[0]))
+        for ab in self.ablations:
+            if ab.first_row() is not None:
+                first.append(ab.first_row())
         for c in self.captures:
             first.append(int(c.rows.any(0).nonzero()[0]))
+        if self.records:
+            first.append(0)
         return min(first) if first else 10**9
 
     def select(self, rows: torch.Tensor) -> "ProbePlan":
-        """The plan of batch rows ``rows`` [B'] (long) only, in that order (interventions only)."""
-        if self.captures:
-            raise ValueError("a plan that captures cannot be cut to some of its batch rows")
+        """The plan of batch rows ``rows`` [B'] (long) only, in that order (interventions and
+        ablations only)."""
+        if self.reads_every_row:
+            raise ValueError("a plan that captures or records cannot be cut to some of its batch rows")
         ivs = [Intervention(iv.heads[rows], iv.rows[rows], iv.key_bias[rows]) for iv in self.interventions]
-        return ProbePlan(len(rows), self.n_layers, self.n_heads, ivs, [], self.attention_layers)
+        return ProbePlan(len(rows), self.n_layers, self.n_heads, ivs, [], self.attention_layers,
+                         [ab.select(rows) for ab in self.ablations])
 
     def touches_layer(self, layer: int) -> bool:
         return bool(self.captures) or any(bool(iv.heads[:, layer].any()) for iv in self.interventions)

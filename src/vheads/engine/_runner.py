@@ -30,6 +30,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from vheads.engine._ablate import HeadAblation, OutputRecord
 from vheads.engine._attention import active_plan, install
 from vheads.engine._layers import decoder_layers, shared_layers
 from vheads.engine._memory import keep_freed_memory
@@ -219,7 +220,7 @@ class Engine:
         """Layer-prefix sharing for a full forward of ``batch`` under ``plan``, when switched
         on, the plan only intervenes, the family's layers compute each row from that row alone
         (``adapter.rows_independent_layers``), and the model exposes its decoder layers."""
-        use = self.batching.share_layers and self.lm.adapter.rows_independent_layers and plan is not None and not plan.captures
+        use = self.batching.share_layers and self.lm.adapter.rows_independent_layers and plan is not None and not plan.reads_every_row
         layers = decoder_layers(self.lm.model) if use else None
         if layers is None:
             return contextlib.nullcontext()
@@ -229,7 +230,7 @@ class Engine:
         """The last decoder layer on the read rows ``keep`` only (``Batching.last_layer_rows``),
         for a forward of ``n_positions`` positions whose plan captures nothing; ``keep`` is
         ``logits_to_keep`` (an int: every row is read)."""
-        if not self.batching.last_layer_rows or not isinstance(keep, torch.Tensor) or (plan is not None and plan.captures):
+        if not self.batching.last_layer_rows or not isinstance(keep, torch.Tensor) or (plan is not None and plan.reads_every_row):
             return contextlib.nullcontext()
         layers = decoder_layers(self.lm.model)
         if layers is None:
@@ -298,9 +299,10 @@ class Engine:
         full = logits_last.float()  # [B, V]
         return torch.cat([full[:, ids], torch.logsumexp(full, dim=-1, keepdim=True)], dim=-1)
 
-    def plan(self, batch: int, interventions: list[Intervention] = (), captures: list[Capture] = ()) -> ProbePlan:
+    def plan(self, batch: int, interventions: list[Intervention] = (), captures: list[Capture] = (),
+             ablations: list[HeadAblation] = (), records: list[OutputRecord] = ()) -> ProbePlan:
         L, H = self.shape
-        return ProbePlan(batch, L, H, list(interventions), list(captures), self.lm.attention_layers)
+        return ProbePlan(batch, L, H, list(interventions), list(captures), self.lm.attention_layers, list(ablations), list(records))
 
 
     def capture_many(self, requests: list[tuple[Prompt, dict[str, torch.Tensor], torch.Tensor]]) -> list[dict[str, torch.Tensor]]:

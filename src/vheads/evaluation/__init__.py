@@ -21,7 +21,10 @@ if TYPE_CHECKING:  # the public names; each loads on first use
     )
     from vheads.evaluation._probe import Action, ProbeMemo, key_positions, option_probs, prompt_digest
     from vheads.evaluation._metrics import _check_items as check_items  # four lettered options per item
-    from vheads.evaluation._request import AUDIT_SETS, METRICS, TEST_SETS, TESTS, audit_sets, check_request, item_sets
+    from vheads.evaluation._ablation import donors, reference_means
+    from vheads.evaluation._request import (
+        ABLATIONS, AUDIT_SETS, METRICS, TEST_SETS, TESTS, audit_sets, check_ablation, check_request, item_sets, reference_sets,
+    )
     from vheads.evaluation._run import HeadsetResult, evaluate_headsets, run_test
     from vheads.evaluation._stats import (
         MIN_BOOTSTRAP_N, ArmsDifference, BootstrapInterval, bca_diff_ci, Holm, Interval, PairedT, RankP, Spearman,

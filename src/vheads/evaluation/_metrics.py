@@ -20,6 +20,7 @@ from PIL import Image
 
 from vheads.data import OPTION_LETTERS, Item
 from vheads.engine import Engine
+from vheads.evaluation._ablation import item_references
 from vheads.evaluation._headsets import HeadSet
 from vheads.evaluation._probe import Action, Probe, ProbeMemo, letter_p, run_probes, run_scores
 from vheads.evaluation._request import METRICS
@@ -139,18 +140,25 @@ def cers(engine: Engine, items: list[Item], headsets: list[HeadSet], beta: float
     return _by_metric("cers-sym" if symmetric else "cers", [it.id for it in items], make)
 
 
-def _drops(engine, items, headsets, action, batch_size, progress, desc, cache=None, memo=None):
+def _drops(engine, items, headsets, action, batch_size, progress, desc, cache=None, memo=None, ablation="attention",
+           reference=None, seed=0):
     """``metric_base(key) − metric_masked(key)`` per head-set and item, under every metric:
     ``{metric: [n_headsets, n_items]}`` (p4: ``P_base(key) − P_masked(key)``).
 
     ``cache`` (a dict the caller keeps) holds each item's prompt and baseline letter scores by
-    item id, so NCS at several row groups builds and runs the unmasked prompt once per item."""
+    item id, so NCS at several row groups builds and runs the unmasked prompt once per item.
+    ``ablation`` other than ``attention``: S's head outputs are replaced at ``action.rows``
+    instead (:mod:`vheads.evaluation._ablation`; ``reference``: the mean ablation's items)."""
     cache = {} if cache is None else cache
     for it in items:
         if it.id not in cache:
             cache[it.id] = (engine.lm.adapter.build(it, engine.lm.processor), None)
     need = list(dict.fromkeys(it.id for it in items if cache[it.id][1] is None))  # baselines not run yet
-    probes = [Probe(cache[iid][0], None) for iid in need] + [Probe(cache[it.id][0], action, headsets) for it in items]
+    prompts = [cache[it.id][0] for it in items]
+    if ablation != "attention":
+        action = Action("ablate", rows=action.rows, ablation=ablation)
+    refs = item_references(engine, ablation, prompts, reference, seed, f"{desc} ({ablation} ablation)")
+    probes = [Probe(cache[iid][0], None) for iid in need] + [Probe(pr, action, headsets, ref) for pr, ref in zip(prompts, refs)]
     sc = run_scores(engine, probes, max_rows=batch_size, progress=progress, desc=desc, memo=memo)
     for iid, base in zip(need, sc):
         cache[iid] = (cache[iid][0], base[0])
@@ -164,7 +172,8 @@ def _drops(engine, items, headsets, action, batch_size, progress, desc, cache=No
 
 def ncs(engine: Engine, matched: list[Item], mismatched: list[Item], headsets: list[HeadSet], rows: str = "all",
         keys: str = "image", batch_size: int = 64, progress: bool = False, cache: dict | None = None,
-        memo: ProbeMemo | None = None) -> Outcomes:
+        memo: ProbeMemo | None = None, ablation: str = "attention", reference: dict[str, list[Item]] | None = None,
+        seed: int = 0) -> Outcomes:
     """Necessity with matched and mismatched arms.
 
     ``drop = P_base(key) − P_masked(key)``, mask = S hidden from ``keys`` (default all image
@@ -174,12 +183,20 @@ def ncs(engine: Engine, matched: list[Item], mismatched: list[Item], headsets: l
     Pass the same ``cache`` dict to calls on the same items to reuse their baselines, and a
     ``memo`` (:class:`vheads.evaluation.ProbeMemo`) to every test of a model to skip rows
     already run (every test takes one).
+
+    ``ablation`` (DESIGN.md "Ablation types"): ``attention`` hides ``keys`` from S; ``zero``,
+    ``mean``, ``resample`` replace S's head outputs at ``rows`` instead (``keys`` then plays
+    no part; ``reference``: ``{kind: items}``, the mean's reference sets of each arm's kind;
+    ``seed``: the resample pairing).
     """
     _check_items(matched, "NCS matched arm")
     _check_items(mismatched, "NCS mismatched arm")
     action = Action("mask", rows=rows, keys=keys)
-    dm = _drops(engine, matched, headsets, action, batch_size, progress, "NCS matched", cache, memo)
-    dx = _drops(engine, mismatched, headsets, action, batch_size, progress, "NCS mismatched", cache, memo)
+    ref = reference or {}
+    dm = _drops(engine, matched, headsets, action, batch_size, progress, "NCS matched", cache, memo, ablation,
+                ref.get("class-matched"), seed)
+    dx = _drops(engine, mismatched, headsets, action, batch_size, progress, "NCS mismatched", cache, memo, ablation,
+                ref.get("class-mismatched"), seed)
     return _by_metric(f"ncs-{rows}", [it.id for it in matched], lambda m: (
         dm[m] - dx[m].mean(axis=1, keepdims=True), {"drop_matched": dm[m], "drop_mismatched": dx[m]}))
 
@@ -206,11 +223,14 @@ def ncs_grid(engine: Engine, items: list[Item], headsets: list[HeadSet], rows: s
 
 
 def text_arm(engine: Engine, items: list[Item], headsets: list[HeadSet], batch_size: int = 64, progress: bool = False,
-             memo: ProbeMemo | None = None) -> Outcomes:
+             memo: ProbeMemo | None = None, ablation: str = "attention", reference: dict[str, list[Item]] | None = None,
+             seed: int = 0) -> Outcomes:
     """Drop in P(key) on text-solvable items when S is hidden from the question and option
-    tokens at all rows: a head-set that is only generically important drops here too."""
+    tokens at all rows: a head-set that is only generically important drops here too.
+    With a head-output ``ablation``, S's outputs are replaced at all rows instead (as :func:`ncs`)."""
     _check_items(items, "text arm")
-    drops = _drops(engine, items, headsets, Action("mask", rows="all", keys="text"), batch_size, progress, "text arm", memo=memo)
+    drops = _drops(engine, items, headsets, Action("mask", rows="all", keys="text"), batch_size, progress, "text arm", memo=memo,
+                   ablation=ablation, reference=(reference or {}).get("text"), seed=seed)
     return _by_metric("text", [it.id for it in items], lambda m: (drops[m], {}))
 
 

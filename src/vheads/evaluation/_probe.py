@@ -23,7 +23,8 @@ import torch
 from tqdm.auto import tqdm
 
 from vheads.engine import Engine, Intervention, RowBatch, mask_keys, pack, positions_mask, row_mask, steer_keys
-from vheads.engine import can_split, first_biased_key, split_on_oom
+from vheads.engine import RoleMeans, can_split, first_biased_key, split_on_oom
+from vheads.evaluation._ablation import head_ablation
 from vheads.evaluation._headsets import HeadSet
 from vheads.models import Prompt
 
@@ -37,6 +38,8 @@ class Action:
     ``kind="mask"``: hide ``keys`` from the heads at ``rows``; ``keys`` is ``image``, a
     region name, or ``text`` (the question and option tokens).
     ``kind="steer"``: steer the heads onto region ``target`` with strength ``beta``.
+    ``kind="ablate"``: replace the heads' outputs at ``rows`` (``ablation``: ``zero``, or
+    ``mean`` / ``resample`` with the probe's ``reference`` values; DESIGN.md "Ablation types").
     """
 
     kind: str
@@ -44,6 +47,7 @@ class Action:
     keys: str = "image"
     target: str | None = None
     beta: float = 1e4
+    ablation: str = "zero"
 
 
 def key_positions(prompt: Prompt, keys: str) -> list[int]:
@@ -66,6 +70,8 @@ class Probe:
     prompt: Prompt
     action: Action | None
     headsets: list[HeadSet] = field(default_factory=list)
+    #: an ``ablate`` action's replacement head outputs (``mean``, ``resample``); None: zero
+    reference: RoleMeans | None = None
 
     @property
     def n_rows(self) -> int:
@@ -80,6 +86,8 @@ class Probe:
             return torch.zeros(T, dtype=torch.bool), torch.zeros(T)
         a, one = self.action, torch.ones(1, 1, 1, dtype=torch.bool)
         rows = row_mask(pr.layout, a.rows)[None]  # [1, T]
+        if a.kind == "ablate":
+            return rows[0], torch.zeros(T)
         if a.kind == "mask":
             iv = mask_keys(one, rows, positions_mask(T, key_positions(pr, a.keys))[None])
         elif a.kind == "steer":
@@ -88,7 +96,7 @@ class Probe:
             iv = steer_keys(one, rows, positions_mask(T, pr.layout.regions[a.target].positions)[None],
                             positions_mask(T, pr.layout.image_positions)[None], a.beta)
         else:
-            raise ValueError(f"unknown action kind {a.kind!r}; use mask or steer")
+            raise ValueError(f"unknown action kind {a.kind!r}; use mask, steer or ablate")
         return iv.rows[0], iv.key_bias[0]
 
     def first_row(self) -> int:
@@ -96,8 +104,11 @@ class Probe:
         first key it biases (the language model is causal outside image blocks, so a row
         before every biased key sees none of them: hiding the question's tokens at every row
         leaves the system prompt and the image a shareable prefix). The last row for a
-        baseline, or an action that biases no key: it needs only the last row's logits."""
+        baseline, or an action that biases no key: it needs only the last row's logits. An
+        ablation changes the rows it acts at."""
         rows, bias = self.factors()
+        if self.action is not None and self.action.kind == "ablate" and self.headsets and rows.any():
+            return int(rows.nonzero()[0])
         on = (rows & (torch.arange(len(rows)) >= first_biased_key(bias[None])[0])).nonzero()
         return int(on[0]) if len(on) else self.prompt.layout.last
 
@@ -131,7 +142,7 @@ class ProbeMemo:
         """The key of each of ``probe``'s rows."""
         if probe.action is None or not probe.headsets:
             return [hashlib.blake2b(prompt_digest + b"baseline", digest_size=16).digest()]
-        head = prompt_digest + repr(probe.action).encode()
+        head = prompt_digest + repr(probe.action).encode() + (probe.reference.label.encode() if probe.reference else b"")
         return [hashlib.blake2b(head + headset_keys[id(hs)], digest_size=16).digest() for hs in probe.headsets]
 
     def get(self, key: bytes) -> np.ndarray | None:
@@ -221,7 +232,7 @@ def _run_with_memo(engine, probes: list[Probe], memo: ProbeMemo, prefix_reuse, m
         memo.hits += len(ks) - len(missing)
         memo.misses += len(missing)
         if missing:
-            todo.append(pb if len(missing) == len(ks) else Probe(pb.prompt, pb.action, [pb.headsets[j] for j in missing]))
+            todo.append(pb if len(missing) == len(ks) else dataclasses.replace(pb, headsets=[pb.headsets[j] for j in missing]))
             where.append((i, missing))
     for (i, missing), p in zip(where, run_scores(engine, todo, prefix_reuse, max_rows, progress, desc)):
         out[i][missing] = p
@@ -245,7 +256,7 @@ def _distinct_headsets(probes: list[Probe]) -> tuple[list[Probe], list[np.ndarra
             inv = np.array([index.setdefault(hs, len(index)) for hs in pb.headsets])
             memo[id(pb.headsets)] = (list(index), inv)
         unique, inv = memo[id(pb.headsets)]
-        distinct.append(pb if len(unique) == len(pb.headsets) else Probe(pb.prompt, pb.action, unique))
+        distinct.append(pb if len(unique) == len(pb.headsets) else dataclasses.replace(pb, headsets=unique))
         inverse.append(inv)
     return distinct, inverse
 
@@ -374,8 +385,12 @@ def probe_batch(engine: Engine, probes: list[Probe], pieces: list[tuple[int, int
             heads.append(torch.from_numpy(pb.headsets[j].as_mask()) if pb.headsets and pb.action is not None else torch.zeros(L, H, dtype=torch.bool))
             rows.append(r)
             bias.append(b)
-    iv = Intervention(torch.stack(heads), torch.stack(rows), torch.stack(bias))  # [B, L, H], [B, T], [B, T]
-    return batch, engine.plan(batch.n_rows, [iv])
+    heads = torch.stack(heads)  # [B, L, H]
+    ablate = torch.tensor([probes[i].action is not None and probes[i].action.kind == "ablate" for i, _, n in pieces for _ in range(n)])
+    iv = Intervention(heads & ~ablate[:, None, None], torch.stack(rows), torch.stack(bias))  # [B, L, H], [B, T], [B, T]
+    ablations = [head_ablation(batch, [(probes[i], u, n) for (i, _, n), u in zip(pieces, slot)], heads & ablate[:, None, None],
+                               torch.stack(rows), engine.lm.device)] if bool(ablate.any()) else []
+    return batch, engine.plan(batch.n_rows, [iv], ablations=ablations)
 
 
 def option_probs(engine: Engine, prompt: Prompt, headsets: list[HeadSet], action: Action | None, batch_size: int | None = None, prefix_reuse: bool = True) -> np.ndarray:

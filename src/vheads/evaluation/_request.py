@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from vheads._seeds import derived_seed
 from vheads._errors import MAX_ITEMS, MAX_SEED, VheadsError, check_range
 from vheads.engine import ROW_GROUPS  # torch-free: the engine package loads its names lazily
 from vheads.evaluation._controls import parse_control_spec
@@ -43,18 +44,44 @@ def item_sets(kinds: Iterable[str], n: int, seed_of: Callable[[str], int], sourc
     return {kind: kind_items(kind, n, seed_of(kind), templates=templates or DEFAULT_TEMPLATES) for kind in kinds}
 
 
+def reference_sets(kinds: Iterable[str], n: int, seed: int, source=None, templates=None) -> dict[str, list]:
+    """The ``mean`` ablation's reference items: ``n`` of each kind, from their own seed
+    (derived from ``seed`` and the kind), so they are never the evaluation items."""
+    return item_sets(kinds, n, lambda kind: derived_seed(seed, "ablation-reference", kind), source, templates)
+
+
 def audit_sets(n: int, seed_of: Callable[[str], int], source=None, templates=None) -> dict[str, list]:
     """The audit's evaluation sets by audit name (oracle, floor, matched, mismatched)."""
     items = item_sets(AUDIT_SETS.values(), n, seed_of, source, templates)
     return {name: items[kind] for name, kind in AUDIT_SETS.items()}
 
 
+ABLATIONS = ("attention", "zero", "mean", "resample")
+#: the tests that take a head-output ablation (the others refuse it)
+HEAD_OUTPUT_TESTS = ("ncs", "text")
+
+
+def check_ablation(ablation: str, tests=(), what: str = "--ablation") -> None:
+    """An unknown ablation, or a head-output ablation with a test that has none, is a
+    :class:`VheadsError` naming ``what``."""
+    if ablation not in ABLATIONS:
+        raise VheadsError(f"{what}: unknown ablation {ablation!r}; choose from {', '.join(ABLATIONS)}")
+    if ablation != "attention":
+        bad = [t for t in tests if t not in HEAD_OUTPUT_TESTS]
+        if bad:
+            raise VheadsError(f"{what}: the {ablation!r} ablation replaces head outputs, which tests {', '.join(bad)} do not "
+                              f"define (NCS_grid contrasts two regions, CERS steers); run them with 'attention', or "
+                              f"{ablation!r} with {', '.join(HEAD_OUTPUT_TESTS)} only")
+
+
 def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n: int = 2, batch_size: int = 1,
-                  steer_rows: str = "all", seed: int = 0) -> list:
+                  steer_rows: str = "all", seed: int = 0, ablation: str = "attention", reference_n: int | None = None) -> list:
     """Validate an evaluation request before any work; returns the parsed control requests.
 
     ``n`` (items per set) must be 2 (a t-interval needs two items) to ``MAX_ITEMS``,
-    ``batch_size`` at least 1, ``beta`` above 0 and ``seed`` 0 to ``MAX_SEED``."""
+    ``batch_size`` at least 1, ``beta`` above 0 and ``seed`` 0 to ``MAX_SEED``; ``ablation``
+    one of :data:`ABLATIONS` that every test takes; ``reference_n`` (the mean ablation's
+    reference items per kind) 1 to ``MAX_ITEMS``."""
     if n < 2:
         raise VheadsError(f"--n must be at least 2 items per evaluation set (a 95% interval needs two), got {n}")
     check_range("--n", n, 2, MAX_ITEMS)
@@ -65,6 +92,11 @@ def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n
     for t in tests:
         if t not in TESTS:
             raise ValueError(f"unknown test {t!r}; choose from {', '.join(TESTS)}")
+    check_ablation(ablation, tests)
+    if ablation == "mean" and reference_n is not None:
+        if reference_n < 1:
+            raise VheadsError(f"--reference-n: the mean ablation's reference set is empty ({reference_n} items); it needs at least 1")
+        check_range("--reference-n", reference_n, 1, MAX_ITEMS)
     for name, group in (("rows", rows), ("steer_rows", steer_rows)):
         if group not in ROW_GROUPS:
             raise ValueError(f"unknown row group {group!r} ({name}); choose from {', '.join(ROW_GROUPS)}")

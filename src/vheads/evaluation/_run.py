@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vheads._seeds import derived_seed
+from vheads.evaluation._ablation import check_ablation
 from vheads.evaluation._controls import draw_controls, get_control
 from vheads.evaluation._headsets import HeadSet
 from vheads.evaluation._metrics import Outcomes, cers, head_attention_mass, ncs, ncs_grid, text_arm
 from vheads.evaluation._probe import ProbeMemo
-from vheads.evaluation._request import TEST_SETS, TESTS, check_request, item_sets
+from vheads.evaluation._request import TEST_SETS, TESTS, check_request, item_sets, reference_sets
 from vheads.evaluation._stats import (
     MIN_BOOTSTRAP_N, bca_diff_ci, bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score,
 )
@@ -35,10 +36,14 @@ class HeadsetResult:
     ci_bootstrap: tuple[float, float] | None = None  # NCS: percentile bootstrap, both arms resampled
     ci_bca: tuple[float, float] | None = None  # NCS with fewer than MIN_BOOTSTRAP_N items per arm: BCa beside it
     bootstrap_seed: int | None = None  # derived from (run seed, head-set, test)
+    ablation: str = "attention"  # what hiding S meant (ABLATIONS)
+    reference: dict | None = None  # the mean ablation's reference items ({kind: ids}, seed) / the resample seed
 
     def to_dict(self, per_item: bool = False) -> dict:
         d = {"headset": self.name, "test": self.test, "T_S": self.t_s, "ci95": list(self.ci),
-             "ci95_method": self.ci_method, "controls": self.controls}
+             "ci95_method": self.ci_method, "controls": self.controls, "ablation": self.ablation}
+        if self.reference is not None:
+            d["ablation_reference"] = self.reference
         if self.ci_bootstrap is not None:
             d["ci95_bootstrap"] = list(self.ci_bootstrap)
             d["bootstrap_seed"] = self.bootstrap_seed
@@ -72,9 +77,20 @@ def headset_interval(out: Outcomes, j: int = 0, seed: int = 0):
 
 
 def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float, rows: str, seed: int, batch_size: int,
-             progress: bool = False, cache: dict | None = None, memo: ProbeMemo | None = None) -> Outcomes:
+             progress: bool = False, cache: dict | None = None, memo: ProbeMemo | None = None, ablation: str = "attention",
+             reference: dict | None = None) -> Outcomes:
     """Run ``test`` on ``sets`` (``{kind: items}``, kinds as in :data:`TEST_SETS`); ``memo``:
-    rows already run (:class:`vheads.evaluation.ProbeMemo`)."""
+    rows already run (:class:`vheads.evaluation.ProbeMemo`). ``ablation``: what hiding S
+    means (:data:`ABLATIONS`; NCS and the text arm take every one, CERS and NCS_grid only
+    ``attention``); ``reference``: the ``mean`` ablation's ``{kind: items}``
+    (:func:`reference_sets`)."""
+    check_ablation(ablation, [test])
+    if ablation != "attention":
+        if test == "ncs":
+            return ncs(engine, sets["class-matched"], sets["class-mismatched"], headsets, rows=rows, batch_size=batch_size,
+                       progress=progress, cache=cache, memo=memo, ablation=ablation, reference=reference, seed=seed)
+        return text_arm(engine, sets["text"], headsets, batch_size=batch_size, progress=progress, memo=memo,
+                        ablation=ablation, reference=reference, seed=seed)
     if test in ("cers", "cers-sym"):
         return cers(engine, sets["grid-neutral"], headsets, beta, rows, symmetric=test == "cers-sym", seed=seed,
                     batch_size=batch_size, progress=progress, memo=memo)
@@ -90,8 +106,14 @@ def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float
 
 def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], controls: str = "layer-matched:100,any-layer:100",
                       n: int = 24, beta: float = 1e4, rows: str = "all", seed: int = 0, batch_size: int = 128,
-                      progress: bool = True, steer_rows: str = "all", source=None, templates=None) -> list[HeadsetResult]:
+                      progress: bool = True, steer_rows: str = "all", source=None, templates=None, ablation: str = "attention",
+                      reference_n: int | None = None) -> list[HeadsetResult]:
     """Test each named head-set with each test against the requested controls.
+
+    ``ablation`` (DESIGN.md "Ablation types"; :mod:`vheads.evaluation._ablation`): what
+    hiding S means in NCS and the text arm (CERS and NCS_grid take ``attention`` only);
+    ``mean`` replaces S's outputs by their mean over ``reference_n`` (default ``n``)
+    reference items of each kind, generated from their own seed and recorded in the results.
 
     ``rows``: where masks act (NCS, NCS_grid); ``steer_rows``: where CERS steers (default
     ``all``, the common practice of public steering code). ``source``: a
@@ -103,7 +125,7 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
     """
     from vheads.data import default_templates
 
-    requests = check_request(tests, controls, beta, rows, steer_rows=steer_rows)
+    requests = check_request(tests, controls, beta, rows, steer_rows=steer_rows, ablation=ablation, reference_n=reference_n)
     templates = templates or default_templates(engine.lm.model_id)
     L, H = engine.shape
     for name, S in headsets.items():
@@ -119,6 +141,12 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
     results: list[HeadsetResult] = []
     memo = ProbeMemo()  # head-sets tested together share many control draws
     all_sets = {test: item_sets(TEST_SETS[test], n, lambda kind: seed, source, templates) for test in tests}  # every image opened first
+    reference, recorded = None, None
+    if ablation == "mean":
+        reference = reference_sets([k for t in tests for k in TEST_SETS[t]], reference_n or n, seed, source, templates)
+        recorded = {"items": {k: [it.id for it in v] for k, v in reference.items()}, "seed": seed, "n": reference_n or n}
+    elif ablation == "resample":
+        recorded = {"pairing_seed": seed}
     for test in tests:
         sets = all_sets[test]
         for name, S in headsets.items():
@@ -131,13 +159,13 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                     ids.append(f"{req.label}#{i}")
                     hs.append(d)
             out = run_test(engine, test, sets, hs, beta, steer_rows if test.startswith("cers") else rows, seed, batch_size,
-                           progress, memo=memo)
+                           progress, memo=memo, ablation=ablation, reference=reference)
             T = out.means()
             bseed = derived_seed(seed, "bootstrap", name, test)  # each head-set and test resamples on its own
             method, ci, boot, bca = headset_interval(out, 0, bseed)
             res = HeadsetResult(name, test if test != "ncs" else f"ncs-{rows}", float(T[0]), ci, outcomes=out,
                                 headset_ids=ids, ci_method=method, ci_bootstrap=boot, ci_bca=bca,
-                                bootstrap_seed=bseed if boot is not None else None)
+                                bootstrap_seed=bseed if boot is not None else None, ablation=ablation, reference=recorded)
             for req in requests:
                 idx = [j for j, h in enumerate(ids) if h.startswith(req.label + "#")]
                 rp = rank_p(T[0], T[idx])  # every draw
@@ -151,7 +179,7 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                                           "sd": float(td.std(ddof=1)) if len(td) > 1 else float("nan"),
                                           "z": None if z is None else float(z.z), "rank_p": float(rp.p)}
             results.append(res)
-    # Holm over the family of head-sets tested together, per test and control
+    # Holm over the family of head-sets tested together, per test and control (one ablation per call)
     for test in {r.test for r in results}:
         fam = [r for r in results if r.test == test]
         for req in requests:

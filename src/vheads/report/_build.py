@@ -22,6 +22,7 @@ from vheads._io import atomic_write
 from vheads.report import _figures as F
 from vheads.report import _overlaps as O
 from vheads.report import _tables as T
+from vheads.report._ablation import ablation_table
 from vheads.report._data import RunData, load_run
 from vheads.report._doc import Figure, Section, render_html, render_markdown
 from vheads.report._protocol import protocol_checks
@@ -120,6 +121,9 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     robust = T.metric_robustness_table(run)
     if robust:
         b.append(robust)
+    ablations = ablation_table(run)
+    if ablations:
+        b.append(ablations)
     for t in ("ncs-grid", "cers-sym"):
         further = T.significance_table(run, [t], f"{T.TEST_NAMES[t]} (seed Table 16 layout)",
                                        "As Table 3, on the 2×2 grid." + (T.max_ncs_grid_note(run) if t == "ncs-grid" else ""))

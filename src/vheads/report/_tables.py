@@ -316,7 +316,7 @@ def arms_table(run: RunData) -> Table | None:
     seed = seed if isinstance(seed, int) and seed >= 0 else 0
     rows, small = [], False
     for s in run.settings:
-        for t in sorted({t for (ss, t, _) in run.arms if ss == s}):
+        for t in sorted({t for (ss, t, _) in run.arms if ss == s and "@ablation=" not in t}):  # ablations: their own table
             m, mm = run.arms.get((s, t, "matched")), run.arms.get((s, t, "mismatched"))
             if m is None or mm is None:
                 continue

@@ -60,6 +60,7 @@ steer_rows = "all"        # query rows CERS steers at: all (default, as public s
 metric = "p4"             # the metric the tables lead with: p4 (P over the four letters) | logprob | logit-diff (all three are stored)
 row_groups = ["all", "image", "question", "last"]   # NCS is run at each (default mask: all rows)
 row_group_controls = ["layer-matched"]   # controls run at the row groups other than "all"
+ablation = ["attention", "zero"]   # what hiding S means: attention (every test) | zero, mean, resample (NCS at the first row group, S + row_group_controls)
 beta_sweep = [1.0, 10.0, 100.0, 1000.0, 10000.0]   # CERS of S over beta ([] to skip)
 beta_sweep_controls = 5   # layer-matched draws re-run at every beta point (the first min(this, R) main draws)
 k_sweep = [1, 2, 4, 8]    # CERS and NCS (all rows) of the top-k heads over k ([] to skip)
@@ -130,7 +131,7 @@ LATER_KEY_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_excl
                       "eval_resize": "crop", "ood_tasks": [], "n_ood": 80, "ood_controls": 1,
                       "device_map": "", "quantization": "", "trust_remote_code": False, "templates": {},
                       "system_prompt": "", "chat_template": "",
-                      "scores": DEFAULT_SCORES, "score_on": "first"}
+                      "scores": DEFAULT_SCORES, "score_on": "first", "ablation": ["attention", "zero"]}
 #: prompt keys left out of the stored config while at their default ("")
 PROMPT_KEYS = ("system_prompt", "chat_template")
 
@@ -174,6 +175,7 @@ class StudyConfig:
     metric: str = "p4"  # the metric the report's tables lead with (every test stores all three)
     row_groups: list[str] = field(default_factory=lambda: list(ROW_GROUPS))
     row_group_controls: list[str] = field(default_factory=lambda: ["layer-matched"])
+    ablation: list[str] = field(default_factory=lambda: ["attention", "zero"])
     beta_sweep: list[float] = field(default_factory=lambda: [1.0, 10.0, 100.0, 1000.0, 10000.0])
     beta_sweep_controls: int = 5
     k_sweep: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
@@ -404,7 +406,10 @@ def validate(cfg: StudyConfig) -> None:
 
 def _validate_more(cfg: StudyConfig, bad) -> None:
     """Checks that keep a run from stopping half-made: every one runs before the run folder exists."""
-    for key in ("corpora", "queries", "sources", "tests", "row_groups", "row_group_controls"):
+    from vheads.study._ablation import validate_ablation
+
+    validate_ablation(cfg, bad)
+    for key in ("corpora", "queries", "sources", "tests", "row_groups", "row_group_controls", "ablation"):
         values = getattr(cfg, key)
         twice = sorted({v for v in values if values.count(v) > 1})
         if twice:

@@ -16,6 +16,7 @@ import numpy as np
 
 from vheads._seeds import derived_seed
 from vheads.evaluation import METRICS, TEST_SETS, HeadSet, Outcomes, ProbeMemo, audit_sets, item_sets, run_test
+from vheads.study._ablation import ablation_rows
 from vheads.study._config import StudyConfig
 from vheads.study._scores import compute_score_unit
 
@@ -162,6 +163,8 @@ class UnitComputer:
                         drops = [res.under(m).detail[key] for m in METRICS]
                         for i, it in enumerate(sets[f"class-{arm}"]):
                             out["arms"].append((uid, setting, f"ncs-{g}", ids[j], it.id, arm, *(float(d[jj, i]) for d in drops)))
+            if "&" not in setting:  # the head-output ablations (vheads.study._ablation)
+                ablation_rows(self, unit, sets, ids, hsets, cache, out)
             return {"rows": out}
         res = run_test(eng, test, sets, [hsets[j] for j in every], cfg.beta, cfg.steer_rows if test.startswith("cers") else "all",
                        cfg.seed, bs, memo=self.memo)

@@ -1,0 +1,81 @@
+"""The study's ablation types (config key ``ablation``; DESIGN.md "Ablation types").
+
+``attention`` (the seed's mask) runs every test, as before. Each head-output ablation
+(``zero``, ``mean``, ``resample``) runs NCS once more — at the first of ``row_groups``, for S
+and its ``row_group_controls`` — stored under the test id ``ncs-<group>@ablation=<name>``,
+both arms included, so the existing tables are untouched and the report's "ablation ×
+setting" table reads them. ``mean`` replaces S's outputs by their mean over a reference set
+of ``n_eval`` items per arm kind, generated from the study seed (their ids are stored in
+the run's ``ablation_reference`` meta); ``resample`` pairs every evaluation item with
+another of its set by a seeded derangement over all ``n_eval`` items (not per shard).
+"""
+
+from __future__ import annotations
+
+from vheads.evaluation import ABLATIONS  # torch-free: a config check
+
+
+def validate_ablation(cfg, bad) -> None:
+    """An unknown name, or a head-output ablation without NCS to run it in, names the key."""
+    for a in cfg.ablation:
+        if a not in ABLATIONS:
+            bad("ablation", f"unknown ablation {a!r}; choose from {', '.join(ABLATIONS)}")
+    if any(a != "attention" for a in cfg.ablation) and ("ncs" not in cfg.tests or not cfg.row_groups):
+        bad("ablation", "the head-output ablations run NCS; add 'ncs' to tests (with a row group) or set ablation = [\"attention\"]")
+
+
+def ablation_test_id(group: str, ablation: str) -> str:
+    return f"ncs-{group}@ablation={ablation}"
+
+
+def ablation_runs(cfg, source, templates, lo: int, hi: int) -> list[tuple[str, dict | None, dict | None]]:
+    """``(ablation, reference, meta)`` of each head-output ablation of ``cfg`` for the shard
+    ``[lo, hi)`` of the NCS items: ``reference`` as :func:`vheads.evaluation.run_test` takes
+    it, ``meta`` what the run records (the mean's reference item ids)."""
+    from vheads.evaluation import donors, item_sets, reference_sets
+
+    out = []
+    kinds = ["class-matched", "class-mismatched"]
+    for a in cfg.ablation:
+        if a == "attention":
+            continue
+        if a == "mean":
+            ref = reference_sets(kinds, cfg.n_eval, cfg.seed, source, templates)
+            out.append((a, ref, {"items": {k: [it.id for it in v] for k, v in ref.items()}, "seed": cfg.seed, "n": cfg.n_eval}))
+        elif a == "resample":
+            from vheads.study._units import eval_seed
+
+            full = item_sets(kinds, cfg.n_eval, eval_seed(cfg.seed), source, templates)
+            d = donors(cfg.n_eval, cfg.seed)
+            out.append((a, {k: [v[d[i]] for i in range(lo, hi)] for k, v in full.items()}, None))
+        else:
+            out.append((a, None, None))
+    return out
+
+
+def ablation_rows(computer, unit, sets, ids, hsets, cache, out) -> None:
+    """NCS of S and its ``row_group_controls`` under each head-output ablation, added to the
+    eval unit's ``out`` rows (outcomes and both arms, every metric)."""
+    import json
+
+    from vheads.evaluation import METRICS, run_test
+
+    cfg = computer.cfg
+    group = (unit.get("row_groups") or cfg.row_groups)[0]
+    keep = [j for j, h in enumerate(ids) if h == "S" or h.split("#")[0] in cfg.row_group_controls]
+    lo, hi = unit["shard"]
+    uid, setting = unit["unit_id"], unit["setting"]
+    for a, ref, meta in ablation_runs(cfg, computer.source, computer.templates, lo, hi):
+        res = run_test(computer.engine, "ncs", sets, [hsets[j] for j in keep], cfg.beta, group, cfg.seed, cfg.run.batch_size,
+                       cache=cache, memo=computer.memo, ablation=a, reference=ref)
+        test_id = ablation_test_id(group, a)
+        vals = [res.under(m).values for m in METRICS]
+        for jj, j in enumerate(keep):
+            for i, iid in enumerate(res.item_ids):
+                out["outcomes"].append((uid, setting, test_id, ids[j], iid, *(float(v[jj, i]) for v in vals)))
+            for arm in ("matched", "mismatched"):
+                drops = [res.under(m).detail[f"drop_{arm}"] for m in METRICS]
+                for i, it in enumerate(sets[f"class-{arm}"]):
+                    out["arms"].append((uid, setting, test_id, ids[j], it.id, arm, *(float(d[jj, i]) for d in drops)))
+        if meta is not None:
+            out.setdefault("meta", []).append((f"ablation_reference:{a}", json.dumps(meta)))
