@@ -1,0 +1,24 @@
+"""Causal maps: how much each head alone (and each whole layer) matters for the answer.
+
+- :func:`exact_causal_map` — every one-head set and every whole layer tested in NCS,
+  NCS_grid and the text arm, batched like any head-set test (DESIGN.md "Causal map");
+- :class:`CausalMap` — one test's per-item values (both NCS arms), its effects and map;
+- :func:`save_causal_map` / :func:`load_causal_map` — ``vheads.causal-map/1`` files;
+- :func:`causal_map_command` — the ``vheads causal-map`` command.
+
+The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
+``vheads causal-map --help`` imports the command module alone, not torch.
+"""
+
+from typing import TYPE_CHECKING
+
+from vheads._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public names; each loads on first use
+    from vheads.causal._cli import causal_map as causal_map_command
+    from vheads.causal._map import (
+        CAUSAL_TESTS, DEFAULT_ABLATION, FORMAT, CausalMap, causal_item_sets, causal_units, check_causal_request,
+        exact_causal_map, head_id, layer_id, load_causal_map, map_key, save_causal_map,
+    )
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__)
