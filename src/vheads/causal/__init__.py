@@ -17,7 +17,7 @@ from vheads._lazy import lazy_exports
 if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.causal._cli import causal_map as causal_map_command
     from vheads.causal._map import (
-        CAUSAL_TESTS, DEFAULT_ABLATION, FORMAT, CausalMap, causal_item_sets, causal_units, check_causal_request,
+        CAUSAL_SETTING, CAUSAL_TESTS, DEFAULT_ABLATION, FORMAT, CausalMap, causal_item_sets, causal_units, check_causal_request,
         exact_causal_map, head_id, layer_id, load_causal_map, map_key, save_causal_map,
     )
 

@@ -39,6 +39,8 @@ CAUSAL_TESTS = ("ncs", "ncs-grid", "text")
 FORMAT = "vheads.causal-map/1"
 #: the ablation every vheads test runs (DESIGN.md "Ablation types")
 DEFAULT_ABLATION = "attention"
+#: the setting id of the causal setting: the top-k heads of the exact NCS map (DESIGN.md "Causal map")
+CAUSAL_SETTING = "causal-ncs"
 #: what NCS's per-item values are called in :attr:`CausalMap.per_item` (every other test: ``value``)
 NCS_ARMS = ("matched", "mismatched")
 
