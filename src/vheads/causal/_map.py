@@ -221,6 +221,15 @@ def check_causal_request(tests, rows: str = "all", n: int = 2, batch_size: int =
     check_ablation(ablation)
 
 
+def check_causal_tests(tests, key: str = "causal_tests") -> None:
+    """A study's ``causal_tests``: each one of :data:`CAUSAL_TESTS`, none twice (``[]``: no causal map)."""
+    for t in tests:
+        if t not in CAUSAL_TESTS:
+            raise VheadsError(f"config key {key!r}: unknown test {t!r}; a causal map is taken in {', '.join(CAUSAL_TESTS)}")
+    if len(set(tests)) < len(tests):
+        raise VheadsError(f"config key {key!r}: lists a test twice: {list(tests)}")
+
+
 def causal_item_sets(tests, n: int, seed_of, source=None, templates=None) -> dict[str, list]:
     """``{kind: n items}`` of every kind the ``tests`` run on (see :data:`TEST_SETS`)."""
     return item_sets(sorted({k for t in tests for k in TEST_SETS[t]}), n, seed_of, source, templates)

@@ -27,7 +27,8 @@ from vheads.report._doc import Figure, Section, render_html, render_markdown
 from vheads.report._protocol import protocol_checks
 
 REPORT_FIGURES = {"random_band", "score_maps", "overlap", "overlap_curves", "random_overlap", "beta_sweep", "k_sweep",
-                  "crossmodel_band", "crossmodel_overlap"}  # plus strips_<setting>
+                  "crossmodel_band", "crossmodel_overlap",
+                  "causal_map", "causal_vs_scores", "score_vs_effect"}  # plus strips_<setting>
 
 HOW = {
     "protocol": (
@@ -171,6 +172,13 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     b += [t for t in (T.sweep_table(run, "beta"), T.sweep_table(run, "k")) if t]
     if b:
         sections.append(Section("sweeps", "β and k sweeps", HOW["sweeps"], b))
+
+    from vheads.report._causal import HOW as HOW_CAUSAL
+    from vheads.report._causal import causal_blocks
+
+    b = causal_blocks(run)
+    if b:
+        sections.append(Section("causal", "Attention scores against the exact causal map", HOW_CAUSAL, b))
 
     from vheads.report._extras import HOW as HOW_CMP
     from vheads.report._extras import comparison_tables

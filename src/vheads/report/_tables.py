@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vheads.causal._map import CAUSAL_SETTING
 from vheads.evaluation import Interval, RankP, bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score
 from vheads.report._data import Cell, RunData, cfg_get, fallback_note, sweep_points
 from vheads.report._doc import Table
@@ -153,8 +154,9 @@ def significance(run: RunData, test: str, alpha: float = ALPHA, adjust: bool = T
         return stats
     listed = holm_family(run)
     for c in controls:
+        # the causal setting is a reference (the exact map's top-k), outside the family unless listed
         members = [st for st in stats if c in st.controls and st.controls[c].rank is not None
-                   and (listed is None or st.setting in listed)]
+                   and (st.setting != CAUSAL_SETTING if listed is None else st.setting in listed)]
         if not members:
             continue
         h = holm([st.controls[c].rank.p for st in members], alpha=alpha)
