@@ -19,6 +19,7 @@ from pathlib import Path
 
 from vheads._errors import make_output_folder, path_inside
 from vheads._io import atomic_write
+from vheads.causal._map import CAUSAL_SETTING
 from vheads.report import _figures as F
 from vheads.report import _overlaps as O
 from vheads.report import _tables as T
@@ -109,7 +110,9 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
             "mean ± SD over the distinct head-sets among the R draws [their number: a small pool repeats head-sets, and a "
             "copy is the same outcome again]; z in control SDs, over the distinct head-sets; "
             "p: one-sided rank p over every draw (floor 1/(R+1)), Holm-adjusted p in parentheses (family: the settings, per test "
-            "and control type; bold ≤ 0.05). *: Holm-significant against the first control type shown.")
+            "and control type; bold ≤ 0.05). *: Holm-significant against the first control type shown."
+            + (f" {CAUSAL_SETTING}: the top-k heads of the exact causal map (each head alone, on a discovery split), "
+               "tested the same way: a reference, outside the Holm family." if CAUSAL_SETTING in run.settings else ""))
         if t3:
             b.append(t3)
     _fig(b, "random_band", F.random_band_figure(run, main_tests),

@@ -132,10 +132,13 @@ def compare(cell: Cell, setting: str, test: str, interval: Interval | None = Non
 
 
 def holm_family(run: RunData) -> list[str] | None:
-    """Settings the config names as the Holm family, or ``None`` (all settings tested together)."""
+    """Settings the config names as the Holm family, or ``None`` (all settings tested together).
+    The causal setting (the exact map's top-k, a reference) is outside the family unless named."""
     fam = cfg_get(run.config, "holm_family")
     if isinstance(fam, (list, tuple)) and all(isinstance(s, str) for s in fam):
         return list(fam)
+    if CAUSAL_SETTING in run.settings:
+        return [s for s in run.settings if s != CAUSAL_SETTING]
     return None
 
 
@@ -154,9 +157,8 @@ def significance(run: RunData, test: str, alpha: float = ALPHA, adjust: bool = T
         return stats
     listed = holm_family(run)
     for c in controls:
-        # the causal setting is a reference (the exact map's top-k), outside the family unless listed
         members = [st for st in stats if c in st.controls and st.controls[c].rank is not None
-                   and (st.setting != CAUSAL_SETTING if listed is None else st.setting in listed)]
+                   and (listed is None or st.setting in listed)]
         if not members:
             continue
         h = holm([st.controls[c].rank.p for st in members], alpha=alpha)
