@@ -287,7 +287,7 @@ def test_two_models_of_different_depths_in_one_run(tiny_random_dirs, tmp_path, m
         S = json.loads(s_heads)
         draws = [json.loads(h) for (h,) in st.query("SELECT heads FROM headsets WHERE control='layer-matched'")]
         assert json.loads(st.get_meta("config"))["model"] == str(dict((m["name"], m["model"]) for m in d["models"])[name])
-        assert {s for (s,) in st.query("SELECT DISTINCT setting FROM outcomes")} == {"cm-ord-qsp"}
+        assert {s for (s,) in st.query("SELECT DISTINCT setting FROM outcomes")} == {"cm-ord-qsp", "causal-ncs"}
         st.close()
         assert len(draws) == 2
         for dr in draws:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vheads._errors import VheadsError
+from vheads._errors import MAX_ITEMS, MAX_SEED, VheadsError, check_range
 from vheads.evaluation import METRICS, TEST_SETS, HeadSet, ProbeMemo, item_sets, run_test
 
 #: the tests a causal map can be taken in (the hide-S tests; CERS steers, it hides nothing)
@@ -210,14 +210,21 @@ def check_causal_request(tests, rows: str = "all", n: int = 2, batch_size: int =
                          ablation: str = DEFAULT_ABLATION) -> None:
     """Validate a causal-map request before any work (the tests, the row group, ``n`` ≥ 2,
     ``batch_size`` ≥ 1, the seed's range, the ablation)."""
-    from vheads.evaluation import check_request
+    from vheads.engine import ROW_GROUPS
 
     for t in tests:
         if t not in CAUSAL_TESTS:
             raise VheadsError(f"--test {t!r}: a causal map is taken in {', '.join(CAUSAL_TESTS)} (tests that hide heads)")
     if not tests:
         raise VheadsError(f"--test: name at least one of {', '.join(CAUSAL_TESTS)}")
-    check_request(list(tests), "layer-matched:1", 1.0, rows, n=n, batch_size=batch_size, seed=seed)
+    if n < 2:
+        raise VheadsError(f"--n must be at least 2 items per evaluation set (a 95% interval needs two), got {n}")
+    check_range("--n", n, 2, MAX_ITEMS)
+    check_range("--seed", seed, 0, MAX_SEED)
+    if batch_size < 1:
+        raise VheadsError(f"--batch-size must be at least 1 head-set per forward, got {batch_size}")
+    if rows not in ROW_GROUPS:
+        raise VheadsError(f"--rows {rows!r}: unknown row group; choose from {', '.join(ROW_GROUPS)}")
     check_ablation(ablation)
 
 
