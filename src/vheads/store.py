@@ -59,11 +59,12 @@ ood_outcomes(unit_id, task, setting, test, headset_id, item_id, value, logprob, 
                                                   pointing suite: per-item CERS ('cers') and NCS
                                                   ('ncs-all', with arms 'ncs-matched' / 'ncs-mismatched')
 ood_audit(task, name, n, mean_p_key, lo, hi, ok)  pointing suite: baseline audit of each task
-causal_map(unit_id, test, ablation, headset_id, item_id, arm, value, logprob, logit_diff)
-                                                  the exact causal map (vheads.causal): per item, each
-                                                  head alone ('L3H5') and each whole layer ('L3');
-                                                  arm 'matched' / 'mismatched' (NCS drops) or 'value'
-                                                  (NCS_grid, text arm); a run before it has no such table
+causal_map(unit_id, method, test, ablation, headset_id, item_id, arm, value, logprob, logit_diff)
+                                                  causal maps (vheads.causal): per item, each head alone
+                                                  ('L3H5') and each whole layer ('L3'); method 'exact'
+                                                  (each set run); arm 'matched' / 'mismatched' (NCS
+                                                  drops) or 'value' (NCS_grid, text arm); a run before
+                                                  it has no such table
 """
 
 from __future__ import annotations
@@ -102,8 +103,8 @@ TABLES: dict[str, tuple[str, str]] = {
     "ood_audit": ("task TEXT, name TEXT, n INTEGER, mean_p_key REAL, lo REAL, hi REAL, ok INTEGER", "task, name"),
     "strip_attention": ("setting TEXT, item_id TEXT, layer INTEGER, head INTEGER, masses TEXT",
                         "setting, item_id, layer, head"),
-    "causal_map": ("unit_id TEXT, test TEXT, ablation TEXT, headset_id TEXT, item_id TEXT, arm TEXT, value REAL, "
-                   "logprob REAL, logit_diff REAL", "test, ablation, headset_id, item_id, arm"),
+    "causal_map": ("unit_id TEXT, method TEXT, test TEXT, ablation TEXT, headset_id TEXT, item_id TEXT, arm TEXT, "
+                   "value REAL, logprob REAL, logit_diff REAL", "method, test, ablation, headset_id, item_id, arm"),
 }
 SCHEMA_VERSION = 3
 SCHEMA = "\n".join(f"CREATE TABLE IF NOT EXISTS {t}(model TEXT NOT NULL DEFAULT '', {cols}, PRIMARY KEY(model, {pk}));"

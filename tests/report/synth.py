@@ -82,7 +82,7 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
         units = [(f"L{l}H{h}", true[l, h]) for l in range(L) for h in range(H)] + [(f"L{l}", true[l].sum()) for l in range(L)]
         for hid, e in units:
             for arm, mean in (("matched", e), ("mismatched", 0.0)):
-                rows["causal_map"] += [("causal-map/0-8", "ncs-all", "attention", hid, f"c-{arm}{i}", arm, float(v))
+                rows["causal_map"] += [("causal-map/0-8", "exact", "ncs-all", "attention", hid, f"c-{arm}{i}", arm, float(v))
                                        for i, v in enumerate(mean + rng.normal(0, 0.02, 8))]
         top = np.argsort(-true, axis=None)[:K]
         rows["headsets"].append(("causal-ncs", "S", "S", 0, 0, json.dumps([[int(i // H), int(i % H)] for i in top])))

@@ -85,6 +85,7 @@ class CausalMap:
     item_ids: dict[str, list[str]]
     per_item: dict[str, dict[str, np.ndarray]]
     meta: dict = field(default_factory=dict)  # rows, seed, n: how the items were made
+    method: str = "exact"  # how the values were obtained: 'exact' (every set run); an estimate names itself
 
     def effects(self, metric: str = "p4") -> np.ndarray:
         """Each unit's statistic ``[n_units]``: NCS = mean matched drop − mean mismatched drop,
@@ -120,7 +121,7 @@ class CausalMap:
     def to_dict(self) -> dict:
         """A JSON-ready record: every per-item value (both arms, every metric), and the
         effects derived from them (p4) for a quick look."""
-        return {"test": self.test, "ablation": self.ablation, "n_layers": self.n_layers, "n_heads": self.n_heads,
+        return {"method": self.method, "test": self.test, "ablation": self.ablation, "n_layers": self.n_layers, "n_heads": self.n_heads,
                 "attention_layers": self.attention_layers, "unit_ids": self.unit_ids, "item_ids": self.item_ids,
                 "meta": self.meta,
                 "per_item": {m: {a: v.tolist() for a, v in arms.items()} for m, arms in self.per_item.items()},
@@ -131,30 +132,30 @@ class CausalMap:
         return cls(d["test"], d["ablation"], int(d["n_layers"]), int(d["n_heads"]), [int(x) for x in d["attention_layers"]],
                    list(d["unit_ids"]), {a: list(v) for a, v in d["item_ids"].items()},
                    {m: {a: np.asarray(v, dtype=float).reshape(len(d["unit_ids"]), -1) for a, v in arms.items()}
-                    for m, arms in d["per_item"].items()}, dict(d.get("meta") or {}))
+                    for m, arms in d["per_item"].items()}, dict(d.get("meta") or {}), d.get("method", "exact"))
 
     def store_rows(self, unit_id: str) -> list[tuple]:
-        """Rows of the results store's ``causal_map`` table: (unit_id, test, ablation,
+        """Rows of the results store's ``causal_map`` table: (unit_id, method, test, ablation,
         headset_id, item_id, arm, p4, logprob, logit-diff), one per unit, item and arm."""
         rows = []
         for arm, items in self.item_ids.items():
             vals = [self.per_item[m][arm] for m in METRICS]
             for j, uid in enumerate(self.unit_ids):
-                rows += [(unit_id, self.test, self.ablation, uid, iid, arm, *(float(v[j, i]) for v in vals))
+                rows += [(unit_id, self.method, self.test, self.ablation, uid, iid, arm, *(float(v[j, i]) for v in vals))
                          for i, iid in enumerate(items)]
         return rows
 
     @classmethod
     def from_store_rows(cls, rows: list[tuple], n_layers: int, n_heads: int, attention_layers=None) -> dict[str, CausalMap]:
         """The maps of ``causal_map`` table rows (as :meth:`store_rows` writes them, without
-        the unit id: (test, ablation, headset_id, item_id, arm, p4, logprob, logit-diff)),
-        keyed ``test`` (``test@ablation`` for an ablation other than attention)."""
+        the unit id: (method, test, ablation, headset_id, item_id, arm, p4, logprob,
+        logit-diff)), keyed by :func:`map_key`."""
         att = list(range(n_layers)) if attention_layers is None else [int(x) for x in attention_layers]
-        grouped: dict[tuple[str, str], list[tuple]] = {}
-        for r in rows:
-            grouped.setdefault((r[0], r[1]), []).append(r)
+        grouped: dict[tuple[str, str, str], list[tuple]] = {}
+        for method, *r in rows:
+            grouped.setdefault((method, r[0], r[1]), []).append(tuple(r))
         out = {}
-        for (test, ablation), rs in grouped.items():
+        for (method, test, ablation), rs in grouped.items():
             units = sorted({r[2] for r in rs}, key=_unit_order)
             arms = sorted({r[4] for r in rs}, key=lambda a: NCS_ARMS.index(a) if a in NCS_ARMS else 2)
             items = {a: sorted({r[3] for r in rs if r[4] == a}) for a in arms}
@@ -164,13 +165,14 @@ class CausalMap:
             for r in rs:
                 for m, v in zip(METRICS, r[5:8]):
                     per[m][r[4]][u_at[r[2]], at[r[4]][r[3]]] = np.nan if v is None else v
-            out[map_key(test, ablation)] = cls(test, ablation, n_layers, n_heads, att, units, items, per)
+            out[map_key(test, ablation, method)] = cls(test, ablation, n_layers, n_heads, att, units, items, per, method=method)
         return out
 
 
-def map_key(test: str, ablation: str) -> str:
-    """How maps are keyed: the test id, ``@ablation`` added for an ablation other than attention."""
-    return test if ablation == DEFAULT_ABLATION else f"{test}@{ablation}"
+def map_key(test: str, ablation: str, method: str = "exact") -> str:
+    """How maps are keyed: the test id, ``@ablation`` added for an ablation other than
+    attention and ``:method`` for a map that is not the exact one (``ncs-all@zero:atp``)."""
+    return test + ("" if ablation == DEFAULT_ABLATION else f"@{ablation}") + ("" if method == "exact" else f":{method}")
 
 
 def _check_metric(metric: str) -> str:

@@ -55,7 +55,7 @@ def load_causal_maps(run: RunData) -> dict[str, CausalMap]:
         return {}
     store = Store(run.run_dir, readonly=True, model=run.model)
     try:
-        rows = store.query("SELECT test, ablation, headset_id, item_id, arm, value, logprob, logit_diff FROM causal_map")
+        rows = store.query("SELECT method, test, ablation, headset_id, item_id, arm, value, logprob, logit_diff FROM causal_map")
     except sqlite3.OperationalError:  # a store from before the causal map
         rows = []
     finally:
@@ -64,8 +64,10 @@ def load_causal_maps(run: RunData) -> dict[str, CausalMap]:
 
 
 def _label(key: str) -> str:
+    """A map's title from its key (:func:`vheads.causal.map_key`): ``NCS (all rows) · zero ablation · atp``."""
+    key, _, method = key.partition(":")
     test, _, ablation = key.partition("@")
-    return TEST_LABELS.get(test, test) + (f" · {ablation} ablation" if ablation else "")
+    return TEST_LABELS.get(test, test) + (f" · {ablation} ablation" if ablation else "") + (f" · {method}" if method else "")
 
 
 def _heat(ax, values: np.ndarray, vmax: float, cmap: str = CMAP, vmin: float | None = None):

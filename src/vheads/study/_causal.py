@@ -37,7 +37,7 @@ def causal_map_units(cfg) -> list[dict]:
 
 def stored_causal_maps(store: Store, shape: tuple[int, int], attention_layers=None) -> dict[str, CausalMap]:
     """The causal maps in ``store`` by test id (empty without a causal map)."""
-    rows = store.query("SELECT test, ablation, headset_id, item_id, arm, value, logprob, logit_diff FROM causal_map")
+    rows = store.query("SELECT method, test, ablation, headset_id, item_id, arm, value, logprob, logit_diff FROM causal_map")
     return CausalMap.from_store_rows(rows, *shape, attention_layers) if rows else {}
 
 
