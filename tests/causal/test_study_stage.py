@@ -71,3 +71,20 @@ def test_a_rerun_computes_nothing_again(tiny_random_dirs, causal_run):
     again = run_study(small_config(tiny_random_dirs["qwen3_vl"], algebra_controls=0), out, progress=False, report=False)
     assert again.units_computed == 0
     assert _q(out, "SELECT * FROM causal_map ORDER BY 1, 2, 3, 4, 5, 6") == before
+
+
+@pytest.mark.parametrize("value, says", [(["cers"], "unknown test 'cers'"), (["ncs", "ncs"], "twice"), ("ncs", "expected list")])
+def test_a_bad_causal_tests_key_is_refused_naming_it(value, says):
+    from vheads.study import config_from_dict
+
+    with pytest.raises(ValueError, match=f"config key 'causal_tests'.*{says}"):
+        config_from_dict({"causal_tests": value})
+
+
+def test_an_empty_causal_tests_key_skips_the_stage():
+    from vheads.study import config_from_dict
+    from vheads.study._causal import causal_map_units
+
+    assert causal_map_units(config_from_dict({"causal_tests": []})) == []
+    units = causal_map_units(config_from_dict({"n_eval": 10, "run": {"shard_size": 4}}))
+    assert [u["shard"] for u in units] == [[0, 4], [4, 8], [8, 10]]  # every item in one shard, once
