@@ -71,15 +71,27 @@ def _label(key: str) -> str:
 
 
 def _heat(ax, values: np.ndarray, vmax: float, cmap: str = CMAP, vmin: float | None = None):
-    """A layer × head heat map on ``ax`` (layers down, heads across), ticks on both axes."""
+    """A layer × head heat map on ``ax`` (layers down, heads across), ticks on both axes.
+    Diverging maps (no ``vmin``) use a symmetric log scale, linear within 1% of ``vmax``:
+    one dominant head would otherwise leave every other head white."""
+    from matplotlib.colors import SymLogNorm
+
     L, H = values.shape
-    im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-vmax if vmin is None else vmin, vmax=vmax,
-                   aspect="auto", interpolation="nearest")
+    norm = SymLogNorm(linthresh=0.01 * vmax, vmin=-vmax, vmax=vmax) if vmin is None else None
+    im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, norm=norm, vmin=None if norm else vmin,
+                   vmax=None if norm else vmax, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(0, H, max(1, H // 8)))
     ax.set_yticks(range(0, L, max(1, L // 8)))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     return im
+
+
+def _effect_colorbar(fig, im, ax, label: str, vmax: float, **kw) -> None:
+    """The colour bar of a diverging effect map, ticked at 0, ±10% and ±100% of ``vmax``
+    (the symmetric log scale's own ticks crowd around zero)."""
+    ticks = [-vmax, -0.1 * vmax, 0.0, 0.1 * vmax, vmax]
+    fig.colorbar(im, ax=ax, label=label, **kw).set_ticks(ticks, labels=[f"{t:.2g}" for t in ticks])
 
 
 def causal_map_figure(maps: dict[str, CausalMap], metric: str = "p4") -> bytes | None:
@@ -101,7 +113,8 @@ def causal_map_figure(maps: dict[str, CausalMap], metric: str = "p4") -> bytes |
         vmax = float(np.nanmax(np.abs(hm))) if np.isfinite(hm).any() else 0.0
         im = _heat(ax, hm, vmax or 1.0)
         ax.set_title(f"{_label(key)}: each head alone", fontsize=9)
-        fig.colorbar(im, ax=ax, location="bottom", shrink=0.9, label=f"effect of hiding the head ({metric})")
+        _effect_colorbar(fig, im, ax, f"effect of hiding the head ({metric}, symmetric log)", vmax or 1.0,
+                         location="bottom", shrink=0.9)
         ys = np.arange(L)
         ok = np.isfinite(le)
         bar.barh(ys[ok], le[ok], color=np.where(le[ok] >= 0, "#c0392b", "#2e6fb7"), height=0.7)
@@ -154,7 +167,7 @@ def maps_side_by_side_figure(run: RunData, cmap: CausalMap, metric: str = "p4") 
     vmax = float(np.nanmax(np.abs(effect))) if np.isfinite(effect).any() else 0.0
     im = _heat(axes.flat[0], effect, vmax or 1.0)
     axes.flat[0].set_title("causal map: NCS of each head", fontsize=9)
-    fig.colorbar(im, ax=axes.flat[0], shrink=0.85, label=f"NCS effect ({metric})")
+    _effect_colorbar(fig, im, axes.flat[0], f"NCS effect ({metric}, symmetric log)", vmax or 1.0, shrink=0.85)
     smax = max(float(np.nanmax(run.discovery[s]["scores"])) for s in settings) or 1.0
     sim = None
     for ax, s in zip(axes.flat[1:], settings):
