@@ -40,7 +40,7 @@ def run_cli(args: list[str], cwd: Path) -> tuple[int, str, str, list[str]]:
 
 @pytest.mark.parametrize("args", [
     ["--help"], ["study", "--help"], ["evaluate", "--help"], ["discover", "--help"], ["overlap", "--help"],
-    ["report", "--help"], ["tiny", "--help"], ["tiny", "eval", "--help"], ["data", "preview", "--help"],
+    ["report", "--help"], ["causal-map", "--help"], ["tiny", "--help"], ["tiny", "eval", "--help"], ["data", "preview", "--help"],
 ])
 def test_help_loads_neither_torch_nor_transformers(args, tmp_path):
     code, out, err, loaded = run_cli(args, tmp_path)

@@ -394,6 +394,12 @@ def _mount_optional() -> None:
         app.command("overlap")(overlap_command)
     except ImportError:
         pass
+    try:
+        from vheads.causal import causal_map_command
+
+        app.command("causal-map")(causal_map_command)
+    except ImportError:
+        pass
 
 
 _mount_optional()

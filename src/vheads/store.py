@@ -64,6 +64,12 @@ stability(setting, k, curve, n_items, draw, seed, overlap)
                                                   curve 'full' (overlap with the all-items top-k) or
                                                   'split' (split-half overlap) of each seeded draw of
                                                   n_items of the setting's item_scores (item_id order)
+causal_map(unit_id, method, test, ablation, headset_id, item_id, arm, value, logprob, logit_diff)
+                                                  causal maps (vheads.causal): per item, each head alone
+                                                  ('L3H5') and each whole layer ('L3'); method 'exact'
+                                                  (each set run); arm 'matched' / 'mismatched' (NCS
+                                                  drops) or 'value' (NCS_grid, text arm); a run before
+                                                  it has no such table
 """
 
 from __future__ import annotations
@@ -104,6 +110,8 @@ TABLES: dict[str, tuple[str, str]] = {
                         "setting, item_id, layer, head"),
     "stability": ("setting TEXT, k INTEGER, curve TEXT, n_items INTEGER, draw INTEGER, seed INTEGER, overlap INTEGER",
                   "setting, curve, n_items, draw"),
+    "causal_map": ("unit_id TEXT, method TEXT, test TEXT, ablation TEXT, headset_id TEXT, item_id TEXT, arm TEXT, "
+                   "value REAL, logprob REAL, logit_diff REAL", "method, test, ablation, headset_id, item_id, arm"),
 }
 SCHEMA_VERSION = 3
 SCHEMA = "\n".join(f"CREATE TABLE IF NOT EXISTS {t}(model TEXT NOT NULL DEFAULT '', {cols}, PRIMARY KEY(model, {pk}));"

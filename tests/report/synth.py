@@ -29,9 +29,11 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
              row_groups: bool = True, text: bool = True, extra_controls: bool = True, sweeps: bool = True,
              overlap: bool = True, audit: str | None = "ok", strips: bool = True, any_layer: bool = True,
              config_R: int | None = None, seed: int = 0, meta_extra: dict | None = None, metrics: bool = True,
-             config_extra: dict | None = None) -> Path:
+             config_extra: dict | None = None, causal: bool = False) -> Path:
     """Write a store into ``run_dir``. ``audit``: 'ok', 'bad' (oracle out of range) or None.
-    ``metrics=False``: no logprob / logit-diff columns (a store of an older vheads)."""
+    ``metrics=False``: no logprob / logit-diff columns (a store of an older vheads).
+    ``causal``: an exact causal map (NCS, per item and arm, every head and layer) and the
+    causal setting ``causal-ncs`` tested like the others."""
     rng = np.random.default_rng(seed)
     store = Store(run_dir)
     controls = {"layer-matched": R} | ({"any-layer": R} if any_layer else {})
@@ -43,7 +45,7 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
     store.set_meta(config=config, model_id="vheads/tiny-test", n_layers=L, n_heads=H, **(meta_extra or {}))
 
     rows: dict[str, list[tuple]] = {k: [] for k in ("discovery", "overlap", "ceilings", "headsets", "outcomes",
-                                                   "arms", "audit", "strip_attention", "random_overlap")}
+                                                   "arms", "audit", "strip_attention", "random_overlap", "causal_map")}
     heads = {}
     for s in settings:
         c, q, src = s.split("-")
@@ -75,7 +77,16 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
         test_list += ["text"]
     if sweeps:
         test_list += [f"cers@beta={b}" for b in (1, 10, 100)]
-    for si, s in enumerate(settings):
+    if causal:
+        true = rng.normal(0, 0.05, size=(L, H))
+        units = [(f"L{l}H{h}", true[l, h]) for l in range(L) for h in range(H)] + [(f"L{l}", true[l].sum()) for l in range(L)]
+        for hid, e in units:
+            for arm, mean in (("matched", e), ("mismatched", 0.0)):
+                rows["causal_map"] += [("causal-map/0-8", "exact", "ncs-all", "attention", hid, f"c-{arm}{i}", arm, float(v))
+                                       for i, v in enumerate(mean + rng.normal(0, 0.02, 8))]
+        top = np.argsort(-true, axis=None)[:K]
+        rows["headsets"].append(("causal-ncs", "S", "S", 0, 0, json.dumps([[int(i // H), int(i % H)] for i in top])))
+    for si, s in enumerate([*settings, *(["causal-ncs"] if causal else [])]):
         for test in test_list:
             effect = 0.02 * si
             s_vals = effect + rng.normal(0, 0.05, n_items)
@@ -108,7 +119,7 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
                           ("floor", 40, 0.26, 0.15, 0.35, 1), ("matched", 40, 0.95, 0.9, 1.0, 1),
                           ("mismatched", 40, 0.2, 0.0, 0.45, 1)]
     if metrics:  # the other metrics' columns: linear maps of p4 (NCS = matched − mismatched mean holds in each)
-        for table in ("outcomes", "arms"):
+        for table in ("outcomes", "arms", "causal_map"):
             rows[table] = [(*r, LOGPROB(r[-1]), LOGIT_DIFF(r[-1])) for r in rows[table]]
     store.commit_unit("synthetic", "synthetic", 0.0, rows)
     store.close()

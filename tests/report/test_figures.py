@@ -76,12 +76,13 @@ def check_saved(saved: list[dict]) -> None:
 def test_every_report_figure_fits_its_canvas_and_labels_its_axes(settings, meta, tmp_path, drawn):
     """``one-hybrid``: a hybrid model's score map greys its linear layers and says so in the
     colour-bar label, the longest label of any figure."""
-    run = load_run(make_run(tmp_path / "run", settings=settings, meta_extra=meta))
+    run = load_run(make_run(tmp_path / "run", settings=settings, meta_extra=meta, causal=True))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         sections, _ = build_sections(run)
     names = figure_names(sections)
-    assert {"random_band", "score_maps", "random_overlap", "beta_sweep", "k_sweep"} <= set(names), names
+    assert {"random_band", "score_maps", "random_overlap", "beta_sweep", "k_sweep", "causal_map", "causal_vs_scores",
+            "score_vs_effect"} <= set(names), names
     if len(settings) > 1:
         assert {"overlap", "overlap_curves"} <= set(names), names
     assert len(drawn) == len(names)  # each figure was checked

@@ -81,7 +81,7 @@ def test_single_model_config_keeps_its_hash():
     d.pop("run")
     for key in ("eval_source", "eval_classes", "eval_exclude", "eval_groups", "eval_cell", "eval_resize", "ood_tasks",
                 "n_ood", "ood_controls", "device_map", "quantization", "trust_remote_code", "templates",
-                "scores", "score_on",  # the score points' defaults (issue 24)
+                "scores", "score_on", "ablation", "causal_tests",  # the score points' defaults (issue 24)
                 "metric"):  # metric: which stored metric the report leads with, never in the hash
         d.pop(key)
     assert cfg.science_hash() == hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
@@ -172,7 +172,8 @@ def test_per_model_control_draws_keep_each_models_layer_counts(tmp_path):
         st.close()
     for name, (L, H) in shapes.items():
         st = Store(tmp_path, readonly=True, model=name)
-        draws = [json.loads(h) for (h,) in st.query("SELECT heads FROM headsets WHERE control='layer-matched'")]
+        draws = [json.loads(h) for (h,) in st.query("SELECT heads FROM headsets WHERE control='layer-matched' "
+                                                     "AND setting='cm-ord-qsp'")]
         st.close()
         assert len(draws) == 25
         for d in draws:
@@ -286,9 +287,10 @@ def test_two_models_of_different_depths_in_one_run(tiny_random_dirs, tmp_path, m
         shapes[name] = L
         (s_heads,), = st.query("SELECT heads FROM headsets WHERE control='S' AND setting='cm-ord-qsp'")
         S = json.loads(s_heads)
-        draws = [json.loads(h) for (h,) in st.query("SELECT heads FROM headsets WHERE control='layer-matched'")]
+        draws = [json.loads(h) for (h,) in st.query("SELECT heads FROM headsets WHERE control='layer-matched' "
+                                                     "AND setting='cm-ord-qsp'")]
         assert json.loads(st.get_meta("config"))["model"] == str(dict((m["name"], m["model"]) for m in d["models"])[name])
-        assert {s for (s,) in st.query("SELECT DISTINCT setting FROM outcomes")} == {"cm-ord-qsp"}
+        assert {s for (s,) in st.query("SELECT DISTINCT setting FROM outcomes")} == {"cm-ord-qsp", "causal-ncs"}
         st.close()
         assert len(draws) == 2
         for dr in draws:

@@ -1,1 +1,27 @@
-"""The causal map of every head: exact one-head scans and their attribution-patching estimate."""
+"""Causal maps: how much each head alone (and each whole layer) matters for the answer.
+
+- :func:`exact_causal_map` — every one-head set and every whole layer tested in NCS,
+  NCS_grid and the text arm, batched like any head-set test (DESIGN.md "Causal map");
+- :class:`CausalMap` — one test's per-item values (both NCS arms), its effects and map;
+- :func:`save_causal_map` / :func:`load_causal_map` — ``vheads.causal-map/1`` files;
+- :func:`causal_map_command` — the ``vheads causal-map`` command;
+- :func:`atp_map` / :func:`compare_maps` — the attribution-patching estimate (AtP, AtP*) of
+  the NCS / text-arm map from one forward and backward per item, and its agreement with the exact map.
+
+The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
+``vheads causal-map --help`` imports the command module alone, not torch.
+"""
+
+from typing import TYPE_CHECKING
+
+from vheads._lazy import lazy_exports
+
+if TYPE_CHECKING:  # the public names; each loads on first use
+    from vheads.causal._cli import causal_map as causal_map_command
+    from vheads.causal._map import (
+        CAUSAL_SETTING, CAUSAL_TESTS, DEFAULT_ABLATION, FORMAT, CausalMap, causal_item_sets, causal_units, check_causal_request,
+        exact_causal_map, head_id, layer_id, load_causal_map, map_key, save_causal_map,
+    )
+    from vheads.causal._atp import AtpMap, atp_map, compare_maps
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from vheads._errors import make_output_folder, path_inside
 from vheads._io import atomic_write
+from vheads.causal._map import CAUSAL_SETTING
 from vheads.report import _figures as F
 from vheads.report import _overlaps as O
 from vheads.report import _tables as T
@@ -28,7 +29,8 @@ from vheads.report._doc import Figure, Section, render_html, render_markdown
 from vheads.report._protocol import protocol_checks
 
 REPORT_FIGURES = {"random_band", "score_maps", "overlap", "overlap_curves", "random_overlap", "beta_sweep", "k_sweep",
-                  "crossmodel_band", "crossmodel_overlap", "stability", "methods_overlap"}  # plus strips_<setting>
+                  "crossmodel_band", "crossmodel_overlap", "stability", "methods_overlap",
+                  "causal_map", "causal_vs_scores", "score_vs_effect"}  # plus strips_<setting>
 
 HOW = {
     "protocol": (
@@ -109,7 +111,9 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
             "mean ± SD over the distinct head-sets among the R draws [their number: a small pool repeats head-sets, and a "
             "copy is the same outcome again]; z in control SDs, over the distinct head-sets; "
             "p: one-sided rank p over every draw (floor 1/(R+1)), Holm-adjusted p in parentheses (family: the settings, per test "
-            "and control type; bold ≤ 0.05). *: Holm-significant against the first control type shown.")
+            "and control type; bold ≤ 0.05). *: Holm-significant against the first control type shown."
+            + (f" {CAUSAL_SETTING}: the top-k heads of the exact causal map (each head alone, on a discovery split), "
+               "tested the same way: a reference, outside the Holm family." if CAUSAL_SETTING in run.settings else ""))
         if t3:
             b.append(t3)
     _fig(b, "random_band", F.random_band_figure(run, main_tests),
@@ -188,6 +192,13 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     b += [t for t in (T.sweep_table(run, "beta"), T.sweep_table(run, "k")) if t]
     if b:
         sections.append(Section("sweeps", "β and k sweeps", HOW["sweeps"], b))
+
+    from vheads.report._causal import HOW as HOW_CAUSAL
+    from vheads.report._causal import causal_blocks
+
+    b = causal_blocks(run)
+    if b:
+        sections.append(Section("causal", "Attention scores against the exact causal map", HOW_CAUSAL, b))
 
     from vheads.report._extras import HOW as HOW_CMP
     from vheads.report._extras import comparison_tables

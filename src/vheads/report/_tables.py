@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vheads.causal._map import CAUSAL_SETTING
 from vheads.evaluation import Interval, RankP, bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score
 from vheads.report._data import Cell, RunData, cfg_get, fallback_note, sweep_points
 from vheads.report._doc import Table
@@ -131,10 +132,13 @@ def compare(cell: Cell, setting: str, test: str, interval: Interval | None = Non
 
 
 def holm_family(run: RunData) -> list[str] | None:
-    """Settings the config names as the Holm family, or ``None`` (all settings tested together)."""
+    """Settings the config names as the Holm family, or ``None`` (all settings tested together).
+    The causal setting (the exact map's top-k, a reference) is outside the family unless named."""
     fam = cfg_get(run.config, "holm_family")
     if isinstance(fam, (list, tuple)) and all(isinstance(s, str) for s in fam):
         return list(fam)
+    if CAUSAL_SETTING in run.settings:
+        return [s for s in run.settings if s != CAUSAL_SETTING]
     return None
 
 

@@ -76,6 +76,8 @@ ood_tasks = []            # pointing suite: TASK:PATH (cvbench, mmstar, mathvist
 n_ood = 80                # items per task (audit sets, CERS grids, NCS pairs)
 ood_controls = 1          # layer-matched draws tested with each S on every task (seed Tables 23-27: one)
 algebra_controls = 100    # layer-matched draws for the shared / only-one head-sets of ordinal vs referring (0 = skip)
+causal_tests = ["ncs"]    # exact causal map (each head alone, each whole layer) in ncs | ncs-grid | text, on n_eval items
+#                         # of a discovery split; its top-k NCS heads are the causal-ncs setting of Table 3 ([] = skip)
 
 [controls]                # control name = R draws per head-set
 layer-matched = 249       # R >= 239 lets a Holm-adjusted p over 12 settings fall under 0.05
@@ -131,7 +133,8 @@ LATER_KEY_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_excl
                       "eval_resize": "crop", "ood_tasks": [], "n_ood": 80, "ood_controls": 1,
                       "device_map": "", "quantization": "", "trust_remote_code": False, "templates": {},
                       "system_prompt": "", "chat_template": "",
-                      "scores": DEFAULT_SCORES, "score_on": "first", "ablation": ["attention", "zero"]}
+                      "scores": DEFAULT_SCORES, "score_on": "first", "ablation": ["attention", "zero"],
+                      "causal_tests": ["ncs"]}
 #: prompt keys left out of the stored config while at their default ("")
 PROMPT_KEYS = ("system_prompt", "chat_template")
 
@@ -191,6 +194,7 @@ class StudyConfig:
     n_ood: int = 80
     ood_controls: int = 1
     algebra_controls: int = 100
+    causal_tests: list[str] = field(default_factory=lambda: ["ncs"])  # the causal map's tests (vheads.causal)
     models: list[dict[str, str]] = field(default_factory=list)  # several models: see model_entries
     controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99, "attention-matched": 20})
     run: RunConfig = field(default_factory=RunConfig)
@@ -423,6 +427,9 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
     for key in ("n_discovery", "n_eval", "splits"):
         if getattr(cfg, key) > MAX_ITEMS:
             bad(key, f"{getattr(cfg, key)} is more than {MAX_ITEMS:,}")
+    from vheads.causal._map import check_causal_tests
+
+    check_causal_tests(cfg.causal_tests)
     if not 0 <= cfg.algebra_controls <= MAX_R:
         bad("algebra_controls", f"must be 0 (skip) to {MAX_R:,} layer-matched draws, got {cfg.algebra_controls}")
     for kk in cfg.k_sweep:

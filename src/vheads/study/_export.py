@@ -11,7 +11,7 @@ from vheads._io import atomic_write
 from vheads.store import Store, columns
 
 TABLES = ("outcomes", "arms", "discovery", "headsets", "overlap", "ceilings", "random_overlap", "audit", "ood_outcomes",
-          "ood_audit")
+          "ood_audit", "causal_map")
 
 
 def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = None) -> list[Path]:
@@ -24,7 +24,8 @@ def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = N
     multi = store.models() != [""]  # a multi-model run: every model's rows, a model column first
     paths = []
     try:
-        for table in TABLES:
+        stored = {name for (name,) in store.query("SELECT name FROM main.sqlite_master WHERE type = 'table'")}
+        for table in (t for t in TABLES if t in stored):  # a run of an older vheads lacks the later tables
             cols = ["model", *columns(table)] if multi else columns(table)
             rows = store.query(f"SELECT {', '.join(cols)} FROM main.{table} WHERE model != '' ORDER BY model" if multi
                                else f"SELECT {', '.join(cols)} FROM {table}")

@@ -1,8 +1,9 @@
 """``run_study``: discovery × evaluation × report, resumable, on any backend.
 
 Stages: discovery (one unit per corpus × query) → overlap and noise ceilings, stability
-curves (no forward pass: the stored per-item scores) → head-sets
-and their random controls → evaluation (one unit per setting × test × item shard) →
+curves (no forward pass: the stored per-item scores) → the exact causal map (one unit per
+item shard, :mod:`vheads.study._causal`) → head-sets (the causal setting among them) and
+their random controls → evaluation (one unit per setting × test × item shard) →
 baseline audit → report. Every unit is committed to the store atomically; rerunning the
 same command into the same directory computes only what is missing, and a run directory
 made with a different configuration is refused.
@@ -222,9 +223,14 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
         if draws.fallbacks:
             fallbacks.setdefault(setting, {})[label] = [str(f) for f in draws.fallbacks]
 
-    for sid, scores, heads in store.query("SELECT setting, scores, headset FROM discovery ORDER BY setting"):
+    from vheads.study._causal import CAUSAL_SETTING, causal_setting_rows
+
+    # the discovered settings, then the causal one (the exact map's top-k: same controls, same tests)
+    for sid, scores, heads in (store.query("SELECT setting, scores, headset FROM discovery ORDER BY setting")
+                               + causal_setting_rows(store, cfg, shape, attention_layers)):
         S = HeadSet([tuple(h) for h in json.loads(heads)], L, H, attention_layers)
-        discovered[sid] = S
+        if sid != CAUSAL_SETTING:  # head-set algebra pairs discovered settings only
+            discovered[sid] = S
         rows.append((sid, "S", "S", 0, cfg.seed, _heads_json(S)))
         for name, R in cfg.controls.items():
             seed = derived_seed(cfg.seed, "control", sid, name)
@@ -449,6 +455,11 @@ def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progr
         t = time.time()
         stability_stage(store, cfg, shape["attention_layers"])
         timed("stability", t)
+        t = time.time()
+        from vheads.study._causal import causal_map_units
+
+        n_computed += _run_units(store, run_dir, backend, causal_map_units(cfg), "causal map", progress)
+        timed("causal map", t)
         t = time.time()
         _headset_stage(store, cfg, (shape["n_layers"], shape["n_heads"]), shape["attention_layers"])
         timed("controls", t)

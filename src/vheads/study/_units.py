@@ -74,7 +74,7 @@ class UnitComputer:
         t0 = time.time()
         fn = {"discovery": self._discovery, "eval": self._eval, "audit": self._audit, "image-mass": self._image_mass,
               "ood-audit": self._ood_audit, "ood-eval": self._ood_eval, "doctor": self._doctor,
-              "scores": lambda u: compute_score_unit(self, u)}[unit["kind"]]
+              "scores": lambda u: compute_score_unit(self, u), "causal-map": self._causal_map}[unit["kind"]]
         rows = fn(unit)
         return {"unit_id": unit["unit_id"], "kind": unit["kind"], "rows": rows, "seconds": time.time() - t0}
 
@@ -181,6 +181,28 @@ class UnitComputer:
                 put(f"cers@beta={b:g}", run_test(eng, "cers", sets, [hsets[j] for j in at_beta], b, cfg.steer_rows,
                                                  cfg.seed, bs, memo=self.memo), at_beta)
         return {"rows": out}
+
+    # ---- causal map -------------------------------------------------------------------------
+    def _causal_map(self, unit):
+        """One shard of the exact causal map (:mod:`vheads.study._causal`): every head alone and
+        every whole layer, per item, both NCS arms."""
+        from vheads.causal import causal_item_sets, exact_causal_map
+        from vheads.evaluation._request import HEAD_OUTPUT_TESTS
+        from vheads.study._causal import causal_seed
+
+        cfg = self.cfg
+        lo, hi = unit["shard"]
+        sets = {k: v[lo:hi] for k, v in causal_item_sets(cfg.causal_tests, cfg.n_eval, causal_seed(cfg.seed), self.source,
+                                                         self.templates).items()}
+        rows = []
+        for ablation in cfg.ablation:  # every ablation the run uses, where a one-head map is defined (no mean: no reference set)
+            tests = cfg.causal_tests if ablation == "attention" else [t for t in cfg.causal_tests if t in HEAD_OUTPUT_TESTS]
+            if ablation == "mean" or not tests:
+                continue
+            maps = exact_causal_map(self.engine, sets, tests, ablation=ablation, seed=cfg.seed, batch_size=cfg.run.batch_size,
+                                    memo=self.memo)
+            rows += [r for m in maps.values() for r in m.store_rows(unit["unit_id"])]
+        return {"rows": {"causal_map": rows}}
 
     # ---- baseline attention per head --------------------------------------------------------
     def _image_mass(self, unit):
