@@ -395,7 +395,7 @@ def _mount_optional() -> None:
     except ImportError:
         pass
     try:
-        from vheads.causal import causal_map_command
+        from vheads._causal_cli import causal_map as causal_map_command
 
         app.command("causal-map")(causal_map_command)
     except ImportError:

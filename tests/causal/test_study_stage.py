@@ -40,13 +40,14 @@ def test_the_map_is_stored_per_item_for_every_head_and_layer_on_items_apart_from
 
 def test_the_causal_setting_is_the_top_k_of_the_stored_map_and_is_tested_with_the_same_controls(causal_run):
     out, _ = causal_run
-    rows = _q(out, "SELECT headset_id, arm, item_id, value FROM causal_map WHERE test = 'ncs-all' AND headset_id NOT GLOB 'L[0-9]' "
+    rows = _q(out, "SELECT headset_id, arm, item_id, value FROM causal_map WHERE test = 'ncs-all' AND ablation = 'attention' AND method = 'exact' "
+                   "AND headset_id NOT GLOB 'L[0-9]' "
                    "AND headset_id NOT GLOB 'L[0-9][0-9]'")
     drops: dict = {}
     for hid, arm, _, v in rows:
         drops.setdefault(hid, {}).setdefault(arm, []).append(v)
     effect = {hid: np.mean(d["matched"]) - np.mean(d["mismatched"]) for hid, d in drops.items()}
-    (k,) = {k for (k,) in _q(out, "SELECT k FROM discovery")}
+    (k,) = {k for (k,) in _q(out, "SELECT k FROM discovery WHERE source != 'score'")}
     ranked = sorted(effect, key=lambda h: (-effect[h], int(h[1:].split("H")[0]), int(h.split("H")[1])))[:k]
     (heads,) = _q(out, "SELECT heads FROM headsets WHERE setting = 'causal-ncs' AND headset_id = 'S'")
     assert {f"L{l}H{h}" for l, h in json.loads(heads[0])} == set(ranked)

@@ -64,9 +64,18 @@ def test_paper_study_runs_end_to_end_on_real_photos(data_root, tmp_path):
 
 def test_small_study_on_real_photos(data_root, tmp_path):
     """The fast variant: comics only, CERS and NCS, one benchmark."""
-    d = paper_config(data_root, sources=["qspan"], tests=["cers", "ncs"], controls={"layer-matched": 2})
+    d = paper_config(data_root, sources=["qspan"], tests=["cers", "ncs"], controls={"layer-matched": 2}, causal_tests=[])
     d["corpora"], d["ood_tasks"] = d["corpora"][:1], d["ood_tasks"][:1]
     _check_real_photo_study(tmp_path, config_from_dict(d), {"cm-ord-qsp"}, {"cers", "ncs-all"}, report=False)
+    # the default score points: each is a setting, or left out with the reason its selection kept no head
+    store = Store(tmp_path / "run")
+    try:
+        scored = {s for (s,) in store.query("SELECT setting FROM discovery WHERE source = 'score'")}
+        left = {k.split(":", 1)[1]: v for k, v in store.query("SELECT key, value FROM meta WHERE key GLOB 'score-left-out:*'")}
+    finally:
+        store.close()
+    assert scored | set(left) == {f"cm-ord-{p}" for p in ("gaze", "localization", "vrh", "sparsemm")} and not scored & set(left)
+    assert all("selects no head" in v for v in left.values())
 
 
 def _check_real_photo_study(tmp_path, cfg, want_settings, want_tests, report):
@@ -75,7 +84,7 @@ def _check_real_photo_study(tmp_path, cfg, want_settings, want_tests, report):
     assert not report or (res.report is not None and res.report.is_file())
     store = Store(out)
     try:
-        settings = {s for (s,) in store.query("SELECT DISTINCT setting FROM discovery")}
+        settings = {s for (s,) in store.query("SELECT DISTINCT setting FROM discovery WHERE source != 'score'")}
         assert settings == want_settings
         items = {i for (i,) in store.query("SELECT DISTINCT item_id FROM outcomes")}
         # every evaluation item is a real-photo item (ids name the source kind)
@@ -85,7 +94,8 @@ def _check_real_photo_study(tmp_path, cfg, want_settings, want_tests, report):
         audit = {name: (mean, lo, hi, ok) for name, _, mean, lo, hi, ok in store.query("SELECT * FROM audit")}
         tasks = [t.partition(":")[0] for t in cfg.ood_tasks]
         ood_audit = store.query("SELECT task, name, mean_p_key, lo, hi, ok FROM ood_audit")
-        ood = store.query("SELECT DISTINCT task, setting, test, headset_id FROM ood_outcomes")
+        ood = store.query("SELECT DISTINCT task, setting, test, headset_id FROM ood_outcomes WHERE setting NOT IN "
+                          "(SELECT setting FROM discovery WHERE source = 'score')")  # the score points: like any setting
     finally:
         store.close()
     # the pointing suite: every task audited, S and its one layer-matched draw tested with CERS and NCS

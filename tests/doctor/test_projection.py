@@ -27,6 +27,7 @@ def _small(model_dir, **over):
         "row_groups": ["all", "last"], "row_group_controls": [], "controls": {"layer-matched": 1},
         "beta_sweep": [10.0, 10000.0], "beta_sweep_controls": 0, "k_sweep": [1, 2], "k_sweep_controls": 0,
         "algebra_controls": 0, "run": {"shard_size": 2, "batch_size": 16},
+        "scores": [], "ablation": ["attention"], "causal_tests": [],  # the later stages: the test below
     }
     d.update(over)
     return config_from_dict(d)
@@ -67,3 +68,19 @@ def test_the_projection_is_an_upper_bound_with_controls(tiny_random_dirs, monkey
                  row_group_controls=["layer-matched"], beta_sweep_controls=2, k_sweep_controls=1)
     ran = _counted_rows(monkeypatch, cfg, tmp_path / "run")
     assert 0 < ran <= study_rows(cfg, main_k=cfg.k)["evaluation"]
+
+
+@pytest.mark.slow
+def test_the_projection_counts_the_score_points_the_ablations_and_the_causal_map(tiny_random_dirs, monkeypatch, tmp_path):
+    """The defaults' later stages (four score points, the zero ablation, the causal map and
+    the causal setting) are counted: the projection bounds the rows from above and from below
+    by the rows without them."""
+    from vheads.models import load_model
+
+    over = {"scores": ["gaze", "vrh"], "ablation": ["attention", "zero"], "causal_tests": ["ncs"]}
+    cfg = _small(tiny_random_dirs["qwen3_vl"], **over)
+    lm = load_model(str(tiny_random_dirs["qwen3_vl"]))
+    heads = (len(lm.attention_layers), lm.n_heads)
+    ran = _counted_rows(monkeypatch, cfg, tmp_path / "run")
+    plain = study_rows(_small(tiny_random_dirs["qwen3_vl"]), main_k=cfg.k)["evaluation"]
+    assert plain < ran <= study_rows(cfg, main_k=cfg.k, heads=heads)["evaluation"]

@@ -173,7 +173,7 @@ def test_per_model_control_draws_keep_each_models_layer_counts(tmp_path):
     for name, (L, H) in shapes.items():
         st = Store(tmp_path, readonly=True, model=name)
         draws = [json.loads(h) for (h,) in st.query("SELECT heads FROM headsets WHERE control='layer-matched' "
-                                                     "AND setting='cm-ord-qsp'")]
+                                                     "AND setting='cm-ord-last'")]
         st.close()
         assert len(draws) == 25
         for d in draws:

@@ -24,7 +24,7 @@ SCORES = ["gaze", "sparsemm", {"name": "outhit", "rows": "out", "keys": "hit"}]
 def small(**over):
     d = {"model": "tiny", "corpora": ["comics"], "queries": ["ordinal"], "sources": ["last"], "n_discovery": 4, "n_eval": 2,
          "splits": 10, "tests": ["cers", "ncs"], "row_groups": ["all"], "controls": {"layer-matched": 4}, "beta_sweep": [],
-         "k_sweep": [], "algebra_controls": 0, "scores": SCORES, "run": {"shard_size": 2, "batch_size": 64}}
+         "k_sweep": [], "algebra_controls": 0, "scores": SCORES, "causal_tests": [], "run": {"shard_size": 2, "batch_size": 64}}
     d.update(over)
     return config_from_dict(d)
 

@@ -4,12 +4,11 @@
   NCS_grid and the text arm, batched like any head-set test (DESIGN.md "Causal map");
 - :class:`CausalMap` — one test's per-item values (both NCS arms), its effects and map;
 - :func:`save_causal_map` / :func:`load_causal_map` — ``vheads.causal-map/1`` files;
-- :func:`causal_map_command` — the ``vheads causal-map`` command;
 - :func:`atp_map` / :func:`compare_maps` — the attribution-patching estimate (AtP, AtP*) of
   the NCS / text-arm map from one forward and backward per item, and its agreement with the exact map.
 
 The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
-``vheads causal-map --help`` imports the command module alone, not torch.
+``vheads causal-map --help`` (the command is :mod:`vheads._causal_cli`) imports no torch.
 """
 
 from typing import TYPE_CHECKING
@@ -17,10 +16,9 @@ from typing import TYPE_CHECKING
 from vheads._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the public names; each loads on first use
-    from vheads.causal._cli import causal_map as causal_map_command
     from vheads.causal._map import (
         CAUSAL_SETTING, CAUSAL_TESTS, DEFAULT_ABLATION, FORMAT, CausalMap, causal_item_sets, causal_units, check_causal_request,
-        exact_causal_map, head_id, layer_id, load_causal_map, map_key, save_causal_map,
+        check_causal_tests, exact_causal_map, head_id, layer_id, load_causal_map, map_key, save_causal_map,
     )
     from vheads.causal._atp import AtpMap, atp_map, compare_maps
 

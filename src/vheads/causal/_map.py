@@ -26,11 +26,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vheads._errors import MAX_ITEMS, MAX_SEED, VheadsError, check_range
-from vheads.evaluation import METRICS, TEST_SETS, HeadSet, ProbeMemo, item_sets, run_test
+from vheads.evaluation import METRICS, TEST_SETS, HeadSet, item_sets  # torch-free: a config check reads this module
+
+if TYPE_CHECKING:
+    from vheads.evaluation import ProbeMemo
 
 #: the tests a causal map can be taken in (the hide-S tests; CERS steers, it hides nothing)
 CAUSAL_TESTS = ("ncs", "ncs-grid", "text")
@@ -263,6 +267,8 @@ def exact_causal_map(engine, sets: dict[str, list], tests=("ncs",), rows: str = 
     for an ablation other than attention."""
     check_causal_request(tests, rows, n=2, batch_size=batch_size, seed=seed, ablation=ablation)
     extra = check_ablation(ablation, tests)
+    from vheads.evaluation import run_test
+
     L, H = engine.shape
     att = list(engine.lm.attention_layers)
     ids, hsets = causal_units(L, H, att, layers)

@@ -124,11 +124,12 @@ def record_k(res: PointResult) -> int:
 
 
 def score_items(lm, items: Sequence[Item], points: Sequence[ScorePoint], max_new_tokens: int = 4, engine=None,
-                labels: Sequence[str] | None = None) -> tuple[list[PointResult], list[str], int]:
+                labels: Sequence[str] | None = None, skip_empty: bool = False) -> tuple[list[PointResult | str], list[str], int]:
     """Every point's :class:`PointResult` on ``items`` (greedy answers made once, when a point
     reads the ``out`` rows; an empty one teacher-forces the end-of-turn token), the item ids and
     the count of empty answers. A selection of nothing is a :class:`VheadsError` that starts
-    with the point's label (``labels``, one per point: ``setting cm-ord-vrh``)."""
+    with the point's label (``labels``, one per point: ``setting cm-ord-vrh``); with
+    ``skip_empty`` that point's entry is the error's text instead (the caller records it)."""
     from vheads.discovery._scores import _eos_text, greedy_answer
     from vheads.engine import Engine
 
@@ -147,7 +148,10 @@ def score_items(lm, items: Sequence[Item], points: Sequence[ScorePoint], max_new
         try:
             results.append(aggregate(stats, point, lm.n_heads, tuple(lm.attention_layers), lm.n_layers))
         except VheadsError as e:
-            raise VheadsError(f"{labels[i]}: {e}" if labels else str(e)) from None
+            msg = f"{labels[i]}: {e}" if labels else str(e)
+            if not skip_empty:
+                raise VheadsError(msg) from None
+            results.append(msg)
     return results, [it.id for it in items], n_empty
 
 

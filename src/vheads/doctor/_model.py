@@ -91,7 +91,7 @@ def check_baseline(ctx: Context) -> tuple[Check, float]:
                  details=[f"expected {expected}; (!) outside: the model may not read these items (a random model sits at 0.25)"]), n / secs
 
 
-def study_rows(cfg, main_k: int | None = None) -> dict[str, int]:
+def study_rows(cfg, main_k: int | None = None, heads: tuple[int, int] | None = None) -> dict[str, int]:
     """Batch rows a study of ``cfg`` runs, by stage, each row its probe memo
     (:class:`vheads.evaluation.ProbeMemo`) serves again counted once.
 
@@ -106,6 +106,13 @@ def study_rows(cfg, main_k: int | None = None) -> dict[str, int]:
       once per model rather than per setting (every setting runs the same items), the
       unmasked baselines of NCS and the text arm and NCS_grid's all-heads bound.
 
+    The score points (``scores``, on ``score_on``'s corpus × query pairs) and the causal
+    setting (``causal_tests`` with NCS) are settings like the grid's; each head-output
+    ablation of ``ablation`` runs NCS once more for S and its ``row_group_controls`` at the
+    first row group (its baselines are the memo's). With ``heads`` = (attention layers,
+    heads per layer), the causal map: every head alone and every whole layer in each of
+    ``causal_tests`` under each ablation it takes (its own items: its own baselines, once).
+
     Left out: the head-set algebra, the pointing suite, and controls that two settings or
     two draws happen to share (heads in the same layers: most on small models), which the
     memo also serves once; so this is an upper bound on a model with few heads. The memo is
@@ -115,6 +122,10 @@ def study_rows(cfg, main_k: int | None = None) -> dict[str, int]:
     n_strips = len(cfg.corpora) * len(cfg.queries) * cfg.n_discovery
     disc = n_strips * (1 + (5 if "out" in cfg.sources else 0))
     settings = len(cfg.corpora) * len(cfg.queries) * len(cfg.sources)
+    if cfg.scores:
+        settings += len(cfg.scores) * (1 if cfg.score_on == "first" else len(cfg.corpora) * len(cfg.queries))
+    if "ncs" in cfg.causal_tests:
+        settings += 1  # the causal setting
     controls = sum(cfg.controls.values())
     k_points = [kk for kk in dict.fromkeys(cfg.k_sweep) if kk != main_k]  # S@k=main_k is S
     k_sets = len(k_points) + len(cfg.k_sweep) * cfg.k_sweep_controls
@@ -131,13 +142,22 @@ def study_rows(cfg, main_k: int | None = None) -> dict[str, int]:
         others = 1 + sum(cfg.controls.get(c, 0) for c in cfg.row_group_controls)
         per_setting += (base + k_sets) * 2 * n + sum(others * 2 * n for g in dict.fromkeys(cfg.row_groups) if g != "all")
         once += 2 * n  # the unmasked baselines of both arms
+        if cfg.row_groups:
+            per_setting += sum(others for a in cfg.ablation if a != "attention") * 2 * n  # the head-output ablations
     if "ncs-grid" in tests:
         per_setting += base * 2 * n
         once += 2 * n  # every head hidden from the cell: the same head-set in every setting
     if "text" in tests:
         per_setting += base * n
         once += n  # the unmasked baselines
-    return {"discovery": disc, "evaluation": settings * per_setting + once}
+    causal = 0
+    if heads is not None:
+        units = heads[0] * heads[1] + heads[0]  # every head alone, every whole layer
+        per_item = {"ncs": 2, "ncs-grid": 2, "text": 1}  # rows per item of each test
+        for t in cfg.causal_tests:
+            runs = sum(1 for a in cfg.ablation if a == "attention" or (a != "mean" and t in ("ncs", "text")))
+            causal += (units * runs + 1) * per_item[t] * n  # + the unmasked baselines, once
+    return {"discovery": disc, "evaluation": settings * per_setting + once + causal}
 
 
 def check_speed(ctx: Context, cfg, items_per_s: float | None) -> Check:
@@ -169,7 +189,7 @@ def check_speed(ctx: Context, cfg, items_per_s: float | None) -> Check:
         return Check("speed", None, speed, invariant=False, numbers={"items_per_s": items_per_s, "rows_per_s": rows_per_s})
     from vheads.discovery import resolve_k
 
-    rows = study_rows(cfg, resolve_k(len(ctx.lm.attention_layers), H, cfg.k or None, cfg.selection))
+    rows = study_rows(cfg, resolve_k(len(ctx.lm.attention_layers), H, cfg.k or None, cfg.selection), (len(ctx.lm.attention_layers), H))
     secs = sum(rows.values()) / rows_per_s
     return Check("speed", None, f"{speed}; the configured study: at most {sum(rows.values()):,} rows, {_duration(secs)} at that "
                  "rate", invariant=False,

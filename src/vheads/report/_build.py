@@ -19,7 +19,7 @@ from pathlib import Path
 
 from vheads._errors import make_output_folder, path_inside
 from vheads._io import atomic_write
-from vheads.causal._map import CAUSAL_SETTING
+from vheads.causal import CAUSAL_SETTING
 from vheads.report import _figures as F
 from vheads.report import _overlaps as O
 from vheads.report import _tables as T

@@ -26,7 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from vheads.causal._map import CAUSAL_SETTING, CausalMap
+from vheads.causal import CAUSAL_SETTING, CausalMap
 from vheads.evaluation import spearman
 from vheads.report._data import RunData
 from vheads.report._doc import Table

@@ -158,10 +158,14 @@ def methods_overlap_figure(run: RunData) -> bytes | None:
 
 
 def methods_blocks(run: RunData) -> list:
-    """The section's tables and figure (empty when the run has no score settings)."""
+    """The section's tables and figure (empty when the run has no score settings), and a line
+    per default score point left out (its selection kept no head on the run's items)."""
+    left_out = [(k.split(":", 1)[1], v.get("reason", "")) for k, v in sorted(run.meta.items())
+                if k.startswith("score-left-out:") and isinstance(v, dict)]
+    notes: list = [f"Left out: {sid} — {why}." for sid, why in left_out]  # paragraphs
     if not run.score_settings:
-        return []
-    blocks: list = [t for t in (methods_overlap_table(run),) if t]
+        return notes
+    blocks: list = notes + [t for t in (methods_overlap_table(run),) if t]
     png = methods_overlap_figure(run)
     if png:
         blocks.append(Figure("methods_overlap", png, "Heads each score point shares with each grid setting (number), "

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vheads.causal._map import CAUSAL_SETTING
+from vheads.causal import CAUSAL_SETTING
 from vheads.evaluation import Interval, RankP, bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score
 from vheads.report._data import Cell, RunData, cfg_get, fallback_note, sweep_points
 from vheads.report._doc import Table

@@ -17,7 +17,7 @@ import json
 import numpy as np
 
 from vheads._seeds import derived_seed
-from vheads.causal._map import CAUSAL_SETTING, CausalMap
+from vheads.causal import CAUSAL_SETTING, CausalMap
 from vheads.store import Store
 
 
@@ -52,7 +52,7 @@ def causal_setting_rows(store: Store, cfg, shape: tuple[int, int], attention_lay
         return []
     effect = maps["ncs-all"].head_map("p4")  # NaN in a hybrid model's linear-attention layers
     layers = list(range(shape[0])) if attention_layers is None else list(attention_layers)
-    got = store.query("SELECT k FROM discovery LIMIT 1")
+    got = store.query("SELECT k FROM discovery WHERE source != 'score' LIMIT 1")  # the grid's k (a score point has its own)
     k = int(got[0][0]) if got else resolve_k(len(layers), shape[1], cfg.k or None, cfg.selection)
     S = select_heads(effect, k, cfg.selection, attention_layers)
     scores = np.where(np.isfinite(effect), effect, 0.0)  # the k sweep ranks the same heads; no NaN in JSON

@@ -412,7 +412,6 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
     """Checks that keep a run from stopping half-made: every one runs before the run folder exists."""
     from vheads.study._ablation import validate_ablation
 
-    validate_ablation(cfg, bad)
     for key in ("corpora", "queries", "sources", "tests", "row_groups", "row_group_controls", "ablation"):
         values = getattr(cfg, key)
         twice = sorted({v for v in values if values.count(v) > 1})
@@ -422,12 +421,13 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
         bad("tests", f"is empty: the study would compute nothing; list some of {', '.join(TESTS)}")
     if "ncs" in cfg.tests and not cfg.row_groups:
         bad("row_groups", f"is empty but tests include 'ncs'; list some of {', '.join(ROW_GROUPS)}")
+    validate_ablation(cfg, bad)  # after tests and row_groups: the head-output ablations run NCS
     if cfg.seed < 0:
         bad("seed", f"must be 0 or positive, got {cfg.seed}")
     for key in ("n_discovery", "n_eval", "splits"):
         if getattr(cfg, key) > MAX_ITEMS:
             bad(key, f"{getattr(cfg, key)} is more than {MAX_ITEMS:,}")
-    from vheads.causal._map import check_causal_tests
+    from vheads.causal import check_causal_tests
 
     check_causal_tests(cfg.causal_tests)
     if not 0 <= cfg.algebra_controls <= MAX_R:

@@ -26,10 +26,13 @@ Choices, for comparisons at equal size and a modest cost:
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from typing import Any
 
 from vheads._errors import VheadsError
+
+LOG = logging.getLogger("vheads.study")
 
 DEFAULT_SCORES = ["gaze", "localization", "vrh", "sparsemm"]
 SCORE_ON = ("first", "all")
@@ -123,12 +126,19 @@ def compute_score_unit(computer, unit: dict) -> dict:
     named = named_points(cfg)
     settings = [ScoreSetting(corpus.name, corpus.query, n, p, corpus.abbrev) for n, p in named]
     labels = [f"config key 'scores' ({n!r}), setting {st.id}" for (n, _), st in zip(named, settings)]
-    results, ids, n_empty = score_items(lm, corpus.items, [p for _, p in named], engine=eng, labels=labels)
+    # the default points are the field's methods, not the user's choice: one whose selection
+    # keeps no head on these items is left out, with a warning and a meta row the report shows
+    default = cfg.scores == DEFAULT_SCORES
+    results, ids, n_empty = score_items(lm, corpus.items, [p for _, p in named], engine=eng, labels=labels, skip_empty=default)
     rows: dict[str, list[tuple]] = {"discovery": [], "item_scores": [], "meta": []}
     for st, res in zip(settings, results):
+        if isinstance(res, str):
+            LOG.warning("%s; this default score point is left out of the run", res)
+            rows["meta"].append((f"score-left-out:{st.id}", json.dumps({"reason": res})))
+            continue
         rows["discovery"].append((st.id, st.query, "score", corpus.name, len(ids), record_k(res), json.dumps(res.scores.tolist()),
                                   json.dumps([list(h) for h in res.heads])))
         rows["item_scores"] += [(st.id, iid, json.dumps(m.tolist())) for iid, m in zip(ids, res.per_item)]
-        rows["meta"].append((f"score:{st.id}", json.dumps({**st.to_dict()["score"], "order": len(rows["meta"]),
+        rows["meta"].append((f"score:{st.id}", json.dumps({**st.to_dict()["score"], "order": sum(m[0].startswith("score:") for m in rows["meta"]),
                                                            "n_empty_answers": n_empty})))
     return {"rows": rows}

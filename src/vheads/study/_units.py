@@ -187,7 +187,7 @@ class UnitComputer:
         """One shard of the exact causal map (:mod:`vheads.study._causal`): every head alone and
         every whole layer, per item, both NCS arms."""
         from vheads.causal import causal_item_sets, exact_causal_map
-        from vheads.evaluation._request import HEAD_OUTPUT_TESTS
+        from vheads.evaluation import HEAD_OUTPUT_TESTS
         from vheads.study._causal import causal_seed
 
         cfg = self.cfg

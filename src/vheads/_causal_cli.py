@@ -32,7 +32,7 @@ def causal_map(
     """The exact causal map: every head alone (and every whole layer) hidden in NCS, NCS_grid and the text arm."""
     from vheads._errors import check_output_path
 
-    from vheads.causal._map import check_causal_request
+    from vheads.causal import check_causal_request
 
     check_causal_request(test, rows, n=n, batch_size=batch_size, seed=seed, ablation=ablation)
     check_range("--top", top, 0, 1_000_000)
@@ -44,7 +44,7 @@ def causal_map(
 
     from vheads._errors import make_output_folder
     from vheads._io import atomic_write
-    from vheads.causal._map import causal_item_sets, exact_causal_map, save_causal_map
+    from vheads.causal import causal_item_sets, exact_causal_map, save_causal_map
     from vheads.data import default_templates
     from vheads.engine import Engine
     from vheads.models import load_model
@@ -53,7 +53,7 @@ def causal_map(
     lm = load_model(model, dtype=dtype, device=device)
     maps = exact_causal_map(Engine(lm), sets, test, rows=rows, ablation=ablation, layers=layers, seed=seed,
                             batch_size=batch_size, progress=True)
-    from vheads.report._causal import causal_map_figure
+    from vheads.report import causal_map_figure
 
     out = make_output_folder(out)
     path = save_causal_map(maps, out / "causal_map.json", {"id": model, "n_layers": lm.n_layers, "n_heads": lm.n_heads})
