@@ -1,7 +1,7 @@
 """The report's causal-map section: each attention score against the exact causal map.
 
-- :func:`causal_map_figure` — a causal map (one panel per test: each head alone as a
-  layer × head heat map, each whole layer as a bar), also the ``vheads causal-map`` PNG;
+- :func:`causal_map_figure` — a causal map (one row per test: each head alone as a
+  layer × head heat map, its AtP estimate beside it, each whole layer as a bar), also the ``vheads causal-map`` PNG;
 - :func:`maps_side_by_side_figure` — the causal NCS map beside every setting's discovery
   score map, Spearman ρ in each title;
 - :func:`vheads.report._atp.atp_table` — the AtP estimate against the exact map (ρ,
@@ -98,10 +98,10 @@ def _effect_colorbar(fig, im, ax, label: str, vmax: float, **kw) -> None:
 
 
 def causal_map_figure(maps: dict[str, CausalMap], metric: str = "p4") -> bytes | None:
-    """One panel group per test: each head alone (heat map, red = hiding it costs the answer,
-    blue = it helps), its AtP estimate where stored (heat map beside it, the same colour
-    scale; AtP is in p4, so the scale is shared when ``metric`` is p4) and each whole layer
-    (bars, same layers)."""
+    """One row per test: each head alone (heat map, red = hiding it costs the answer, blue =
+    it helps), its AtP estimate where stored (heat map beside it, the same colour scale; AtP
+    is in p4, so the scale is shared when ``metric`` is p4) and each whole layer (bars, same
+    layers)."""
     from vheads.report._atp import METRIC as ATP_METRIC
     from vheads.report._atp import atp_partner
 
@@ -114,13 +114,12 @@ def causal_map_figure(maps: dict[str, CausalMap], metric: str = "p4") -> bytes |
     L, H = m0.n_layers, m0.n_heads
     heat_w = min(6.0, max(2.4, 0.3 * H + 1.2))
     height = min(9.0, max(3.0, 0.3 * L + 2.0))
-    ratios = [w for k in keys for w in ([heat_w, heat_w, 1.8] if partner[k] else [heat_w, 1.8])]
-    fig, axes = plt.subplots(1, len(ratios), figsize=(sum(ratios) + 0.4 * len(ratios), height), squeeze=False,
+    ratios = [heat_w, heat_w, 1.8] if any(partner.values()) else [heat_w, 1.8]
+    fig, axes = plt.subplots(len(keys), len(ratios), figsize=(sum(ratios) + 0.6, len(keys) * height), squeeze=False,
                              width_ratios=ratios, layout="constrained")
-    col = 0
-    for key in keys:
+    for row, key in zip(axes, keys):
         m, atp = maps[key], partner[key]
-        ax = axes[0, col]
+        ax, bar = row[0], row[-1]
         hm, le = m.head_map(metric), m.layer_effects(metric)
         am = atp.head_map(ATP_METRIC) if atp else None
         both = [hm] + ([am] if am is not None and metric == ATP_METRIC else [])
@@ -128,19 +127,19 @@ def causal_map_figure(maps: dict[str, CausalMap], metric: str = "p4") -> bytes |
         im = _heat(ax, hm, vmax)
         ax.set_title(f"{_label(key)}: each head alone", fontsize=9)
         shared = [ax]
-        if atp:
-            col += 1
-            aax = axes[0, col]
+        if len(ratios) == 3 and atp is None:
+            row[1].axis("off")
+            row[1].text(0.5, 0.5, "no AtP estimate\n(AtP covers NCS and the text arm\nunder attention and zero)", ha="center",
+                        va="center", fontsize=8, color="#777", transform=row[1].transAxes)
+        elif atp is not None:
             avmax = vmax if metric == ATP_METRIC else (float(np.nanmax(np.abs(am))) if np.isfinite(am).any() else 0.0) or 1.0
-            aim = _heat(aax, am, avmax)
-            aax.set_title(f"its AtP estimate ({ATP_METRIC})", fontsize=9)
+            aim = _heat(row[1], am, avmax)
+            row[1].set_title(f"its AtP estimate ({ATP_METRIC})", fontsize=9)
             if metric == ATP_METRIC:
-                shared.append(aax)
+                shared.append(row[1])
             else:
-                _effect_colorbar(fig, aim, aax, f"AtP estimate ({ATP_METRIC}, symmetric log)", avmax, location="bottom", shrink=0.9)
+                _effect_colorbar(fig, aim, row[1], f"AtP estimate ({ATP_METRIC}, symmetric log)", avmax, location="bottom", shrink=0.9)
         _effect_colorbar(fig, im, shared, f"effect of hiding the head ({metric}, symmetric log)", vmax, location="bottom", shrink=0.9)
-        bar = axes[0, col + 1]
-        col += 2
         ys = np.arange(L)
         ok = np.isfinite(le)
         bar.barh(ys[ok], le[ok], color=np.where(le[ok] >= 0, "#c0392b", "#2e6fb7"), height=0.7)
