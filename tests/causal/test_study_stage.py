@@ -62,6 +62,7 @@ def test_the_report_shows_the_causal_row_and_section(causal_run):
     md = (out / "report.md").read_text()
     assert "| causal-ncs |" in md
     assert "Each attention score against the exact causal map" in md
+    assert "AtP vs the exact map" in md and "| NCS (all rows) · zero ablation |" in md  # one row per ablation AtP covers
     for name in ("causal_map", "causal_vs_scores", "score_vs_effect"):
         assert (out / "figures" / f"{name}.png").is_file()
 
