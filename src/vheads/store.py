@@ -67,9 +67,10 @@ stability(setting, k, curve, n_items, draw, seed, overlap)
 causal_map(unit_id, method, test, ablation, headset_id, item_id, arm, value, logprob, logit_diff)
                                                   causal maps (vheads.causal): per item, each head alone
                                                   ('L3H5') and each whole layer ('L3'); method 'exact'
-                                                  (each set run); arm 'matched' / 'mismatched' (NCS
-                                                  drops) or 'value' (NCS_grid, text arm); a run before
-                                                  it has no such table
+                                                  (each set run) or 'atp' (attribution patching, heads
+                                                  only, value in p4, logprob / logit_diff NULL); arm
+                                                  'matched' / 'mismatched' (NCS drops) or 'value'
+                                                  (NCS_grid, text arm); a run before it has no such table
 """
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ def test_the_map_is_stored_per_item_for_every_head_and_layer_on_items_apart_from
 
 def test_the_causal_setting_is_the_top_k_of_the_stored_map_and_is_tested_with_the_same_controls(causal_run):
     out, _ = causal_run
-    rows = _q(out, "SELECT headset_id, arm, item_id, value FROM causal_map WHERE test = 'ncs-all' AND ablation = 'attention' AND method = 'exact' "
-                   "AND headset_id NOT GLOB 'L[0-9]' "
+    rows = _q(out, "SELECT headset_id, arm, item_id, value FROM causal_map WHERE method = 'exact' AND ablation = 'attention' "
+                   "AND test = 'ncs-all' AND headset_id NOT GLOB 'L[0-9]' "
                    "AND headset_id NOT GLOB 'L[0-9][0-9]'")
     drops: dict = {}
     for hid, arm, _, v in rows:
@@ -62,13 +62,54 @@ def test_the_report_shows_the_causal_row_and_section(causal_run):
     md = (out / "report.md").read_text()
     assert "| causal-ncs |" in md
     assert "Each attention score against the exact causal map" in md
+    assert "AtP vs the exact map" in md and "| NCS (all rows) · zero ablation |" in md  # one row per ablation AtP covers
     for name in ("causal_map", "causal_vs_scores", "score_vs_effect"):
         assert (out / "figures" / f"{name}.png").is_file()
+
+
+def test_the_stored_atp_rows_equal_a_direct_atp_map_on_the_same_items(tiny_random_dirs, causal_run):
+    """Per ablation AtP covers (attention: AtP*, zero: AtP), per arm, item and head: the
+    stored estimate equals :func:`vheads.causal.atp_map` on the stage's items (its own
+    seed), made here from the config, not from the store; heads only, p4 only. The exact
+    map's rows stay what a direct scan gives though AtP ran before them on the same replica."""
+    from vheads.causal import atp_map, causal_item_sets, exact_causal_map
+    from vheads.engine import Engine
+    from vheads.models import load_model
+    from vheads.study._causal import causal_seed
+
+    out, _ = causal_run
+    cfg = small_config(tiny_random_dirs["qwen3_vl"], algebra_controls=0)
+    sets = causal_item_sets(cfg.causal_tests, cfg.n_eval, causal_seed(cfg.seed), None, cfg.question_templates)
+    eng = Engine(load_model(cfg.model))
+    L, H = eng.shape
+    rows = _q(out, "SELECT ablation, headset_id, item_id, arm, value, logprob, logit_diff FROM causal_map "
+                   "WHERE method = 'atp' AND test = 'ncs-all'")
+    assert {r[0] for r in rows} == {"attention", "zero"} == set(cfg.ablation)
+    assert {r[1] for r in rows} == {f"L{l}H{h}" for l in range(L) for h in range(H)}  # heads, no whole layers
+    assert all(r[5] is None and r[6] is None for r in rows)  # AtP differentiates p4 only
+    stored = {r[:4]: r[4] for r in rows}
+    for ablation in cfg.ablation:
+        ref = atp_map(eng, sets, "ncs", ablation)
+        for arm, a in ref.arms.items():
+            for i, iid in enumerate(a.item_ids):
+                for l in range(L):
+                    for h in range(H):
+                        assert stored.pop((ablation, f"L{l}H{h}", iid, arm)) == pytest.approx(a.drops[i, l, h], abs=1e-6)
+    assert not stored  # nothing stored beyond those items
+    # and the AtP that ran between them left the exact map as a direct scan gives it (≤ 1e-5)
+    exact = exact_causal_map(eng, sets, ["ncs"], ablation="zero")["ncs-all@zero"]
+    got = {r[:3]: r[3] for r in _q(out, "SELECT headset_id, item_id, arm, value FROM causal_map WHERE method = 'exact' "
+                                        "AND ablation = 'zero' AND test = 'ncs-all'")}
+    for arm, ids in exact.item_ids.items():
+        for j, uid in enumerate(exact.unit_ids):
+            for i, iid in enumerate(ids):
+                assert got[(uid, iid, arm)] == pytest.approx(exact.per_item["p4"][arm][j, i], abs=1e-5)
 
 
 def test_a_rerun_computes_nothing_again(tiny_random_dirs, causal_run):
     out, _ = causal_run
     before = _q(out, "SELECT * FROM causal_map ORDER BY 1, 2, 3, 4, 5, 6")
+    assert {r[1] for r in before} == {"exact", "atp"}
     again = run_study(small_config(tiny_random_dirs["qwen3_vl"], algebra_controls=0), out, progress=False, report=False)
     assert again.units_computed == 0
     assert _q(out, "SELECT * FROM causal_map ORDER BY 1, 2, 3, 4, 5, 6") == before

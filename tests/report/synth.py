@@ -29,11 +29,13 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
              row_groups: bool = True, text: bool = True, extra_controls: bool = True, sweeps: bool = True,
              overlap: bool = True, audit: str | None = "ok", strips: bool = True, any_layer: bool = True,
              config_R: int | None = None, seed: int = 0, meta_extra: dict | None = None, metrics: bool = True,
-             config_extra: dict | None = None, causal: bool = False) -> Path:
+             config_extra: dict | None = None, causal: bool = False, atp: bool = False) -> Path:
     """Write a store into ``run_dir``. ``audit``: 'ok', 'bad' (oracle out of range) or None.
     ``metrics=False``: no logprob / logit-diff columns (a store of an older vheads).
     ``causal``: an exact causal map (NCS, per item and arm, every head and layer) and the
-    causal setting ``causal-ncs`` tested like the others."""
+    causal setting ``causal-ncs`` tested like the others; ``atp`` (with ``causal``): its AtP
+    estimate too (method 'atp', heads only, p4: a noisy copy of each exact value, the other
+    metrics NULL), drawn from a generator of its own so every other value stays as without."""
     rng = np.random.default_rng(seed)
     store = Store(run_dir)
     controls = {"layer-matched": R} | ({"any-layer": R} if any_layer else {})
@@ -121,6 +123,10 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
     if metrics:  # the other metrics' columns: linear maps of p4 (NCS = matched − mismatched mean holds in each)
         for table in ("outcomes", "arms", "causal_map"):
             rows[table] = [(*r, LOGPROB(r[-1]), LOGIT_DIFF(r[-1])) for r in rows[table]]
+    if causal and atp:
+        noise = np.random.default_rng(seed + 1)
+        rows["causal_map"] += [(r[0], "atp", *r[2:7], float(0.8 * r[7] + noise.normal(0, 0.01)), None, None)
+                               for r in list(rows["causal_map"]) if "H" in r[4]]
     store.commit_unit("synthetic", "synthetic", 0.0, rows)
     store.close()
     if strips:

@@ -5,7 +5,8 @@
 - :class:`CausalMap` — one test's per-item values (both NCS arms), its effects and map;
 - :func:`save_causal_map` / :func:`load_causal_map` — ``vheads.causal-map/1`` files;
 - :func:`atp_map` / :func:`compare_maps` — the attribution-patching estimate (AtP, AtP*) of
-  the NCS / text-arm map from one forward and backward per item, and its agreement with the exact map.
+  the NCS / text-arm map from one forward and backward per item, and its agreement with the exact map;
+- :func:`atp_causal_maps` — the AtP estimate as :class:`CausalMap` objects (method ``atp``), as the study stores it.
 
 The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
 ``vheads causal-map --help`` (the command is :mod:`vheads._causal_cli`) imports no torch.
@@ -21,5 +22,6 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         check_causal_tests, exact_causal_map, head_id, layer_id, load_causal_map, map_key, save_causal_map,
     )
     from vheads.causal._atp import AtpMap, atp_map, compare_maps
+    from vheads.causal._atp_map import atp_causal_maps
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -1,9 +1,12 @@
 """The report's causal-map section: each attention score against the exact causal map.
 
-- :func:`causal_map_figure` — a causal map (one panel per test: each head alone as a
-  layer × head heat map, each whole layer as a bar), also the ``vheads causal-map`` PNG;
+- :func:`causal_map_figure` — a causal map (one row per test: each head alone as a
+  layer × head heat map, its AtP estimate beside it, each whole layer as a bar), also the ``vheads causal-map`` PNG;
 - :func:`maps_side_by_side_figure` — the causal NCS map beside every setting's discovery
   score map, Spearman ρ in each title;
+- :func:`vheads.report._atp.atp_table` — the AtP estimate against the exact map (ρ,
+  top-k recall, the heads and items where they disagree most), its map beside the exact one
+  in :func:`causal_map_figure`;
 - :func:`score_effect_figure` — per setting, each head's discovery score against its
   causal NCS effect;
 - :func:`causal_table` — per setting: Spearman ρ between its score map and the causal map
@@ -26,7 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from vheads.causal import CAUSAL_SETTING, CausalMap
+from vheads.causal import CAUSAL_SETTING, CausalMap, map_key
 from vheads.evaluation import spearman
 from vheads.report._data import RunData
 from vheads.report._doc import Table
@@ -95,26 +98,48 @@ def _effect_colorbar(fig, im, ax, label: str, vmax: float, **kw) -> None:
 
 
 def causal_map_figure(maps: dict[str, CausalMap], metric: str = "p4") -> bytes | None:
-    """One panel pair per test: each head alone (heat map, red = hiding it costs the answer,
-    blue = it helps) and each whole layer (bars, same layers)."""
-    if not maps:
+    """One row per test: each head alone (heat map, red = hiding it costs the answer, blue =
+    it helps), its AtP estimate where stored (heat map beside it, the same colour scale; AtP
+    is in p4, so the scale is shared when ``metric`` is p4) and each whole layer (bars, same
+    layers)."""
+    from vheads.report._atp import METRIC as ATP_METRIC
+    from vheads.report._atp import atp_partner
+
+    drawn = {map_key(m.test, m.ablation, "atp") for m in maps.values() if m.method == "exact"}
+    keys = [k for k in maps if k not in drawn]  # an AtP map is drawn beside its exact map
+    if not keys:
         return None
-    keys = list(maps)
+    partner = {k: atp_partner(maps, k) for k in keys}
     m0 = maps[keys[0]]
     L, H = m0.n_layers, m0.n_heads
     heat_w = min(6.0, max(2.4, 0.3 * H + 1.2))
     height = min(9.0, max(3.0, 0.3 * L + 2.0))
-    fig, axes = plt.subplots(1, 2 * len(keys), figsize=(len(keys) * (heat_w + 2.2), height), squeeze=False,
-                             width_ratios=[heat_w, 1.8] * len(keys), layout="constrained")
-    for i, key in enumerate(keys):
-        m = maps[key]
-        ax, bar = axes[0, 2 * i], axes[0, 2 * i + 1]
+    ratios = [heat_w, heat_w, 1.8] if any(partner.values()) else [heat_w, 1.8]
+    fig, axes = plt.subplots(len(keys), len(ratios), figsize=(sum(ratios) + 0.6, len(keys) * height), squeeze=False,
+                             width_ratios=ratios, layout="constrained")
+    for row, key in zip(axes, keys):
+        m, atp = maps[key], partner[key]
+        ax, bar = row[0], row[-1]
         hm, le = m.head_map(metric), m.layer_effects(metric)
-        vmax = float(np.nanmax(np.abs(hm))) if np.isfinite(hm).any() else 0.0
-        im = _heat(ax, hm, vmax or 1.0)
+        am = atp.head_map(ATP_METRIC) if atp else None
+        both = [hm] + ([am] if am is not None and metric == ATP_METRIC else [])
+        vmax = max((float(np.nanmax(np.abs(x))) for x in both if np.isfinite(x).any()), default=0.0) or 1.0
+        im = _heat(ax, hm, vmax)
         ax.set_title(f"{_label(key)}: each head alone", fontsize=9)
-        _effect_colorbar(fig, im, ax, f"effect of hiding the head ({metric}, symmetric log)", vmax or 1.0,
-                         location="bottom", shrink=0.9)
+        shared = [ax]
+        if len(ratios) == 3 and atp is None:
+            row[1].axis("off")
+            row[1].text(0.5, 0.5, "no AtP estimate\n(AtP covers NCS and the text arm\nunder attention and zero)", ha="center",
+                        va="center", fontsize=8, color="#777", transform=row[1].transAxes)
+        elif atp is not None:
+            avmax = vmax if metric == ATP_METRIC else (float(np.nanmax(np.abs(am))) if np.isfinite(am).any() else 0.0) or 1.0
+            aim = _heat(row[1], am, avmax)
+            row[1].set_title(f"its AtP estimate ({ATP_METRIC})", fontsize=9)
+            if metric == ATP_METRIC:
+                shared.append(row[1])
+            else:
+                _effect_colorbar(fig, aim, row[1], f"AtP estimate ({ATP_METRIC}, symmetric log)", avmax, location="bottom", shrink=0.9)
+        _effect_colorbar(fig, im, shared, f"effect of hiding the head ({metric}, symmetric log)", vmax, location="bottom", shrink=0.9)
         ys = np.arange(L)
         ok = np.isfinite(le)
         bar.barh(ys[ok], le[ok], color=np.where(le[ok] >= 0, "#c0392b", "#2e6fb7"), height=0.7)
@@ -246,6 +271,7 @@ def causal_table(run: RunData, cmap: CausalMap, metric: str = "p4") -> Table | N
 
 def causal_blocks(run: RunData) -> list:
     """The section's tables and figures ([] for a run without a causal map)."""
+    from vheads.report._atp import atp_table
     from vheads.report._doc import Figure
 
     maps = load_causal_maps(run)
@@ -256,10 +282,14 @@ def causal_blocks(run: RunData) -> list:
     t = causal_table(run, maps["ncs-all"], metric) if "ncs-all" in maps else None
     if t:
         blocks.append(t)
+    t = atp_table(run, maps)
+    if t:
+        blocks.append(t)
     png = causal_map_figure(maps, metric)
     if png:
         blocks.append(Figure("causal_map", png, "The exact causal map: the effect of hiding each head alone from the "
-                             "image (red: the answer suffers) and of hiding each whole layer, on the discovery split.", True))
+                             "image (red: the answer suffers) and of hiding each whole layer, on the discovery split"
+                             + ("; beside each head map its AtP estimate on the same items." if t else "."), True))
     if "ncs-all" in maps:
         png = maps_side_by_side_figure(run, maps["ncs-all"], metric)
         if png:

@@ -7,7 +7,9 @@ from the evaluation items every setting is tested on. One work unit per shard of
 ``run.shard_size`` items, so an interrupted stage resumes by shard. The top-k heads of its
 NCS map (the study's k and selection, ranked in p4) form the setting ``causal-ncs``, which
 the head-set stage adds beside the discovered settings: the same controls, the same
-held-out tests, a row of Table 3.
+held-out tests, a row of Table 3. The same unit stores the AtP estimate of the map on the
+same items (:func:`vheads.causal.atp_causal_maps`, method ``atp``: heads only, p4) for the
+tests and ablations AtP covers (NCS and the text arm; attention, zero).
 """
 
 from __future__ import annotations

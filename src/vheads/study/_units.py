@@ -185,8 +185,8 @@ class UnitComputer:
     # ---- causal map -------------------------------------------------------------------------
     def _causal_map(self, unit):
         """One shard of the exact causal map (:mod:`vheads.study._causal`): every head alone and
-        every whole layer, per item, both NCS arms."""
-        from vheads.causal import causal_item_sets, exact_causal_map
+        every whole layer, per item, both NCS arms; and its AtP estimate on the same items."""
+        from vheads.causal import atp_causal_maps, causal_item_sets, exact_causal_map
         from vheads.evaluation import HEAD_OUTPUT_TESTS
         from vheads.study._causal import causal_seed
 
@@ -201,6 +201,9 @@ class UnitComputer:
                 continue
             maps = exact_causal_map(self.engine, sets, tests, ablation=ablation, seed=cfg.seed, batch_size=cfg.run.batch_size,
                                     memo=self.memo)
+            # the AtP estimate of the same map on the same items (attention: AtP*, zero: AtP; heads only, p4)
+            maps |= atp_causal_maps(self.engine, sets, tests, ablation, batch_size=min(8, cfg.run.batch_size),
+                                    token_budget=min(1 << 15, cfg.run.token_budget))
             rows += [r for m in maps.values() for r in m.store_rows(unit["unit_id"])]
         return {"rows": {"causal_map": rows}}
 
