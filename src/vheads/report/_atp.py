@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vheads.causal._map import CausalMap, head_id, map_key
+from vheads.causal import CausalMap, head_id, map_key
 from vheads.report._causal import _label
 from vheads.report._data import RunData
 from vheads.report._doc import Table
