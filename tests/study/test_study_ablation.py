@@ -16,11 +16,16 @@ from vheads.store import Store
 @pytest.mark.parametrize("over,match", [
     ({"ablation": ["attention", "shuffle"]}, "config key 'ablation': unknown ablation 'shuffle'"),
     ({"ablation": ["zero", "zero"]}, "config key 'ablation': 'zero' is listed twice"),
-    ({"ablation": ["attention", "zero"], "tests": ["cers"]}, "config key 'ablation': the head-output ablations run NCS"),
+    ({"ablation": ["attention", "resample"], "tests": ["cers"]}, "config key 'ablation': the head-output ablations run NCS"),
 ])
 def test_bad_ablation_key_is_one_error_naming_it(tiny_random_dirs, over, match):
     with pytest.raises(VheadsError, match=match):
         small_config(tiny_random_dirs["qwen3_vl"], **over)
+
+
+def test_the_default_ablations_need_no_ncs(tiny_random_dirs):
+    """The default's zero ablation runs where the study runs NCS: a study without NCS keeps the default."""
+    assert small_config(tiny_random_dirs["qwen3_vl"], tests=["cers"]).ablation == ["attention", "zero"]
 
 
 def test_unknown_ablation_exits_2_before_any_file_is_written(tmp_path):
