@@ -16,15 +16,6 @@ from vheads.evaluation._probe import Probe, run_scores
 from tests.conftest import family_params
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    from vheads.models import load_model
-
-    try:
-        return load_model("tiny")
-    except FileNotFoundError:
-        pytest.skip("the built-in tiny model is not built")
-
 
 @pytest.fixture(scope="module")
 def tiny64(tiny):

@@ -18,15 +18,6 @@ from vheads.evaluation._probe import Action, Probe, probe_batch
 TESTS = ("ncs", "ncs-grid", "text")
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    from vheads.models import load_model
-
-    try:
-        return load_model("tiny")
-    except FileNotFoundError:
-        pytest.skip("the built-in tiny model is not built")
-
 
 def _sets(n=3, seed=1):
     return {"class-matched": kind_items("class-matched", n, seed), "class-mismatched": kind_items("class-mismatched", n, seed),

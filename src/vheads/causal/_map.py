@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vheads._errors import MAX_ITEMS, MAX_SEED, VheadsError, check_range
+from vheads._errors import VheadsError
 from vheads.evaluation import METRICS, TEST_SETS, HeadSet, item_sets  # torch-free: a config check reads this module
 
 if TYPE_CHECKING:
@@ -221,18 +221,14 @@ def check_causal_request(tests, rows: str = "all", n: int = 2, batch_size: int =
     """Validate a causal-map request before any work (the tests, the row group, ``n`` ≥ 2,
     ``batch_size`` ≥ 1, the seed's range, the ablation)."""
     from vheads.engine import ROW_GROUPS
+    from vheads.evaluation import check_sizes
 
     for t in tests:
         if t not in CAUSAL_TESTS:
             raise VheadsError(f"--test {t!r}: a causal map is taken in {', '.join(CAUSAL_TESTS)} (tests that hide heads)")
     if not tests:
         raise VheadsError(f"--test: name at least one of {', '.join(CAUSAL_TESTS)}")
-    if n < 2:
-        raise VheadsError(f"--n must be at least 2 items per evaluation set (a 95% interval needs two), got {n}")
-    check_range("--n", n, 2, MAX_ITEMS)
-    check_range("--seed", seed, 0, MAX_SEED)
-    if batch_size < 1:
-        raise VheadsError(f"--batch-size must be at least 1 head-set per forward, got {batch_size}")
+    check_sizes(n, batch_size, seed)
     if rows not in ROW_GROUPS:
         raise VheadsError(f"--rows {rows!r}: unknown row group; choose from {', '.join(ROW_GROUPS)}")
     check_ablation(ablation, tests)

@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.evaluation._metrics import _check_items as check_items  # four lettered options per item
     from vheads.evaluation._ablation import donors, reference_means
     from vheads.evaluation._request import (
-        ABLATIONS, AUDIT_SETS, HEAD_OUTPUT_TESTS, METRICS, TEST_SETS, TESTS, audit_sets, check_ablation, check_request, item_sets, reference_sets,
+        ABLATIONS, AUDIT_SETS, HEAD_OUTPUT_TESTS, METRICS, TEST_SETS, TESTS, audit_sets, check_ablation, check_request,
+        check_sizes, item_sets, reference_sets,
     )
     from vheads.evaluation._run import HeadsetResult, evaluate_headsets, run_test
     from vheads.evaluation._stats import (

@@ -74,6 +74,17 @@ def check_ablation(ablation: str, tests=(), what: str = "--ablation") -> None:
                               f"{ablation!r} with {', '.join(HEAD_OUTPUT_TESTS)} only")
 
 
+def check_sizes(n: int, batch_size: int, seed: int) -> None:
+    """``n`` items per set 2 (a t-interval needs two) to ``MAX_ITEMS``, ``batch_size`` at
+    least 1 and ``seed`` 0 to ``MAX_SEED``, each a :class:`VheadsError` naming its flag."""
+    if n < 2:
+        raise VheadsError(f"--n must be at least 2 items per evaluation set (a 95% interval needs two), got {n}")
+    check_range("--n", n, 2, MAX_ITEMS)
+    check_range("--seed", seed, 0, MAX_SEED)
+    if batch_size < 1:
+        raise VheadsError(f"--batch-size must be at least 1 head-set per forward, got {batch_size}")
+
+
 def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n: int = 2, batch_size: int = 1,
                   steer_rows: str = "all", seed: int = 0, ablation: str = "attention", reference_n: int | None = None) -> list:
     """Validate an evaluation request before any work; returns the parsed control requests.
@@ -82,13 +93,7 @@ def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n
     ``batch_size`` at least 1, ``beta`` above 0 and ``seed`` 0 to ``MAX_SEED``; ``ablation``
     one of :data:`ABLATIONS` that every test takes; ``reference_n`` (the mean ablation's
     reference items per kind) 1 to ``MAX_ITEMS``."""
-    if n < 2:
-        raise VheadsError(f"--n must be at least 2 items per evaluation set (a 95% interval needs two), got {n}")
-    check_range("--n", n, 2, MAX_ITEMS)
-    check_range("--seed", seed, 0, MAX_SEED)
-    if batch_size < 1:
-        raise VheadsError(f"--batch-size must be at least 1 head-set per forward, got {batch_size}")
-
+    check_sizes(n, batch_size, seed)
     for t in tests:
         if t not in TESTS:
             raise ValueError(f"unknown test {t!r}; choose from {', '.join(TESTS)}")
