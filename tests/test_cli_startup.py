@@ -88,6 +88,8 @@ def test_python_dash_m_vheads_is_the_command(tmp_path):
     (["study", "bad.toml"], "no_such_key = 3\n", "unknown config key 'no_such_key'"),
     (["study", "bad.toml"], 'tests = ["ncs", "ncs"]\nrow_groups = ["nowhere"]\n', "config key 'row_groups'"),
     (["study", "bad.toml"], 'metric = "accuracy"\n', "config key 'metric'"),
+    (["study", "bad.toml"], "tests = []\n", "config key 'tests'"),  # after the score points' check, which reads the score space
+    (["study", "bad.toml"], 'scores = ["nope"]\n', "config key 'scores[0]'"),
     (["study", "bad.toml"], "[controls]\nlayer-matched = 1000000\n", "config key 'controls.layer-matched'"),
     (["doctor", "--config", "bad.toml"], 'sources = ["nowhere"]\n', "config key 'sources'"),
     (["evaluate", "--headset", "h.json", "--test", "bogus"], None, "unknown test 'bogus'"),

@@ -25,7 +25,7 @@ from typing import Any
 from vheads._errors import VheadsError, path_inside
 from vheads.data import Item
 from vheads.discovery._files import HeadSetRecord, save_headset, save_per_item
-from vheads.discovery._scores import CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV
+from vheads.discovery._setting import CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV
 from vheads.discovery._space import AXES, SCORES, PointResult, ScorePoint, aggregate, parse_score, point_statistics
 from vheads.evaluation import HeadSet
 

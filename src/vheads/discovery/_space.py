@@ -34,16 +34,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from vheads._errors import VheadsError
 from vheads.data import Item
-from vheads.discovery._scores import SOURCE_SPAN, SOURCES, Setting
+from vheads.discovery._setting import SOURCE_SPAN, SOURCES, Setting
 from vheads.discovery._selection import resolve_k
-from vheads.engine import Capture, Engine, positions_mask
 from vheads.evaluation import HeadSet
+
+if TYPE_CHECKING:  # torch loads only where a point is scored: a config check reads this module
+    from vheads.engine import Engine
 
 AXES: dict[str, tuple[str, ...]] = {
     "rows": ("last", "qspan", "out", "prompt", "image"),
@@ -206,6 +208,10 @@ def query_rows(item: Item, layout, rows: str) -> list[int]:
 def point_statistics(engine: Engine, items: Sequence[Item], answers: Sequence[str | None], point: ScorePoint) -> PointStatistics:
     """Capture every item's statistics of ``point`` (``answers`` teacher-forced after the
     assistant prefix: the ``out`` rows; None where the point does not read them)."""
+    import torch
+
+    from vheads.engine import Capture, positions_mask
+
     lm = engine.lm
     requests, n_rows, n_region = [], [], []
     for item, answer in zip(items, answers):
@@ -344,6 +350,7 @@ def score_point(lm, items: Sequence[Item], point: ScorePoint, max_new_tokens: in
     point reads the ``out`` rows (an empty answer teacher-forces the end-of-turn token, as
     :func:`score_settings` does), then one capture forward per item."""
     from vheads.discovery._scores import _eos_text, greedy_answer
+    from vheads.engine import Engine
 
     if len(items) == 0:
         raise VheadsError("no items to score")
