@@ -88,3 +88,14 @@ class _Lazy(dict):
 
     def values(self):
         return [self[k] for k in self._keys]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The built-in tiny model (skipped where it is not built); a module may define its own."""
+    from vheads.models import load_model
+
+    try:
+        return load_model("tiny")
+    except FileNotFoundError:
+        pytest.skip("the built-in tiny model is not built")

@@ -12,25 +12,12 @@ import numpy as np
 import pytest
 import torch
 
+from tests.evaluation.test_oom_split import _oom_above
 from vheads._errors import VheadsError
 from vheads.data.synthetic import strip_items
 from vheads.discovery._scores import region_masses
 from vheads.discovery._space import ScorePoint, point_statistics
 from vheads.engine import Batching, Engine
-
-
-def _oom_above(eng, max_rows):
-    """``eng.run`` raises OutOfMemoryError for a forward of more than ``max_rows`` rows; returns the row counts run."""
-    seen, run = [], eng.run
-
-    def limited(batch, *a, **k):
-        if batch.n_rows > max_rows:
-            raise torch.OutOfMemoryError(f"CUDA out of memory (injected: {batch.n_rows} rows)")
-        seen.append(batch.n_rows)
-        return run(batch, *a, **k)
-
-    eng.run = limited
-    return seen
 
 
 def _split_warnings(caplog):

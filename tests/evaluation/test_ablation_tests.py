@@ -12,12 +12,6 @@ from typer.testing import CliRunner
 from vheads.data import OPTION_LETTERS
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    from vheads.models import load_model
-
-    return load_model("tiny")
-
 
 def _p_key(lm, item, zero_heads=()) -> float:
     """P(key) over the four letters from the plain model, with ``zero_heads``' slices of

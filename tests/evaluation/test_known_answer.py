@@ -59,15 +59,6 @@ def _planted(lm, S: HeadSet):
     return lm2
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    from vheads.models import load_model
-
-    try:
-        return load_model("tiny")
-    except FileNotFoundError:
-        pytest.skip("the built-in tiny model is not built")
-
 
 def _top_image_heads(eng, per_layer: int) -> HeadSet:
     """The heads of each layer with the most attention from the last row to the image."""
