@@ -7,6 +7,10 @@
     ``ablate`` action: 64 head-sets as 64 batch rows; at question rows the system prompt and
     image run once (at all rows there is no prefix to share, layer-prefix sharing applies).
 
+*The limit*: the same 64 rows batched with no plan (item 0): the ratio (a) / that is
+what an ablation of no cost would reach on this device (on a CPU a batch costs about its
+rows' arithmetic).
+
 *Overhead*: the same batch (``rows`` copies of one prompt) under the ablation plan vs with
 no plan (sdpa everywhere), medians of interleaved repeats. (a) times ``sample`` forwards
 and scales to 64; (a) and (c) must agree on P(option) (``max_abs_dP``).
@@ -82,8 +86,11 @@ def run(lm, eng, n_items: int, image_tokens: int, baseline_sample: int, overhead
             holder = {}
             r["reuse_s"] += _setup.timed(lambda: holder.setdefault("p", run_probes(eng, [Probe(prompt, action, headsets)], prefix_reuse=True)[0]), device)
             r["max_abs_dP"] = max(r["max_abs_dP"], float(np.abs(holder["p"][: len(p_base)] - np.stack(p_base)).max()))
-        # overhead: the same batch with and without the ablation plan
+        # the limit: the same 64 rows (item 0's prompt) batched with no plan, as a free ablation would run
         prompt = _setup.prompt_of_length(lm, image_tokens)
+        batch, _ = probe_batch(eng, [Probe(prompt, action, headsets)], [(0, 0, H)])
+        r["plain_batched_s"] = _setup.timed(lambda: eng.run(batch, None, logits_at=[batch.length - 1]), device)
+        # overhead: the same batch with and without the ablation plan
         probes = [Probe(prompt, action, random_headsets(lm.n_layers, lm.n_heads, n=overhead_rows))]
         batch, plan = probe_batch(eng, probes, [(0, 0, overhead_rows)])
         last = [batch.length - 1]
@@ -95,7 +102,8 @@ def run(lm, eng, n_items: int, image_tokens: int, baseline_sample: int, overhead
             t["ablated"].append(_setup.timed(ablated, device))
             t["plain"].append(_setup.timed(plain, device))
         r.update(ablated_s=_setup.median(t["ablated"]), plain_s=_setup.median(t["plain"]), overhead_rows=overhead_rows, prefix=batch.prefix)
-        log(f"  ablation zero@{group}: one-per-head-set {r['baseline_s']:.1f}s, batched+reuse {r['reuse_s']:.1f}s; "
+        log(f"  ablation zero@{group}: one-per-head-set {r['baseline_s']:.1f}s, batched+reuse {r['reuse_s']:.1f}s, "
+            f"plain batched {r['plain_batched_s']:.2f}s an item; "
             f"ablated {r['ablated_s']:.2f}s vs plain {r['plain_s']:.2f}s ({overhead_rows} rows, prefix {batch.prefix}; max |ΔP| {r['max_abs_dP']:.1e})")
         out[group] = r
     return out
@@ -111,6 +119,10 @@ def entries(res: dict, model: str, cmd: str, entry) -> list[dict]:
         n = f"64 head-sets × {r['items']} item(s), {r['image_tokens']} image tokens, prompt {r['prompt_tokens']} tokens"
         rows.append(entry(f"{model} ablate zero@{group}: per-head-set / batched+reuse", r["baseline_s"] / r["reuse_s"],
                           target if applies else None, "higher", r, cmd, n + why))
+        limit = r["baseline_s"] / r["items"] / r["plain_batched_s"]
+        rows.append(entry(f"{model} ablate zero@{group}: per-head-set / plain batched (the limit)", limit, None, "higher", r, cmd,
+                          "the ratio an ablation of no cost would reach: the same 64 rows batched (prefix reused at question rows) "
+                          "with no plan; context"))
         rows.append(entry(f"{model} ablated forward / plain forward, zero@{group}", r["ablated_s"] / r["plain_s"],
                           OVERHEAD_TARGET if applies else None, "lower", r, cmd,
                           f"{r['overhead_rows']} rows, prefix {r['prefix']}" + why))

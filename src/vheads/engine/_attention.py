@@ -35,10 +35,13 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from vheads.engine._ablate import head_outputs
 from vheads.engine._plan import ProbePlan, first_biased_key
+from vheads.engine._prefix import owner
 
 NAME = "vheads"
 ROW_CHUNK = 512  # at most this many query rows per explicit-softmax chunk
 CHUNK_ELEMENTS = 1 << 25  # and at most this many logits per chunk (P pairs · rows · Tk): 128 MB in fp32
+#: attention arguments the shared-prefix path does not implement (then the full keys are built)
+_OWN_KEYS = ("softcap", "position_bias", "s_aux", "sliding_window")
 HIDDEN = -1e9  # a hidden key's logit in the folded path (:func:`_folded_rows`): its weight underflows to exactly 0
 
 
@@ -70,6 +73,22 @@ def swap_plan(plan: ProbePlan | None) -> ProbePlan | None:
     return the plan it replaces (for layer-prefix sharing: a layer run on some batch rows)."""
     prev, _STATE.plan = _STATE.plan, plan
     return prev
+
+
+def plain_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """transformers' sdpa attention, except on a CPU with grouped KV heads and a mask (a
+    prefix cache, padding): there sdpa reads the KV heads as they are (``enable_gqa``)
+    where transformers first copies each one for every query head of its group — on
+    the suffix rows of a shared prefix that copy cost more than the attention itself
+    (``benchmarks/bench_ablation.py``). The same sum in the same order (tests). On other
+    devices, or with a position bias or a softcap, transformers' function runs as it is
+    (a CUDA kernel with a mask does not take GQA and would fall back to the math kernel)."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    if (query.device.type != "cpu" or groups <= 1 or attention_mask is None or query.shape[2] == 1
+            or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None or kwargs.get("output_attentions")):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
 
 
 def _model_mask(attention_mask, idx_abs, q_off: int, tk: int) -> torch.Tensor:
@@ -265,11 +284,21 @@ def vheads_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     """query [B, H, Tq, D]; key/value [B, Hkv, Tk, D]; returns ([B, Tq, H, D], None): the
     attention under the plan's interventions and captures, then its head-output ablations
     and records (:func:`vheads.engine._ablate.head_outputs`)."""
-    out, weights = _attend(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     plan = _STATE.plan
     layer = getattr(module, "layer_idx", None)
+    out = weights = None
+    shared = owner(key)  # a suffix pass of prefix reuse: ``key`` holds the suffix keys only
+    if shared is not None:
+        plain = plan is None or layer is None or not plan.touches_layer(layer)
+        if plain and dropout == 0.0 and not any(kwargs.get(k) is not None for k in _OWN_KEYS):
+            out = shared.attend(query, attention_mask, query.shape[-1] ** -0.5 if scaling is None else scaling)
+        if out is None:  # interventions and captures index keys by absolute position: the full keys
+            key, value = shared.full()
+    if out is None:
+        out, weights = _attend(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     if plan is not None and layer is not None and (plan.ablations or plan.records):
-        out = head_outputs(plan, layer, out, key.shape[2] - query.shape[2], _STATE.results)
+        tk = key.shape[2] if shared is None else shared.get_seq_length()
+        out = head_outputs(plan, layer, out, tk - query.shape[2], _STATE.results)
     return out, weights
 
 
@@ -278,7 +307,7 @@ def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None
     plan = _STATE.plan
     layer = getattr(module, "layer_idx", None)
     if plan is None or layer is None or not plan.touches_layer(layer):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return plain_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
     B, H, tq, _ = query.shape
@@ -287,8 +316,8 @@ def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None
     idx_all = _local_rows(plan, layer, q_off, tq)
     bi, hi = _pairs(plan, layer, B, H, query.device)
     if len(idx_all) == 0 or len(bi) == 0:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return plain_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    out, _ = plain_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     if not plan.interventions:
         chunk = max(1, min(ROW_CHUNK, CHUNK_ELEMENTS // (B * H * tk)))
         for start in range(0, len(idx_all), chunk):

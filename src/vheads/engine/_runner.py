@@ -36,6 +36,8 @@ from vheads.engine._layers import decoder_layers, shared_layers
 from vheads.engine._memory import keep_freed_memory
 from vheads.engine._oom import split_on_oom
 from vheads.engine._plan import Capture, Intervention, ProbePlan
+from vheads.engine._prefix import SharedPrefixLayer, suffix_pass
+from vheads.engine._prefix import share_layers as share_prefix
 from vheads.engine._tail import read_rows_only
 from vheads.models import LoadedModel, Prompt
 
@@ -257,9 +259,10 @@ class Engine:
             with active_plan(None), self._read_rows(torch.tensor([P - 1]), P, None):
                 cache = _prefix_cache(model)
                 model(**self._inputs(batch, "prefix"), cache=cache, use_cache=True, logits_to_keep=1)
+            share_prefix(cache, batch.counts, batch.splits, model.config)
             shared = _share_cache(cache, batch.counts)
             keep = _keep(logits_at, P, T)
-            with active_plan(plan) as results, self._read_rows(keep, T - P, plan):
+            with active_plan(plan) as results, self._read_rows(keep, T - P, plan), suffix_pass():
                 out = model(**self._inputs(batch, "suffix"), cache=shared, use_cache=True, logits_to_keep=keep)
         else:
             keep = _keep(logits_at, 0, T)
@@ -429,6 +432,8 @@ def _share_cache(cache: DynamicCache, counts: list[int]) -> DynamicCache:
     ``counts[u]`` times: keys and values as views where one prompt allows (:func:`_rows`);
     a linear-attention layer's conv / recurrent state (small, updated in place) as copies."""
     for layer in cache.layers:
+        if isinstance(layer, SharedPrefixLayer):  # read by every row as it is
+            continue
         if getattr(layer, "keys", None) is not None:
             layer.keys, layer.values = _rows(layer.keys, counts), _rows(layer.values, counts)
         for states in (getattr(layer, "conv_states", {}), getattr(layer, "recurrent_states", {})):

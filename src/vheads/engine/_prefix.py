@@ -1,0 +1,183 @@
+"""A prefix KV cache read once by every batch row: the suffix pass of prefix reuse, without copies.
+
+With prefix reuse (:mod:`vheads.engine._runner`) the prefixes — system prompt and image,
+one row per item — run once, and then the suffixes of all B batch rows run against their
+item's cached keys. transformers' cache returns one ``[B, Hkv, P + S, D]`` tensor per layer:
+the item's prefix keys copied for each of its rows, then (on a CPU with a mask) each KV head
+copied again for every query head of its group. On a 64-row suffix of 29 tokens after a
+1,028-token prefix those copies cost more than the attention itself.
+
+A :class:`SharedPrefixLayer` keeps the prefix as it is (``[U, Hkv, P, D]``) and hands the
+layer only the suffix keys ``[B, Hkv, S, D]``; the attention function finds the prefix it
+belongs to (:func:`owner`) and computes, per item, the softmax over prefix ∪ suffix keys in
+two parts merged by their log-sum-exps (:func:`SharedPrefixLayer.attend`):
+
+- prefix keys: every query head of a KV group and every row of the item read the same
+  keys, so all of them are one query block of one fused attention call (no key copy, no
+  mask: a suffix row sees exactly the item's own prefix positions ``[0, split_u)``);
+- suffix keys: each row its own, under the model's mask (causal, padding), an explicit
+  softmax over S keys.
+
+``out = o_p · e^(lse_p − lse) + o_s · e^(lse_s − lse)``, ``lse = logaddexp(lse_p, lse_s)``:
+the same softmax, summed in another order (tests/engine/test_prefix.py). Used on a CPU,
+where the fused kernel gives its log-sum-exp; when the model's mask over the prefix is not
+"each item's own prefix" (a sliding window), on other devices, and for layers a plan
+intervenes in or captures from (they index keys by absolute position), the full keys are
+built (:meth:`SharedPrefixLayer.full`) and the usual path runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+#: suffix key tensor (by id) -> the layer that returned it, while a suffix pass runs
+_OWNERS: dict[int, tuple[torch.Tensor, "SharedPrefixLayer"]] = {}
+#: the model's mask (by id) -> its parts for the fused calls (:meth:`SharedPrefixLayer._mask_parts`), while a suffix pass runs
+_MASKS: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]] = {}
+
+#: at most this many prefix logits per fused call (its [queries, keys] working set)
+CHUNK_ELEMENTS = 1 << 25
+
+
+def _flash_cpu():
+    return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+class SharedPrefixLayer(DynamicLayer):
+    """One decoder layer's cache for a suffix pass: the prefix keys and values of U items
+    (``[U, Hkv, P, D]``, item u's real positions ``[0, splits[u])``), read by ``counts[u]``
+    consecutive batch rows each; :meth:`update` keeps the suffix keys and returns them alone."""
+
+    def __init__(self, prefix: DynamicLayer, counts: list[int], splits: list[int]):
+        super().__init__()
+        self.prefix_keys, self.prefix_values = prefix.keys, prefix.values
+        self.counts, self.splits = list(counts), list(splits)
+        self.device = prefix.keys.device
+        self.keys, self.values = prefix.keys, prefix.values  # the un-repeated prefix (U rows), for code that only reads shapes
+        self.is_initialized = True
+        self.suffix_keys = self.suffix_values = None
+
+    @property
+    def prefix_length(self) -> int:
+        return self.prefix_keys.shape[-2]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.suffix_keys is not None:
+            raise RuntimeError("a shared-prefix cache layer serves one suffix pass")
+        self.suffix_keys, self.suffix_values = key_states, value_states
+        _OWNERS[id(key_states)] = (key_states, self)
+        return key_states, value_states
+
+    def get_seq_length(self) -> int:
+        return self.prefix_length + (0 if self.suffix_keys is None else self.suffix_keys.shape[-2])
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.prefix_length + query_length, 0
+
+    def full(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values transformers' cache would return: ``[B, Hkv, P + S, D]``."""
+        reps = torch.tensor(self.counts, device=self.device)
+        k = torch.cat([torch.repeat_interleave(self.prefix_keys, reps, dim=0), self.suffix_keys], dim=-2)
+        v = torch.cat([torch.repeat_interleave(self.prefix_values, reps, dim=0), self.suffix_values], dim=-2)
+        return k, v
+
+    def _mask_parts(self, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The model's mask ``attention_mask`` [B, 1, S, P + S] (bool) over the suffix keys,
+        as the fused call takes it (additive, [B, 1, S, S]) with which rows see any suffix key
+        ([B, 1, S]), when every real query row of item u sees exactly the prefix keys
+        ``[0, split_u)`` (no sliding window, no other item's positions); else None. Real rows:
+        those that see a suffix key (at least themselves); a padded row's output is read by no
+        real row (its key is hidden from them). Worked out once per mask and suffix pass."""
+        hit = _MASKS.get(id(attention_mask))
+        if hit is not None and hit[0] is attention_mask:
+            return hit[1]
+        P = self.prefix_length
+        suffix = attention_mask[:, :, :, P:]
+        seen = suffix.any(-1)  # [B, 1, S]
+        want = torch.arange(P, device=attention_mask.device)
+        ok, start = True, 0
+        for n, split in zip(self.counts, self.splits):
+            rows = slice(start, start + n)
+            ok &= bool(((attention_mask[rows, 0, :, :P] == (want < split)[None, None, :]) | ~seen[rows, 0, :, None]).all())
+            start += n
+        parts = (torch.zeros(suffix.shape, device=suffix.device).masked_fill_(~suffix, float("-inf")), seen) if ok else None
+        _MASKS[id(attention_mask)] = (attention_mask, parts)
+        return parts
+
+    def attend(self, query: torch.Tensor, attention_mask, scaling: float) -> torch.Tensor | None:
+        """The attention of every batch row and head over prefix ∪ suffix keys, merged by
+        log-sum-exp (module docstring): ``[B, S, H, D]`` in the query's dtype; None where
+        this path does not apply (then :meth:`full`)."""
+        flash = _flash_cpu()
+        if (flash is None or query.device.type != "cpu" or query.dtype != torch.float32 or attention_mask is None
+                or attention_mask.dtype != torch.bool or attention_mask.dim() != 4 or attention_mask.shape[1] != 1
+                or attention_mask.shape[0] != query.shape[0] or attention_mask.shape[-1] != self.get_seq_length()):
+            return None
+        parts = self._mask_parts(attention_mask)
+        if parts is None:
+            return None
+        suffix_mask, seen = parts
+        B, H, S, D = query.shape
+        hkv = self.suffix_keys.shape[1]
+        g = H // hkv
+        # prefix keys: one fused call per item (and chunk of its rows), the query heads of a KV group folded into the rows
+        o_p = query.new_empty(B, hkv, g, S, D)  # head h = (h // g, h % g)
+        lse_p = query.new_empty(B, hkv, g, S)
+        start = 0
+        for u, (n, split) in enumerate(zip(self.counts, self.splits)):
+            k = self.prefix_keys[u : u + 1, :, :split]
+            v = self.prefix_values[u : u + 1, :, :split]
+            per = max(1, CHUNK_ELEMENTS // max(1, g * S * split * hkv))
+            for a in range(start, start + n, per):
+                b = min(start + n, a + per)
+                m = b - a
+                q = query[a:b].view(m, hkv, g, S, D).permute(1, 2, 0, 3, 4).reshape(1, hkv, g * m * S, D)
+                o, lse = flash(q, k, v, 0.0, False, scale=scaling)[:2]
+                o_p[a:b] = o.view(hkv, g, m, S, D).permute(2, 0, 1, 3, 4)
+                lse_p[a:b] = lse.view(hkv, g, m, S).permute(2, 0, 1, 3)
+            start += n
+        # suffix keys: each row its own, under the model's mask over them (a row that sees none: output 0, lse -inf)
+        o_p, lse_p = o_p.view(B, H, S, D), lse_p.view(B, H, S)
+        ks = self.suffix_keys.repeat_interleave(g, 1)  # [B, H, S, D]: S keys, a small copy
+        vs = self.suffix_values.repeat_interleave(g, 1)
+        o_s, lse_s = flash(query, ks, vs, 0.0, False, attn_mask=suffix_mask, scale=scaling)[:2]
+        lse_s = lse_s.masked_fill(~seen, float("-inf"))
+        lse = torch.logaddexp(lse_p, lse_s)
+        out = o_p * torch.exp(lse_p - lse)[..., None] + o_s * torch.exp(lse_s - lse)[..., None]
+        return out.transpose(1, 2).contiguous()
+
+
+def owner(key: torch.Tensor) -> SharedPrefixLayer | None:
+    """The shared-prefix cache layer that returned ``key`` in the running suffix pass, or None."""
+    hit = _OWNERS.get(id(key))
+    return hit[1] if hit is not None and hit[0] is key else None
+
+
+@contextlib.contextmanager
+def suffix_pass():
+    """The scope of one suffix pass: the layers' suffix keys are forgotten when it ends."""
+    try:
+        yield
+    finally:
+        _OWNERS.clear()
+        _MASKS.clear()
+
+
+def share_layers(cache, counts: list[int], splits: list[int], model_config) -> bool:
+    """Replace each plain KV layer of the prefix ``cache`` by a :class:`SharedPrefixLayer`
+    for ``counts`` rows per item, when the model reads its keys only through the attention
+    function (no layer attends with another layer's keys: Gemma 4's KV-shared layers).
+    True when it did."""
+    text = getattr(model_config, "text_config", model_config)
+    if getattr(text, "num_kv_shared_layers", 0) or _flash_cpu() is None:
+        return False
+    layers = cache.layers
+    if not any(type(layer) is DynamicLayer and layer.keys is not None and layer.keys.device.type == "cpu" for layer in layers):
+        return False
+    for i, layer in enumerate(layers):
+        if type(layer) is DynamicLayer and getattr(layer, "keys", None) is not None:
+            layers[i] = SharedPrefixLayer(layer, counts, splits)
+    return True
