@@ -12,6 +12,9 @@ word-level test tokenizer (so the vocabulary, and only the vocabulary, is small)
   prompt) at question rows (prefix shared) and at all rows; tokens/s of both;
 - evaluation: one forward per head-set (eager head mask) / vheads batched, question and
   all rows (the ``benchmarks/run.py`` evaluation rows);
+- head-output ablation (``zero``, 2B only): one forward per head-set (sdpa, ``o_proj``
+  pre-hooks) / vheads batched, question rows (prefix reused) and all rows, beside the limit
+  (the same rows batched with no plan) and ablated / plain forward (``benchmarks/bench_ablation.py``);
 - bf16 vs fp32 agreement of P(option) under masking (2B only: the same weights cast);
 - the projected GPU-hours of a paper-like study: the evaluation stage's batch rows counted
   from the study configuration (:func:`evaluation_rows`, 12 settings, 400 items per set,
@@ -34,7 +37,7 @@ sys.path.insert(0, str(ROOT / "src"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from benchmarks import _setup, bench_capture, bench_evaluation, bench_overhead  # noqa: E402
+from benchmarks import _setup, bench_ablation, bench_capture, bench_evaluation, bench_overhead  # noqa: E402
 
 #: Qwen3-VL language model and vision tower layouts (the published configs)
 WIDTHS = {
@@ -175,6 +178,10 @@ def main(argv=None) -> dict:
                                                   "all": ev["all"]["baseline_s"] / ev["all"]["batched_s"],
                                                   "max_abs_dP": max(ev["question"]["max_abs_dP"], ev["all"]["max_abs_dP"])}
         if name in ("2b", "smoke"):
+            ab = bench_ablation.run(lm, eng, 1, image_tokens, 2 if args.smoke else 4, rows, repeats, device, log)
+            r["ablation zero"] = {g: {"per-head-set / batched": a["baseline_s"] / a["reuse_s"],
+                                      "limit": a["baseline_s"] / a["items"] / a["plain_batched_s"],
+                                      "ablated / plain": a["ablated_s"] / a["plain_s"], "max_abs_dP": a["max_abs_dP"]} for g, a in ab.items()}
             lm.model.to(torch.bfloat16)  # (the smoke run is fp32 until here)
             r["bf16 vs fp32"] = _agreement(lm, eng, image_tokens, log)
         if device == "cuda":
@@ -211,6 +218,9 @@ def _print(res: dict) -> None:
             print(f"  capture / plain, T={T}: {x:.2f}×  (target ≤ 1.1 from 1,024 tokens)")
         e = r["evaluation per-head-set / batched"]
         print(f"  per-head-set / batched: question {e['question (+reuse)']:.1f}× (target ≥ 30), all {e['all']:.1f}× (target ≥ 6); max |ΔP| {e['max_abs_dP']:.1e}")
+        for g, a in r.get("ablation zero", {}).items():
+            print(f"  ablate zero@{g}: per-head-set / batched {a['per-head-set / batched']:.1f}× (target ≥ {30 if g == 'question' else 6}; "
+                  f"limit {a['limit']:.1f}×), ablated / plain {a['ablated / plain']:.2f}× (target ≤ 1.15); max |ΔP| {a['max_abs_dP']:.1e}")
         if isinstance(r.get("bf16 vs fp32"), dict):
             print(f"  bf16 vs fp32 P(option): max |ΔP| {r['bf16 vs fp32']['max_abs_dP']:.2e}")
         if "peak_gib" in r:

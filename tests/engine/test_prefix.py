@@ -85,3 +85,15 @@ def test_a_cache_layer_serves_one_suffix_pass():
         layer.update(ks, vs)
         with pytest.raises(RuntimeError, match="one suffix pass"):
             layer.update(ks, vs)
+
+
+def test_pair_keys_are_the_full_keys_of_those_pairs():
+    counts, splits = [3, 2], [7, 5]
+    prefix, q, ks, vs, mask = _case(counts, splits)
+    layer = _prefix.SharedPrefixLayer(prefix, counts, splits)
+    with _prefix.suffix_pass():
+        layer.update(ks, vs)
+        rows, kv = torch.tensor([0, 2, 3, 4, 4]), torch.tensor([1, 0, 1, 0, 1])
+        k, v = layer.pair_keys(rows, kv)
+    k_ref, v_ref = _full_keys(prefix, ks, vs, counts)
+    assert torch.equal(k, k_ref[rows, kv]) and torch.equal(v, v_ref[rows, kv])

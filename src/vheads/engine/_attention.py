@@ -35,7 +35,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from vheads.engine._ablate import head_outputs
 from vheads.engine._plan import ProbePlan, first_biased_key
-from vheads.engine._prefix import owner
+from vheads.engine._prefix import SharedPrefixLayer, owner
 
 NAME = "vheads"
 ROW_CHUNK = 512  # at most this many query rows per explicit-softmax chunk
@@ -286,38 +286,46 @@ def vheads_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     and records (:func:`vheads.engine._ablate.head_outputs`)."""
     plan = _STATE.plan
     layer = getattr(module, "layer_idx", None)
-    out = weights = None
     shared = owner(key)  # a suffix pass of prefix reuse: ``key`` holds the suffix keys only
-    if shared is not None:
-        plain = plan is None or layer is None or not plan.touches_layer(layer)
-        if plain and dropout == 0.0 and not any(kwargs.get(k) is not None for k in _OWN_KEYS):
-            out = shared.attend(query, attention_mask, query.shape[-1] ** -0.5 if scaling is None else scaling)
-        if out is None:  # interventions and captures index keys by absolute position: the full keys
-            key, value = shared.full()
-    if out is None:
-        out, weights = _attend(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
+    if shared is not None and (dropout != 0.0 or any(kwargs.get(k) is not None for k in _OWN_KEYS) or (plan is not None and plan.captures)):
+        key, value = shared.full()  # a capture reads the weights over all keys, by absolute position
+        shared = None
+    out, weights = _attend(module, query, key, value, attention_mask, dropout, scaling, shared=shared, **kwargs)
     if plan is not None and layer is not None and (plan.ablations or plan.records):
         tk = key.shape[2] if shared is None else shared.get_seq_length()
         out = head_outputs(plan, layer, out, tk - query.shape[2], _STATE.results)
     return out, weights
 
 
-def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """The attention of every (batch row, head) under the plan's interventions and captures."""
+def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None, shared: SharedPrefixLayer | None = None, **kwargs):
+    """The attention of every (batch row, head) under the plan's interventions and captures.
+    With ``shared`` (a suffix pass of prefix reuse, no capture) ``key``/``value`` are the
+    suffix keys and the prefix is read from ``shared`` (:mod:`vheads.engine._prefix`)."""
     plan = _STATE.plan
     layer = getattr(module, "layer_idx", None)
-    if plan is None or layer is None or not plan.touches_layer(layer):
+    if shared is not None:
+        base = shared.attend(query, attention_mask, query.shape[-1] ** -0.5 if scaling is None else scaling)
+        if base is None:  # not this path (a sliding window, another device): the full keys
+            key, value = shared.full()
+            shared = None
+
+    def plain():
+        if shared is not None:
+            return base, None
         return plain_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+
+    if plan is None or layer is None or not plan.touches_layer(layer):
+        return plain()
     if scaling is None:
         scaling = query.shape[-1] ** -0.5
     B, H, tq, _ = query.shape
-    tk = key.shape[2]
+    tk = key.shape[2] if shared is None else shared.get_seq_length()
     q_off = tk - tq  # absolute position of query row 0 (a prefix cache sits before it)
     idx_all = _local_rows(plan, layer, q_off, tq)
     bi, hi = _pairs(plan, layer, B, H, query.device)
     if len(idx_all) == 0 or len(bi) == 0:
-        return plain_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    out, _ = plain_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return plain()
+    out, _ = plain()
     if not plan.interventions:
         chunk = max(1, min(ROW_CHUNK, CHUNK_ELEMENTS // (B * H * tk)))
         for start in range(0, len(idx_all), chunk):
@@ -332,8 +340,11 @@ def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None
             out[bi, :e, hi] = _folded_rows(query, key, value, bi, hi, bias, scaling).to(out.dtype)  # out [B, Tq, H, D] ← [P, e, D]
             return out, None
     groups = H // key.shape[1]
-    k_sel = key[bi, hi // groups].float()  # [P, Tk, D] (GQA: query head h reads KV head h // groups)
-    v_sel = value[bi, hi // groups].float()
+    if shared is None:
+        k_sel = key[bi, hi // groups].float()  # [P, Tk, D] (GQA: query head h reads KV head h // groups)
+        v_sel = value[bi, hi // groups].float()
+    else:
+        k_sel, v_sel = (x.float() for x in shared.pair_keys(bi, hi // groups))
     rows_per_chunk = CHUNK_ELEMENTS // (len(bi) * tk)
     chunk = max(1, min(ROW_CHUNK, rows_per_chunk) if plan.captures else rows_per_chunk)
     for start in range(0, len(idx_all), chunk):

@@ -84,6 +84,13 @@ class SharedPrefixLayer(DynamicLayer):
         v = torch.cat([torch.repeat_interleave(self.prefix_values, reps, dim=0), self.suffix_values], dim=-2)
         return k, v
 
+    def pair_keys(self, rows: torch.Tensor, kv_heads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The full keys and values of (batch row, KV head) pairs: ``[n, P + S, D]`` each."""
+        items = torch.repeat_interleave(torch.arange(len(self.counts), device=self.device), torch.tensor(self.counts, device=self.device))[rows]
+        k = torch.cat([self.prefix_keys[items, kv_heads], self.suffix_keys[rows, kv_heads]], dim=-2)
+        v = torch.cat([self.prefix_values[items, kv_heads], self.suffix_values[rows, kv_heads]], dim=-2)
+        return k, v
+
     def _mask_parts(self, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The model's mask ``attention_mask`` [B, 1, S, P + S] (bool) over the suffix keys,
         as the fused call takes it (additive, [B, 1, S, S]) with which rows see any suffix key
