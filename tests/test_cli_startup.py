@@ -55,6 +55,7 @@ def test_help_loads_neither_torch_nor_transformers(args, tmp_path):
     (["study", "--quite"], "--quite"),
     (["no-such-command"], "no-such-command"),
     (["report", "not-a-run"], "results.sqlite"),
+    (["report", "not-a-run", "--metric", "accuracy"], "--metric: unknown metric 'accuracy'"),
 ])
 def test_a_usage_error_loads_neither_torch_nor_transformers(args, says, tmp_path):
     code, out, err, loaded = run_cli(args, tmp_path)

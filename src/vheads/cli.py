@@ -221,13 +221,18 @@ def _check_doctor_load(device: str, device_map: str | None, quantize: str | None
 def report(
     run_dir: Annotated[Path, typer.Argument(help="a study's run directory")],
     out: Annotated[Optional[Path], typer.Option(help="write the report here (default: RUN_DIR; for a run on read-only media)")] = None,  # noqa: UP007
+    metric: Annotated[Optional[str], typer.Option(help="the metric the tables lead with: p4, logprob or logit-diff (default: the run's config key metric)")] = None,  # noqa: UP007
 ) -> None:
     """Rebuild the report (Markdown + HTML) of a study run from its results store."""
+    from vheads.store import METRIC_COLUMNS
+
+    if metric is not None and metric not in METRIC_COLUMNS:
+        _die(f"--metric: unknown metric {metric!r}; choose from {', '.join(METRIC_COLUMNS)}")
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
     from vheads.study import build_report_if_available
 
-    path = _fail_clearly(build_report_if_available, run_dir, out)
+    path = _fail_clearly(build_report_if_available, run_dir, out, metric)
     typer.echo(f"report: {path}")
 
 

@@ -281,3 +281,20 @@ def test_resample_from_a_chosen_donor_equals_the_mean_over_that_donor_alone(mode
         (ref,) = item_references(eng, "mean", [pr], [donors_of[i]])
         want = run_scores(eng, [Probe(pr, Action("ablate", rows="all", ablation="mean"), hs, ref)])[0]
         assert abs(got[i] - want).max() <= 1e-5
+
+
+def test_a_mean_reference_set_is_recorded_once_per_engine(models, monkeypatch):
+    from vheads.evaluation import _ablation
+
+    lm = models("tiny")
+    eng = Engine(lm)
+    calls = []
+    real = _ablation.record_head_outputs
+    monkeypatch.setattr(_ablation, "record_head_outputs", lambda e, p: calls.append(len(p)) or real(e, p))
+    first = reference_means(eng, [_item(1), _item(2)])
+    again = reference_means(eng, [_item(1), _item(2)])  # another NCS call of the same study
+    assert calls == [2] and again is first
+    other = reference_means(eng, [_item(3)])  # another reference set: recorded
+    assert calls == [2, 1] and other.label != first.label
+    fresh = reference_means(Engine(lm), [_item(1), _item(2)])  # another engine records its own
+    assert calls == [2, 1, 2] and torch.equal(fresh.means, first.means)

@@ -116,3 +116,23 @@ def test_unknown_metric_in_the_config_is_refused_with_its_key():
     with pytest.raises(VheadsError, match="'metric'.*logits"):
         config_from_dict({"metric": "logits"})
     assert config_from_dict({"metric": "logit-diff"}).science_hash() == config_from_dict({}).science_hash()
+
+
+def test_vheads_report_metric_flag_leads_the_tables_with_that_metric(tmp_path):
+    from typer.testing import CliRunner
+
+    from vheads.cli import app
+
+    d = make_run(tmp_path / "run", settings=FOUR, R=9, n_items=4, **LEAN)  # config metric: p4
+    with sqlite3.connect(d / "results.sqlite") as db:
+        v = [x for (x,) in db.execute("SELECT value FROM outcomes WHERE setting='cm-ord-last' AND test='cers' AND "
+                                      "headset_id='S' ORDER BY item_id")]
+    res = CliRunner().invoke(app, ["report", str(d), "--metric", "logit-diff", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "logit-diff in the tables" in md
+    # Table 3's CERS mean of S is the mean of the stored logit-diff column, not of p4
+    cers = f"{np.mean([LOGIT_DIFF(x) for x in v]):.3f}"
+    assert cers in md and load_run(d).metric == "p4"
+    bad = CliRunner().invoke(app, ["report", str(d), "--metric", "accuracy", "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "unknown metric 'accuracy'" in bad.output and not (tmp_path / "bad").exists()

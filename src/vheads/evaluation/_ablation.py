@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import weakref
 
 import numpy as np
 import torch
@@ -63,13 +64,26 @@ def record_head_outputs(engine, prompts) -> list[tuple[list[str], torch.Tensor, 
     return out
 
 
+#: engine -> {reference prompts' digest: their RoleMeans}: a reference set is recorded once per engine
+_REFERENCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def reference_means(engine, items, what: str = "mean ablation") -> RoleMeans:
     """The mean head output per (layer, head, role) over the rows of ``items`` (the
     reference set): rows of one role pooled over every item. No item is a
-    :class:`VheadsError`."""
+    :class:`VheadsError`. Recorded once per engine and reference set (the same prompts give
+    the same forwards): every NCS call of a study with ``mean`` reads the same values."""
     if not items:
         raise VheadsError(f"{what}: the reference set is empty; the mean ablation needs at least one reference item")
     prompts = [engine.lm.adapter.build(it, engine.lm.processor) for it in items]
+    known = _REFERENCES.setdefault(engine, {})
+    key = _digest(prompts)
+    if key not in known:
+        known[key] = _pooled_reference(engine, prompts)
+    return known[key]
+
+
+def _pooled_reference(engine, prompts) -> RoleMeans:
     vocab: dict[str, int] = {}
     rec = record_head_outputs(engine, prompts)
     for roles, _, _ in rec:
@@ -81,7 +95,7 @@ def reference_means(engine, items, what: str = "mean ablation") -> RoleMeans:
         idx = torch.tensor([vocab[r] for r in roles])
         sums[:, :, idx] += s.double()
         counts[idx] += c
-    return pooled_means(sums, counts, list(vocab), f"mean over {len(items)} reference items {_digest(prompts)}")
+    return pooled_means(sums, counts, list(vocab), f"mean over {len(prompts)} reference items {_digest(prompts)}")
 
 
 def donors(n: int, seed: int) -> np.ndarray:

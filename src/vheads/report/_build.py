@@ -220,17 +220,18 @@ def build_sections(run: RunData) -> tuple[list[Section], list[str]]:
     return sections, warnings
 
 
-def build_report(run_dir: str | Path, out_dir: str | Path | None = None, model: str = "") -> Path:
+def build_report(run_dir: str | Path, out_dir: str | Path | None = None, model: str = "", metric: str | None = None) -> Path:
     """Build ``report.md``, ``report.html`` and ``figures/*.png`` from ``run_dir``'s results
-    store (the rows of ``model``, a multi-model run's model name); returns the path of
+    store (the rows of ``model``, a multi-model run's model name), its tables led by
+    ``metric`` (``p4``, ``logprob``, ``logit-diff``; default: the config's); returns the path of
     ``report.html``. Rebuilding replaces the previous report. A multi-model run's report is
     the cross-model one (:func:`vheads.report._crossmodel.build_multi_model_report`), with
     each model's own report under ``models/<name>/``."""
     from vheads.report._crossmodel import build_multi_model_report, is_multi_model
 
     if not model and is_multi_model(run_dir):
-        return build_multi_model_report(run_dir, out_dir)
-    run = load_run(run_dir, model)
+        return build_multi_model_report(run_dir, out_dir, metric)
+    run = load_run(run_dir, model, metric)
     out = make_output_folder(Path(out_dir) if out_dir is not None else Path(run_dir), "pass --out to a writable folder for the report")
     sections, warnings = build_sections(run)
 

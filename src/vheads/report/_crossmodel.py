@@ -67,8 +67,8 @@ class ModelRun:
     ood: dict[tuple[str, str, str, str], np.ndarray]
 
 
-def load_model_run(run_dir: str | Path, model: str = "", name: str | None = None) -> ModelRun:
-    run = load_run(run_dir, model)
+def load_model_run(run_dir: str | Path, model: str = "", name: str | None = None, metric: str | None = None) -> ModelRun:
+    run = load_run(run_dir, model, metric)
     store = Store(run_dir, readonly=True, model=model)
     try:
         ood = ood_values(store)
@@ -344,16 +344,16 @@ def build_crossmodel_report(runs: list[ModelRun], out: str | Path, source: str, 
     return write_report(out, f"vheads cross-model report — {', '.join(m.name for m in runs)}", subtitle, [], [section])
 
 
-def build_multi_model_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
+def build_multi_model_report(run_dir: str | Path, out_dir: str | Path | None = None, metric: str | None = None) -> Path:
     """A multi-model run's report: each model's own report in ``models/<name>/`` and the
-    cross-model report at the top."""
+    cross-model report at the top (``metric``: as :func:`vheads.report.build_report`)."""
     from vheads.report._build import build_report
 
     out = make_output_folder(Path(out_dir) if out_dir is not None else Path(run_dir), "pass --out to a writable folder for the report")
     names = multi_model_names(run_dir)
     for n in names:
-        build_report(run_dir, path_inside(out, "models", n), model=n)
-    runs = [load_model_run(run_dir, n) for n in names]
+        build_report(run_dir, path_inside(out, "models", n), model=n, metric=metric)
+    runs = [load_model_run(run_dir, n, metric=metric) for n in names]
     links = ["Each model's full report (every table of a single-model run): "
              + ", ".join(f"models/{n}/report.html" for n in names) + "."]
     return build_crossmodel_report(runs, out, f"Run {Path(run_dir).resolve()}", links)

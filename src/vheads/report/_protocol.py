@@ -76,7 +76,7 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
     if ks and L and H:
         k_text += f" ({100 * ks[0] / (L * H):.1f}% of heads" + (")" if len(ks) == 1 else ", smallest k)")
     checks.append(Check("Head-set size k (flat top-k)", k_text, none))
-    checks.append(Check("Outcome metric", f"{run.metric} in the tables (config key metric); the metric robustness "
+    checks.append(Check("Outcome metric", f"{run.metric} in the tables (config key metric, or `vheads report --metric`); the metric robustness "
                         "table shows Table 3 under p4, logprob and logit-diff"))
     checks.append(Check("Settings", f"{len(run.settings)}: {', '.join(run.settings)}" if run.settings else "none"))
     if run.score_settings:
