@@ -45,8 +45,11 @@ def _full_keys(prefix, ks, vs, counts):
     return (torch.cat([prefix.keys.repeat_interleave(reps, 0), ks], 2), torch.cat([prefix.values.repeat_interleave(reps, 0), vs], 2))
 
 
-@pytest.mark.parametrize("counts,splits,suffixes", [((3, 2), (7, 5), (4, 2)), ((5,), (6,), (3,))])
-def test_shared_prefix_attention_equals_a_hand_softmax_over_the_full_keys(counts, splits, suffixes):
+@pytest.mark.parametrize("counts,splits,suffixes,chunked", [((3, 2), (7, 5), (4, 2), False), ((5,), (6,), (3,), False),
+                                                             ((3, 2), (7, 5), (4, 2), True)])
+def test_shared_prefix_attention_equals_a_hand_softmax_over_the_full_keys(counts, splits, suffixes, chunked, monkeypatch):
+    if chunked:  # one row per fused call
+        monkeypatch.setattr(_prefix, "CHUNK_ELEMENTS", 1)
     prefix, q, ks, vs, mask = _case(counts, splits, suffixes)
     layer = _prefix.SharedPrefixLayer(prefix, list(counts), list(splits))
     with _prefix.suffix_pass():

@@ -15,8 +15,8 @@ two parts merged by their log-sum-exps (:func:`SharedPrefixLayer.attend`):
 - prefix keys: every query head of a KV group and every row of the item read the same
   keys, so all of them are one query block of one fused attention call (no key copy, no
   mask: a suffix row sees exactly the item's own prefix positions ``[0, split_u)``);
-- suffix keys: each row its own, under the model's mask (causal, padding), an explicit
-  softmax over S keys.
+- suffix keys: each row its own, under the model's mask over them (causal, padding), one
+  fused call with that mask over S keys (a row that sees none: output 0, log-sum-exp −∞).
 
 ``out = o_p · e^(lse_p − lse) + o_s · e^(lse_s − lse)``, ``lse = logaddexp(lse_p, lse_s)``:
 the same softmax, summed in another order (tests/engine/test_prefix.py). Used on a CPU,
