@@ -68,3 +68,15 @@ def reference_mode(model, per_row, allowed: dict[int, torch.Tensor] | None = Non
         yield
     finally:
         SPEC.clear()
+
+
+def hand_gqa_attention(q, k, v, keep, scale):
+    """Softmax attention written out, in float64: every query head h reads KV head h // g
+    (``q [B, H, Tq, D]``, ``k``/``v [B, Hkv, Tk, D]``), softmax over the keys ``keep``
+    (bool, broadcast to ``[B, H, Tq, Tk]``) allows. Returns ``[B, Tq, H, D]``."""
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    logits = (q.double() @ k.double().transpose(-1, -2)) * scale
+    logits = logits.masked_fill(~keep, float("-inf"))
+    w = torch.exp(logits - logits.amax(-1, keepdim=True))
+    return ((w / w.sum(-1, keepdim=True)) @ v.double()).transpose(1, 2)

@@ -4,6 +4,7 @@ import math
 
 import torch
 
+from tests.engine.reference import hand_gqa_attention
 from vheads.engine import ProbePlan, _attention, active_plan, mask_keys, steer_keys, vheads_attention
 
 
@@ -135,16 +136,6 @@ def test_only_a_causal_and_key_padding_mask_is_folded():
     assert _attention._causal_keys(torch.zeros(1, 1, T, T), T) is None  # additive masks take the general path
 
 
-def _softmax_attention(q, k, v, keep, scale):
-    """Hand-written attention: every query head h reads KV head h // g, softmax over the kept keys."""
-    g = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-    logits = (q @ k.transpose(-1, -2)) * scale
-    logits = logits.masked_fill(~keep, float("-inf"))
-    w = torch.exp(logits - logits.amax(-1, keepdim=True))
-    return ((w / w.sum(-1, keepdim=True)) @ v).transpose(1, 2)  # [B, Tq, H, D]
-
-
 def test_plain_attention_reads_grouped_kv_heads_under_a_mask_as_a_hand_softmax_does():
     # the suffix rows of a prefix cache: 3 query rows over 9 keys, row 1's first two keys padding
     B, H, Hkv, T, D, tq = 2, 4, 2, 9, 8, 3
@@ -156,7 +147,7 @@ def test_plain_attention_reads_grouped_kv_heads_under_a_mask_as_a_hand_softmax_d
     mod = _Layer(0, H // Hkv)
     out, _ = _attention.plain_attention(mod, q, k, v, keep, scaling=D ** -0.5)
     assert out.shape == (B, tq, H, D)
-    assert torch.allclose(out, _softmax_attention(q, k, v, keep, D ** -0.5), atol=1e-6)
+    assert torch.allclose(out.double(), hand_gqa_attention(q, k, v, keep, D ** -0.5), atol=1e-6)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward  # and as transformers' own function does
 
     ref, _ = sdpa_attention_forward(mod, q, k, v, keep, scaling=D ** -0.5)

@@ -5,17 +5,8 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from tests.engine.reference import hand_gqa_attention
 from vheads.engine import _prefix
-
-
-def _hand_attention(q, k, v, keep, scale):
-    """Softmax attention with every query head h reading KV head h // g: [B, Tq, H, D]."""
-    g = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-    logits = (q.double() @ k.double().transpose(-1, -2)) * scale
-    logits = logits.masked_fill(~keep, float("-inf"))
-    w = torch.exp(logits - logits.amax(-1, keepdim=True))
-    return ((w / w.sum(-1, keepdim=True)) @ v.double()).transpose(1, 2)
 
 
 def _case(counts=(3, 2), splits=(7, 5), suffixes=(4, 2), H=4, Hkv=2, D=8, seed=0):
@@ -62,7 +53,7 @@ def test_shared_prefix_attention_equals_a_hand_softmax_over_the_full_keys(counts
     assert out is not None and out.shape == (q.shape[0], q.shape[2], q.shape[1], q.shape[3])
     k_ref, v_ref = _full_keys(prefix, ks, vs, list(counts))
     assert torch.equal(k_full, k_ref) and torch.equal(v_full, v_ref)
-    ref = _hand_attention(q, k_ref, v_ref, mask, 8 ** -0.5)
+    ref = hand_gqa_attention(q, k_ref, v_ref, mask, 8 ** -0.5)
     real = mask.any(-1)[:, 0]  # [B, S]: padded query rows are read by no real row
     assert torch.allclose(out.double()[real], ref[real], atol=1e-5)
     assert torch.isfinite(out).all()  # padded rows stay finite: their keys are read with weight 0

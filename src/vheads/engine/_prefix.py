@@ -56,6 +56,8 @@ class SharedPrefixLayer(DynamicLayer):
         self.prefix_keys, self.prefix_values = prefix.keys, prefix.values
         self.counts, self.splits = list(counts), list(splits)
         self.device = prefix.keys.device
+        #: each batch row's item: [B]
+        self.row_items = torch.repeat_interleave(torch.arange(len(counts), device=self.device), torch.tensor(counts, device=self.device))
         self.keys, self.values = prefix.keys, prefix.values  # the un-repeated prefix (U rows), for code that only reads shapes
         self.is_initialized = True
         self.suffix_keys = self.suffix_values = None
@@ -79,14 +81,13 @@ class SharedPrefixLayer(DynamicLayer):
 
     def full(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys and values transformers' cache would return: ``[B, Hkv, P + S, D]``."""
-        reps = torch.tensor(self.counts, device=self.device)
-        k = torch.cat([torch.repeat_interleave(self.prefix_keys, reps, dim=0), self.suffix_keys], dim=-2)
-        v = torch.cat([torch.repeat_interleave(self.prefix_values, reps, dim=0), self.suffix_values], dim=-2)
+        k = torch.cat([self.prefix_keys[self.row_items], self.suffix_keys], dim=-2)
+        v = torch.cat([self.prefix_values[self.row_items], self.suffix_values], dim=-2)
         return k, v
 
     def pair_keys(self, rows: torch.Tensor, kv_heads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The full keys and values of (batch row, KV head) pairs: ``[n, P + S, D]`` each."""
-        items = torch.repeat_interleave(torch.arange(len(self.counts), device=self.device), torch.tensor(self.counts, device=self.device))[rows]
+        items = self.row_items[rows]
         k = torch.cat([self.prefix_keys[items, kv_heads], self.suffix_keys[rows, kv_heads]], dim=-2)
         v = torch.cat([self.prefix_values[items, kv_heads], self.suffix_values[rows, kv_heads]], dim=-2)
         return k, v
