@@ -230,6 +230,10 @@ def report(
         _die(f"--metric: unknown metric {metric!r}; choose from {', '.join(METRIC_COLUMNS)}")
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
+    if out is not None:  # before any work: the report is a folder of files
+        from vheads._errors import check_output_path
+
+        _fail_clearly(check_output_path, out, "--out")
     from vheads.study import build_report_if_available
 
     path = _fail_clearly(build_report_if_available, run_dir, out, metric)
