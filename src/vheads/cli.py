@@ -180,7 +180,7 @@ def audit(
 def doctor(
     model: Annotated[str, typer.Option(help="'tiny', a local folder or a hub id")] = "tiny",
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N, mps")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16")] = "float32",
+    dtype: Annotated[str, typer.Option(help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")] = "auto",
     device_map: Annotated[Optional[str], typer.Option("--device-map", help="place the layers as a study's device_map: auto | balanced | balanced_low_0 | sequential (accelerate), or one device")] = None,  # noqa: UP007
     quantize: Annotated[Optional[str], typer.Option("--quantize", help="load the weights as a study's quantization: 4bit | 8bit (bitsandbytes, CUDA only)")] = None,  # noqa: UP007
     config: Annotated[Optional[Path], typer.Option(help="study config (TOML) whose projected time to print; default: the built-in study")] = None,  # noqa: UP007
