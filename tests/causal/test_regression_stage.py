@@ -7,9 +7,10 @@ import json
 import numpy as np
 import pytest
 
+from tests.causal.test_study_stage import _q
 from tests.study.test_study import small_config
 from vheads._errors import VheadsError
-from vheads.study import Store, run_study
+from vheads.study import run_study
 
 
 @pytest.fixture(scope="module")
@@ -19,14 +20,6 @@ def regression_run(tiny_random_dirs, tmp_path_factory):
                        ablation=["attention"])
     run_study(cfg, out, progress=False, report=True)
     return out
-
-
-def _q(out, sql, *args):
-    st = Store(out)
-    try:
-        return st.query(sql, *args)
-    finally:
-        st.close()
 
 
 def test_the_causal_setting_is_the_top_k_of_the_stored_regression_map(regression_run):
