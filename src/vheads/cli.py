@@ -180,7 +180,7 @@ def audit(
 def doctor(
     model: Annotated[str, typer.Option(help="'tiny', a local folder or a hub id")] = "tiny",
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N, mps")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16")] = "float32",
+    dtype: Annotated[str, typer.Option(help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")] = "auto",
     device_map: Annotated[Optional[str], typer.Option("--device-map", help="place the layers as a study's device_map: auto | balanced | balanced_low_0 | sequential (accelerate), or one device")] = None,  # noqa: UP007
     quantize: Annotated[Optional[str], typer.Option("--quantize", help="load the weights as a study's quantization: 4bit | 8bit (bitsandbytes, CUDA only)")] = None,  # noqa: UP007
     config: Annotated[Optional[Path], typer.Option(help="study config (TOML) whose projected time to print; default: the built-in study")] = None,  # noqa: UP007
@@ -286,7 +286,7 @@ def causal_map(
     batch_size: Annotated[int, typer.Option(help="head-sets per batched forward")] = 128,
     out: Annotated[Path, typer.Option(help="folder for causal_map.json and causal_map.png")] = Path("causal_map"),
     device: Annotated[str, typer.Option(help="torch device")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
+    dtype: Annotated[str, typer.Option(help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16")] = "auto",
     metric: Annotated[str, typer.Option(help="metric the figure and the printed top heads show: p4, logprob, logit-diff")] = "p4",
     top: Annotated[int, typer.Option(help="print this many heads of largest effect per test")] = 10,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON document: every map, the regression's fits, the backup pairs, Spearman rho and top-k recall between every pair of methods")] = False,

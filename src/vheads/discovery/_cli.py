@@ -45,7 +45,7 @@ def discover(
     max_new_tokens: Annotated[int, typer.Option(help="greedy answer length for the 'out' source")] = 4,
     panel_size: Annotated[int, typer.Option(help="COCO panel side in pixels")] = 224,
     device: Annotated[str, typer.Option(help="torch device")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
+    dtype: Annotated[str, typer.Option(help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16")] = "auto",
     device_map: Annotated[Optional[str], typer.Option(help="place the layers instead of --device: auto, balanced, sequential or a device (needs accelerate)")] = None,  # noqa: UP007
     quantize: Annotated[Optional[str], typer.Option(help="4bit or 8bit weights through bitsandbytes (CUDA only)")] = None,  # noqa: UP007
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="let the checkpoint run its own Python code")] = False,
