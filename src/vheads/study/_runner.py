@@ -32,6 +32,7 @@ from vheads._errors import VheadsError, check_output_path, path_inside, storage_
 from vheads._io import atomic_write
 from vheads.study._config import StudyConfig, changed_config_error, model_config, model_entries, validate_for_model
 from vheads.study._lock import RunLock
+from vheads.study._report import build_report_if_available
 from vheads.study._stability import stability_stage
 from vheads.study._scores import ranks_per_layer, score_units
 from vheads.store import STORE_NAME, Store
@@ -497,18 +498,3 @@ def run_finished(store: Store, cfg: StudyConfig) -> bool:
     evaluation; the pointing suite, where configured, last)."""
     done = store.done_units()
     return "audit" in done and all(u["unit_id"] in done for u in _ood_units(store, cfg))
-
-
-def build_report_if_available(run_dir: Path, out_dir: Path | None = None, metric: str | None = None) -> Path | None:
-    """Build the report (into ``out_dir``, default ``run_dir``; tables led by ``metric``,
-    default the config's); also leave ``report.png``, a screenshot, where Chromium exists."""
-    try:
-        from vheads.report import build_report, screenshot
-    except ImportError:
-        return None
-    html = build_report(run_dir, out_dir, metric=metric)
-    try:
-        screenshot(html, html.parent / "report.png")
-    except Exception:  # noqa: BLE001 - the screenshot is a convenience, never a failure
-        pass
-    return html
