@@ -97,6 +97,7 @@ def evaluate(
     chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
     ablation: Annotated[str, typer.Option(help="what hiding S means: attention (mask its keys; default), zero, mean, resample (its head outputs; NCS and text only)")] = "attention",
     reference_n: Annotated[Optional[int], typer.Option(help="--ablation mean: reference items per kind (default --n)")] = None,  # noqa: UP007
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
     from vheads.discovery import load_headset
@@ -118,10 +119,11 @@ def evaluate(
     from vheads.evaluation import evaluate_headsets
     from vheads.models import load_model
 
-    lm = _fail_clearly(load_model, model, system_prompt=system_prompt, chat_template=chat_template)
-    hs = _fail_clearly(load_headset_files, headset, lm, force)
-    results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out,
-                            steer_rows, real, ablation=ablation, reference_n=reference_n)
+    with _quiet_libraries(quiet):
+        lm = _fail_clearly(load_model, model, system_prompt=system_prompt, chat_template=chat_template)
+        hs = _fail_clearly(load_headset_files, headset, lm, force)
+        results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size,
+                                not (json_out or quiet), steer_rows, real, ablation=ablation, reference_n=reference_n)
     if json_out:
         from vheads._io import json_safe
 
