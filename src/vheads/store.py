@@ -20,8 +20,14 @@ that model; writes (:meth:`Store.commit_unit`, :meth:`Store.set_meta`) add the m
 Stores of schema 2 (no ``model`` column, single-model only) are read and resumed as
 before.
 
-Schema (version 3: the ``model`` column; version 2: overlap at half size, random_overlap,
-sweep controls) — the columns each model's view shows
+Schema 4 stores the per-item tables (:data:`CODED`: outcomes, arms, causal_map,
+ood_outcomes) with their text keys as integer ids of ``names(id, name)``, in
+``coded_<table>`` (WITHOUT ROWID); a view named after each shows the text columns below, so
+readers (and plain sqlite3) see what schema 3 showed (docs/store.md). A schema-3 store (text
+keys in every row) is read and resumed in its own layout.
+
+Schema (version 4: coded keys; version 3: the ``model`` column; version 2: overlap at half
+size, random_overlap, sweep controls) — the columns each model's view shows
 ------------------
 meta(key PRIMARY KEY, value)                      config (JSON), config_hash, vheads_version,
                                                   model_id, model_fingerprint, n_layers, n_heads,
