@@ -15,7 +15,7 @@
   items, and Spearman ρ and top-k recall between every pair.
 
 The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
-``vheads causal-map --help`` (the command is :mod:`vheads._causal_cli`) imports no torch.
+``vheads causal-map --help`` (the command is in :mod:`vheads.cli`) imports no torch.
 """
 
 from typing import TYPE_CHECKING

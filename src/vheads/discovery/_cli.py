@@ -45,7 +45,7 @@ def discover(
     max_new_tokens: Annotated[int, typer.Option(help="greedy answer length for the 'out' source")] = 4,
     panel_size: Annotated[int, typer.Option(help="COCO panel side in pixels")] = 224,
     device: Annotated[str, typer.Option(help="torch device")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
+    dtype: Annotated[str, typer.Option(help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16")] = "auto",
     device_map: Annotated[Optional[str], typer.Option(help="place the layers instead of --device: auto, balanced, sequential or a device (needs accelerate)")] = None,  # noqa: UP007
     quantize: Annotated[Optional[str], typer.Option(help="4bit or 8bit weights through bitsandbytes (CUDA only)")] = None,  # noqa: UP007
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="let the checkpoint run its own Python code")] = False,
@@ -56,7 +56,8 @@ def discover(
     chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
 ) -> list[Path]:
     """Rank heads under every corpus × query × source setting (or × --score point) and write one head-set file each."""
-    from vheads.discovery._discover import check_out_folder, discover_headsets, load_corpora
+    from vheads.discovery._discover import discover_headsets, load_corpora
+    from vheads.discovery._files import check_out_folder
     from vheads.discovery._setting import SOURCES
 
     # every input is checked, and every corpus loaded, before the model is; the flags that
@@ -107,9 +108,9 @@ def discover(
 
 
 def check_scores(scores: list[str], per_layer: bool, k: int | None = None, with_overlap: bool = False) -> list[tuple]:
-    """The ``--score`` points, named (:func:`~vheads.discovery._scored.parse_named_score`),
+    """The ``--score`` points, named (:func:`~vheads.discovery._score_setting.parse_named_score`),
     each name once, of one size where ``--overlap`` compares them; refused before any work."""
-    from vheads.discovery._scored import parse_named_score
+    from vheads.discovery._score_setting import parse_named_score
 
     if per_layer:
         raise VheadsError("--per-layer applies to the --source grid; a score point names its own selection (select=per-layer)")

@@ -28,7 +28,7 @@ _DEFAULT_TOML = '''\
 
 model = "tiny"            # "tiny" (built-in), a local folder, or a hub id
 revision = ""             # hub revision (commit or tag); "" = main
-dtype = "float32"         # float32 | bfloat16 | float16
+dtype = "auto"            # auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | float16
 device = "cpu"            # cpu | cuda | cuda:N
 device_map = ""           # "" = all on `device`; auto | balanced | sequential (needs accelerate)
 quantization = ""         # "" = none; 4bit | 8bit (bitsandbytes, CUDA only)
@@ -155,7 +155,7 @@ class RunConfig:
 class StudyConfig:
     model: str = "tiny"
     revision: str = ""
-    dtype: str = "float32"
+    dtype: str = "auto"  # resolved at once (__post_init__): the results are the dtype's
     device: str = "cpu"
     device_map: str = ""
     quantization: str = ""
@@ -199,6 +199,12 @@ class StudyConfig:
     controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99, "attention-matched": 20})
     run: RunConfig = field(default_factory=RunConfig)
     templates: dict[str, str] = field(default_factory=dict)  # only the templates that differ from the model's defaults
+
+    def __post_init__(self) -> None:
+        if self.dtype == "auto":  # the device's default (vheads._device.default_dtype), stored and hashed as resolved
+            from vheads._device import default_dtype
+
+            self.dtype = default_dtype(self.device_map or self.device)
 
     @property
     def question_templates(self):
@@ -568,7 +574,12 @@ def model_entries(cfg: StudyConfig) -> list[ModelEntry]:
         name = safe_name(e["name"], f"config key '{key}.name'")
         if any(m.name == name for m in out):
             raise VheadsError(f"config key 'models': the name {name!r} is used twice; give every model its own name")
-        entry = ModelEntry(name, e["model"], **{k: e.get(k, getattr(cfg, k)) for k in MODEL_LOADING_KEYS})
+        loading = {k: e.get(k, getattr(cfg, k)) for k in MODEL_LOADING_KEYS}
+        if loading["dtype"] == "auto":
+            from vheads._device import default_dtype
+
+            loading["dtype"] = default_dtype(loading["device_map"] or loading["device"])
+        entry = ModelEntry(name, e["model"], **loading)
         twin = next((m for m in out if _same_model(m, entry)), None)
         if twin is not None:  # the same model twice: every cross-model table would compare it with itself
             raise VheadsError(f"config key 'models': {key} ({name!r}) loads model {entry.model!r} exactly as {twin.name!r} "
