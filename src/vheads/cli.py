@@ -247,10 +247,12 @@ def report(
 @app.command()
 def export(
     run_dir: Annotated[Path, typer.Argument(help="a study's run directory")],
-    format: Annotated[str, typer.Option("--format", help="csv or parquet")] = "csv",
+    format: Annotated[str, typer.Option("--format", help="parquet (typed, compressed) or csv")] = "parquet",
     out: Annotated[Optional[Path], typer.Option(help="output folder (default: RUN_DIR/export)")] = None,  # noqa: UP007
 ) -> None:
-    """Export the per-item outcomes and tables of a run as CSV or Parquet."""
+    """Export the per-item outcomes and tables of a run as Parquet (default) or CSV."""
+    if format not in ("parquet", "csv"):
+        _die(f"--format {format!r}: choose parquet or csv")
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
     from vheads.study import export_run
