@@ -97,6 +97,7 @@ def evaluate(
     chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
     ablation: Annotated[str, typer.Option(help="what hiding S means: attention (mask its keys; default), zero, mean, resample (its head outputs; NCS and text only)")] = "attention",
     reference_n: Annotated[Optional[int], typer.Option(help="--ablation mean: reference items per kind (default --n)")] = None,  # noqa: UP007
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
     from vheads.discovery import load_headset
@@ -118,10 +119,11 @@ def evaluate(
     from vheads.evaluation import evaluate_headsets
     from vheads.models import load_model
 
-    lm = _fail_clearly(load_model, model, system_prompt=system_prompt, chat_template=chat_template)
-    hs = _fail_clearly(load_headset_files, headset, lm, force)
-    results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out,
-                            steer_rows, real, ablation=ablation, reference_n=reference_n)
+    with _quiet_libraries(quiet):
+        lm = _fail_clearly(load_model, model, system_prompt=system_prompt, chat_template=chat_template)
+        hs = _fail_clearly(load_headset_files, headset, lm, force)
+        results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size,
+                                not (json_out or quiet), steer_rows, real, ablation=ablation, reference_n=reference_n)
     if json_out:
         from vheads._io import json_safe
 
@@ -245,10 +247,12 @@ def report(
 @app.command()
 def export(
     run_dir: Annotated[Path, typer.Argument(help="a study's run directory")],
-    format: Annotated[str, typer.Option("--format", help="csv or parquet")] = "csv",
+    format: Annotated[str, typer.Option("--format", help="parquet (typed, compressed) or csv")] = "parquet",
     out: Annotated[Optional[Path], typer.Option(help="output folder (default: RUN_DIR/export)")] = None,  # noqa: UP007
 ) -> None:
-    """Export the per-item outcomes and tables of a run as CSV or Parquet."""
+    """Export the per-item outcomes and tables of a run as Parquet (default) or CSV."""
+    if format not in ("parquet", "csv"):
+        _die(f"--format {format!r}: choose parquet or csv")
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
     from vheads.study import export_run

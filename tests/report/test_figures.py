@@ -129,3 +129,30 @@ def test_the_check_catches_a_clipped_label_and_an_unlabelled_axis(drawn):
     plt.close(fig)
     with pytest.raises(AssertionError, match="y axis has tick labels but no label"):
         check_saved(drawn)
+
+
+def test_sweep_figures_are_one_panel_per_test_and_small(tmp_path, monkeypatch):
+    """Issue 36.3: a sweep figure has one heat-map panel per test (not one per setting), and its
+    PNG stays under 300 kB, with twelve settings swept over β and k."""
+    import matplotlib.figure
+
+    from tests.report.synth import make_run
+    from vheads.report import load_run
+    from vheads.report._data import sweep_points
+    from vheads.report._figures import sweep_figure
+
+    run = load_run(make_run(tmp_path / "run", R=5))
+    seen = []
+    orig = matplotlib.figure.Figure.savefig
+
+    def savefig(self, *a, **k):
+        seen.append(sum(1 for ax in self.axes if ax.get_visible() and not hasattr(ax, "_colorbar")))
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    for param in ("beta", "k"):
+        tests = {base for _, base in sweep_points(run, param)}
+        assert len({s for s, _ in sweep_points(run, param)}) == 12
+        png = sweep_figure(run, param)
+        assert png is not None and len(png) <= 300_000
+        assert seen[-1] == len(tests) <= 16

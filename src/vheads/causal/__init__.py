@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         CAUSAL_SETTING, CAUSAL_TESTS, DEFAULT_ABLATION, FORMAT, CausalMap, causal_item_sets, causal_units, check_causal_request,
         check_causal_tests, exact_causal_map, head_id, layer_id, load_causal_map, map_key, save_causal_map,
     )
-    from vheads.causal._atp import AtpMap, atp_map, compare_maps
+    from vheads.causal._atp import AtpMap, atp_map
+    from vheads.causal._compare import compare_maps
     from vheads.causal._atp_map import atp_causal_maps
     from vheads.causal._regression import (
         DEFAULT_Q, DEFAULT_SUBSETS, STORED_DESIGNS, Design, HeadAttribution, check_design, draw_design, head_attribution, ols,

@@ -330,6 +330,9 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "a
     """
 
     from vheads._device import default_dtype, dtype_warning
+    from vheads._versions import check_versions
+
+    check_versions()  # one line naming the package, before anything is read
 
     if dtype == "auto":  # bfloat16 on CUDA, float32 elsewhere
         dtype = default_dtype(device_map or device)

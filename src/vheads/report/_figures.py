@@ -2,7 +2,7 @@
 
 - :func:`random_band_figure` — the seed's Figure 3: each setting's S (red diamond) against
   the distribution of its control draws (dots, with a mean ± SD bar), one panel per test;
-- :func:`sweep_figure` — S and its controls against β or k, one panel per setting;
+- :func:`sweep_figure` — S against its controls over β or k: one heat-map panel per test (settings × sweep values);
 - :func:`strip_figure` — a setting's top heads: their attention mass from the source rows
   on each of a strip's six panels, drawn as bars under the strip image;
 - :func:`score_map_figure` — the layer × head map of discovery scores, S's heads ringed;
@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from vheads.report._data import Cell, RunData, cfg_get, parse_test_id, sweep_points
-from vheads.report._tables import MAIN_CONTROLS, TEST_NAMES
+from vheads.report._tables import MAIN_CONTROLS, TEST_NAMES, fmt
 
 DPI = 110
 S_COLOR = "#c0392b"
@@ -102,56 +102,58 @@ def band_figure(settings: list[str], cells: dict[tuple[str, str], Cell], tests: 
 
 
 def sweep_figure(run: RunData, param: str) -> bytes | None:
+    """One heat-map panel per test (at most a handful, whatever the number of settings):
+    rows are the settings with a sweep, columns the sweep's values (β or k); a cell's colour
+    is S − the mean of that point's first main control (layer-matched where drawn), its text
+    that gap, ``*`` where S is above every draw of that control (rank p at its floor);
+    grey: a point without that control."""
     pts = sweep_points(run, param)
     if not pts:
         return None
-    keys = sorted(pts, key=lambda k: (k[1], run.settings.index(k[0]) if k[0] in run.settings else 99))
-    ncol = min(4, len(keys))
-    nrow = -(-len(keys) // ncol)
-    names_all = {c for cells in pts.values() for cell in cells.values() for c in cell.controls}
-    labels = [f"{c} mean [min, max]" for c in names_all] + ["S"]
-    leg_cols = _legend_columns(labels, 3.4 * ncol, fontsize=8)
-    leg_rows = -(-len(labels) // leg_cols)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.4 * ncol, 2.5 * nrow + 0.2 * (leg_rows - 1)), squeeze=False)
-    for ax in axes.flat[len(keys):]:
-        ax.set_visible(False)
-    for ax, (s, base) in zip(axes.flat, keys):
-        xs = sorted(pts[(s, base)])
-        cells = [pts[(s, base)][x] for x in xs]
-        names = sorted({c for cell in cells for c in cell.controls},
-                       key=lambda c: (MAIN_CONTROLS.index(c) if c in MAIN_CONTROLS else 9, c))
-        for i, c in enumerate(names):
-            cx = [x for x, cell in zip(xs, cells) if c in cell.controls]
-            v = [cell.controls[c] for cell in cells if c in cell.controls]
-            col = _control_color(c, i)
-            ax.fill_between(cx, [a.min() for a in v], [a.max() for a in v], color=col, alpha=0.18, lw=0)
-            ax.plot(cx, [a.mean() for a in v], "-o", color=col, lw=1.3, ms=2.5, label=f"{c} mean [min, max]")
-        sx = [x for x, cell in zip(xs, cells) if cell.s is not None]
-        ax.plot(sx, [cell.s.mean() for cell in cells if cell.s is not None], "o-", color=S_COLOR, lw=1.8, ms=4,
-                label="S")
-        if param == "beta":
-            ax.set_xscale("log")
-        ax.axhline(0, color="#999", lw=0.7, ls=":")
-        ax.set_title(f"{s} · {TEST_NAMES.get(base, base)}", fontsize=8.5)
-        ax.set_xlabel("β" if param == "beta" else "k (heads)", fontsize=8)
-        ax.set_ylabel("T (mean over items)", fontsize=8)
-        ax.tick_params(labelsize=7.5)
-        ax.grid(alpha=0.25)
-    h, lab = axes.flat[0].get_legend_handles_labels()
-    fig.legend(h, lab, loc="lower center", ncol=leg_cols, fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
-    # fixed margins (inches) for the titles, tick and axis labels and legend: a tight layout
-    # would draw every panel's text once more, which took half of this figure's time
-    w, ht = fig.get_figwidth(), fig.get_figheight()
-    fig.subplots_adjust(left=0.7 / w, right=1 - 0.15 / w, top=1 - 0.3 / ht, bottom=(0.55 + 0.2 * leg_rows) / ht,
-                        wspace=0.42, hspace=0.7)
+    bases = list(dict.fromkeys(base for _, base in sorted(pts, key=lambda k: k[1])))
+    order = {s: i for i, s in enumerate(run.settings)}
+    panels = []
+    for base in bases:
+        rows = sorted({s for s, b in pts if b == base}, key=lambda s: (order.get(s, len(order)), s))
+        xs = sorted({x for s in rows for x in pts[(s, base)]})
+        gap = np.full((len(rows), len(xs)), np.nan)  # [settings, sweep values]
+        top = np.zeros(gap.shape, dtype=bool)
+        for i, s in enumerate(rows):
+            for j, x in enumerate(xs):
+                cell = pts[(s, base)].get(x)
+                c = next((c for c in MAIN_CONTROLS if cell is not None and c in cell.controls and len(cell.controls[c])), None)
+                if c is None or cell.s is None or not len(cell.s):
+                    continue
+                t_s, draws = float(cell.s.mean()), cell.controls[c]
+                gap[i, j] = t_s - float(draws.mean())
+                top[i, j] = bool((draws < t_s).all())
+        panels.append((base, rows, xs, gap, top))
+    vmax = max((float(np.nanmax(np.abs(g))) for *_, g, _ in panels if np.isfinite(g).any()), default=0.0) or 1.0
+    widths = [1.6 + 0.62 * len(xs) for _, _, xs, _, _ in panels]
+    n_rows = max(len(r) for _, r, _, _, _ in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(sum(widths) + 1.6, max(2.2, 1.3 + 0.3 * n_rows)), squeeze=False,
+                             width_ratios=widths)
+    cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#d9d9d9")
+    im = None
+    for ax, (base, rows, xs, gap, top) in zip(axes[0], panels):
+        im = ax.imshow(np.ma.masked_invalid(gap), cmap=cmap, vmin=-vmax, vmax=vmax, aspect="auto", interpolation="nearest")
+        for i in range(len(rows)):
+            for j in range(len(xs)):
+                if np.isfinite(gap[i, j]):
+                    ax.text(j, i, fmt(float(gap[i, j]), 2) + ("*" if top[i, j] else ""), ha="center", va="center", fontsize=8,
+                            color="white" if abs(gap[i, j]) > 0.6 * vmax else "black")
+        ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs], fontsize=8)
+        ax.set_yticks(range(len(rows)), rows, fontsize=8, family="monospace")
+        ax.set_xlabel("β" if param == "beta" else "k (heads)", fontsize=9)
+        ax.set_ylabel("setting", fontsize=9)
+        ax.set_title(TEST_NAMES.get(base, base), fontsize=9)
+    # fixed margins (inches) for the labels and the colour bar: no layout engine to run
+    w, h = fig.get_figwidth(), fig.get_figheight()
+    fig.subplots_adjust(left=1.45 / w, right=1 - 1.3 / w, top=1 - 0.35 / h, bottom=0.55 / h, wspace=1.3 / (w / len(panels)))
+    cb = fig.colorbar(im, cax=fig.add_axes((1 - 1.1 / w, 0.55 / h, 0.15 / w, 1 - 0.9 / h)))
+    cb.set_label("S − control mean", fontsize=8)
+    cb.ax.tick_params(labelsize=8)
     return _png(fig)
-
-
-def _legend_columns(labels: list[str], width: float, fontsize: float) -> int:
-    """How many legend entries fit side by side in ``width`` inches (an entry: its handle
-    and its text, about 0.55 em per character)."""
-    entry = max(0.8 + 0.55 * fontsize / 72 * len(lab) for lab in labels)
-    return max(1, min(len(labels), int((width - 0.2) // entry)))
 
 
 # ---- attention over strips -----------------------------------------------------------------

@@ -8,15 +8,16 @@ from vheads.report._data import RunData
 from vheads.report._registry import figure, section
 
 HOW = (
-    "CERS (or NCS) against the steering strength β and the head-set size k, for S (red) and its controls (line: "
-    "mean over draws; band: min to max). An effect that only exists at one β or one k, or that the random "
-    "band reaches elsewhere, is not a property of the discovered heads."
+    "CERS (or NCS) against the steering strength β and the head-set size k: in the figures, one panel per test, "
+    "one row per setting, one cell per sweep point, coloured by S minus the mean of that point's own controls "
+    "(* where S is above every draw); the tables give S and each control at every point. An effect that only "
+    "exists at one β or one k, or that the random draws reach elsewhere, is not a property of the discovered heads."
 )
 
 
 @section("sweeps", "β and k sweeps", HOW, order=90, needs=("outcomes", "headsets"),
          tables=("Sweep over *",), figures=("beta_sweep", "k_sweep"))
 def sweeps(run: RunData) -> list:
-    return [figure("beta_sweep", F.sweep_figure(run, "beta"), "Statistic against steering strength β (log scale)."),
-            figure("k_sweep", F.sweep_figure(run, "k"), "Statistic against head-set size k."),
+    return [figure("beta_sweep", F.sweep_figure(run, "beta"), "S − the mean of its layer-matched draws at each steering strength β, per test and setting (*: S above every draw)."),
+            figure("k_sweep", F.sweep_figure(run, "k"), "S − the mean of its layer-matched draws at each head-set size k, per test and setting (*: S above every draw)."),
             T.sweep_table(run, "beta"), T.sweep_table(run, "k")]
