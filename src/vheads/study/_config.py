@@ -55,7 +55,10 @@ score_on = "first"        # the scores' corpus x query: first (first corpus and 
 # evaluation
 tests = ["cers", "ncs", "ncs-grid", "text"]   # also: cers-sym (stored with cers anyway: same forwards)
 n_eval = 16               # items per evaluation set
-beta = 10000.0            # steering strength
+beta = 10000.0            # steering strength under beta_rule = "fixed"
+beta_rule = "controls"    # headline beta of Table 3's CERS, fixed before S is looked at: controls[:TOL] (the largest
+                          # beta_sweep point at which the sweep's layer-matched controls' CERS has RMS <= TOL, default 0.05;
+                          # the sweep runs first; without sweep controls: beta, recorded so) | fixed (= beta)
 steer_rows = "all"        # query rows CERS steers at: all (default, as public steering code) | image | question | last
 metric = "p4"             # the metric the tables lead with: p4 (P over the four letters) | logprob | logit-diff (all three are stored)
 row_groups = ["all", "image", "question", "last"]   # NCS is run at each (default mask: all rows)
@@ -174,6 +177,7 @@ class StudyConfig:
     tests: list[str] = field(default_factory=lambda: ["cers", "ncs", "ncs-grid", "text"])
     n_eval: int = 16
     beta: float = 1e4
+    beta_rule: str = "controls"  # how the headline β is chosen (vheads.study._headline)
     steer_rows: str = "all"
     metric: str = "p4"  # the metric the report's tables lead with (every test stores all three)
     row_groups: list[str] = field(default_factory=lambda: list(ROW_GROUPS))
@@ -392,6 +396,12 @@ def validate(cfg: StudyConfig) -> None:
     if cfg.beta_sweep and cfg.beta_sweep_controls and "layer-matched" not in cfg.controls:
         bad("beta_sweep_controls", "the beta sweep re-runs the first layer-matched draws at every beta, but "
             "[controls] has no layer-matched; add it or set beta_sweep_controls = 0")
+    from vheads.study._headline import parse_beta_rule
+
+    try:
+        parse_beta_rule(cfg.beta_rule)
+    except ValueError as e:
+        bad("beta_rule", str(e))
     _validate_eval_source(cfg, bad)
     _validate_ood(cfg, bad)
     from vheads.study._scores import validate_scores
