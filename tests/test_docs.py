@@ -26,3 +26,15 @@ def test_docs_build_strict(tmp_path):
         first_def = re.search(r"^def (\w+)", (REPO / "docs" / "examples" / example).read_text(), re.M).group(1)
         assert f"def {first_def}" in text("interop")
     assert "vheads.headset/1" in text("headset_schema") and "prefixItems" in text("headset_schema")
+
+
+def test_docs_point_only_inside_the_repository():
+    """README, docs, DESIGN.md and the sources never point to ``../shared`` (absent from a
+    clone); the README cites the seed study by its title, and DESIGN.md, which the
+    docstrings cite, is in the repository."""
+    files = [REPO / "README.md", REPO / "DESIGN.md", *(REPO / "docs").rglob("*.md"), *(REPO / "src").rglob("*.py")]
+    outside = [str(f.relative_to(REPO)) for f in files if re.search(r"\.\./shared|shared/seeds", f.read_text())]
+    assert outside == []
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "Kadir and Daniel Sonntag, *What Do Visual-Head Discovery Scores Actually Find?" in readme
+    assert (REPO / "DESIGN.md").read_text().startswith("# vheads — design")

@@ -12,6 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from vheads._errors import VheadsError, check_range
+from vheads._quiet import quiet_libraries
 
 
 def causal_map(
@@ -28,6 +29,7 @@ def causal_map(
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
     metric: Annotated[str, typer.Option(help="metric the figure and the printed top heads show: p4, logprob, logit-diff")] = "p4",
     top: Annotated[int, typer.Option(help="print this many heads of largest effect per test")] = 10,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
     """The exact causal map: every head alone (and every whole layer) hidden in NCS, NCS_grid and the text arm."""
     from vheads._errors import check_output_path
@@ -50,9 +52,10 @@ def causal_map(
     from vheads.models import load_model
 
     sets = causal_item_sets(test, n, lambda kind: seed, templates=default_templates(model))
-    lm = load_model(model, dtype=dtype, device=device)
-    maps = exact_causal_map(Engine(lm), sets, test, rows=rows, ablation=ablation, layers=layers, seed=seed,
-                            batch_size=batch_size, progress=True)
+    with quiet_libraries(quiet):
+        lm = load_model(model, dtype=dtype, device=device)
+        maps = exact_causal_map(Engine(lm), sets, test, rows=rows, ablation=ablation, layers=layers, seed=seed,
+                                batch_size=batch_size, progress=not quiet)
     from vheads.report import causal_map_figure
 
     out = make_output_folder(out)

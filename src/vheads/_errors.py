@@ -158,6 +158,8 @@ def check_output_path(path: str | Path, what: str = "--out") -> Path:
                           f"more than the file system's limit of {name_max}; choose a shorter name")
     if full == Path(full.anchor) or path.resolve() == Path(path.resolve().anchor):
         raise VheadsError(f"{what} {str(path)!r} is the file system's root; pass a folder of its own for the output")
+    if existing == full and not existing.is_dir():
+        raise VheadsError(f"{what} {str(path)!r} is a file, not a folder; pass a folder (a new name or a run folder)")
     if not existing.is_dir():
         raise VheadsError(f"{what} {str(path)!r} lies below {str(existing)!r}, which is a file, not a folder")
     return path

@@ -8,7 +8,6 @@ only; each command imports the library it needs (torch, transformers) in its bod
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import time
@@ -16,6 +15,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from vheads._quiet import one_line_warning as _one_line_warning  # noqa: F401  (re-exported)
+from vheads._quiet import quiet_libraries as _quiet_libraries
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Find and test the visual attention heads of VLMs.")
 
@@ -230,6 +232,10 @@ def report(
         _die(f"--metric: unknown metric {metric!r}; choose from {', '.join(METRIC_COLUMNS)}")
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
+    if out is not None:  # before any work: the report is a folder of files
+        from vheads._errors import check_output_path
+
+        _fail_clearly(check_output_path, out, "--out")
     from vheads.study import build_report_if_available
 
     path = _fail_clearly(build_report_if_available, run_dir, out, metric)
@@ -274,45 +280,6 @@ def _real_items(source: str | None, cell: int):
     real = _fail_clearly(item_source, source, cell)
     _fail_clearly(real.open)
     return real
-
-
-@contextlib.contextmanager
-def _quiet_libraries(quiet: bool = True):
-    """``--quiet``: no progress bar and no chatter from the libraries vheads drives
-    (transformers' "Loading weights" bar and its info and warning logs, the hub's download
-    bars); its errors, and every Python warning, still print, a warning on one line.
-    Everything is restored on leaving, so a command run in-process (a notebook, a test)
-    leaves transformers' logging as it found it."""
-    if not quiet:
-        yield
-        return
-    import os
-    import warnings
-
-    from transformers.utils import logging as hf_logging
-
-    env = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
-    verbosity, bars, fmt = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled(), warnings.formatwarning
-    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    warnings.formatwarning = _one_line_warning
-    try:
-        yield
-    finally:
-        warnings.formatwarning = fmt
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
-        if env is None:
-            os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
-        else:
-            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = env
-
-
-def _one_line_warning(message, category, filename, lineno, line=None) -> str:
-    first = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
-    return f"warning: {first} ({category.__name__})\n"
 
 
 def _resumable(out: Path, fn, *args, **kwargs):

@@ -177,11 +177,14 @@ def _load_weights(path: str, model: str, **kwargs):
     from transformers import AutoModelForImageTextToText
     from transformers.utils import logging as hf_logging
 
+    from vheads._quiet import no_progress_bars
+
     held = _Collect()
     hf_logging.disable_default_handler()
     hf_logging.add_handler(held)
     try:
-        net = AutoModelForImageTextToText.from_pretrained(path, **kwargs)
+        with no_progress_bars():  # no "Loading weights" bar (a doctor loads twice)
+            net = AutoModelForImageTextToText.from_pretrained(path, **kwargs)
     except (OSError, ValueError, RuntimeError, KeyError, EOFError, SafetensorError) as e:
         lines = [ln for r in held.records for ln in r.getMessage().splitlines()]
         mismatch = next((" ".join(ln.split()) for ln in lines if "MISMATCH" in ln and "|" in ln), None)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from vheads.causal import CausalMap, head_id, map_key
-from vheads.report._causal import _label
 from vheads.report._data import RunData
 from vheads.report._doc import Table
+from vheads.report._maps import _label
 from vheads.report._tables import fmt, fmt_p
 
 N_SHOW = 3  # heads and items listed per row

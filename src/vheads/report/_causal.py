@@ -21,8 +21,6 @@ value, both NCS arms), so every ρ and effect shown is recomputable from it.
 
 from __future__ import annotations
 
-import sqlite3
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -34,8 +32,8 @@ from vheads.evaluation import spearman
 from vheads.report._data import RunData
 from vheads.report._doc import Table
 from vheads.report._figures import _png
+from vheads.report._maps import _label, load_causal_maps
 from vheads.report._tables import fmt, fmt_p
-from vheads.store import Store
 
 HOW = (
     "The exact causal map tests every head alone (and every whole layer) in NCS, on a discovery split of items "
@@ -46,31 +44,7 @@ HOW = (
     "discovery score map and the causal map (over all heads), the heads its S shares with the causal top-k, and "
     "how far its held-out NCS falls below the causal setting's."
 )
-TEST_LABELS = {"ncs-all": "NCS (all rows)", "ncs-grid": "NCS_grid", "text": "text arm"}
 CMAP = "RdBu_r"
-
-
-def load_causal_maps(run: RunData) -> dict[str, CausalMap]:
-    """The run's causal maps by test id (empty for a run without a causal map, or made
-    before the ``causal_map`` table)."""
-    L, H = run.shape
-    if not L or not H:
-        return {}
-    store = Store(run.run_dir, readonly=True, model=run.model)
-    try:
-        rows = store.query("SELECT method, test, ablation, headset_id, item_id, arm, value, logprob, logit_diff FROM causal_map")
-    except sqlite3.OperationalError:  # a store from before the causal map
-        rows = []
-    finally:
-        store.close()
-    return CausalMap.from_store_rows(rows, L, H, run.attention_layers) if rows else {}
-
-
-def _label(key: str) -> str:
-    """A map's title from its key (:func:`vheads.causal.map_key`): ``NCS (all rows) · zero ablation · atp``."""
-    key, _, method = key.partition(":")
-    test, _, ablation = key.partition("@")
-    return TEST_LABELS.get(test, test) + (f" · {ablation} ablation" if ablation else "") + (f" · {method}" if method else "")
 
 
 def _heat(ax, values: np.ndarray, vmax: float, cmap: str = CMAP, vmin: float | None = None):

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
-from vheads._errors import make_output_folder, path_inside, safe_name
+from vheads._errors import make_output_folder, safe_name
 from vheads.evaluation import rank_p
 from vheads.report._data import RunData, load_run
 from vheads.report._doc import Figure, Section, Table
@@ -43,10 +43,12 @@ from vheads.report._figures import band_figure
 from vheads.report._ood import _values as ood_values
 from vheads.report._overlaps import native_overlap_bars, overlap_bars_figure
 from vheads.report._tables import ALPHA, TEST_NAMES, fmt, fmt_p
+from vheads.report._write import write_report
 from vheads.store import Store
 
 CONTROL = "layer-matched"  # the control every cross-model comparison uses (seed: layer-matched draws)
-SPAN_SOURCES = ("qspan", "out")  # Table 8's range: the query-span and output-token sets
+SPAN_SOURCES = ("qspan", "out")
+CROSSMODEL_FIGURES = ("crossmodel_band", "crossmodel_overlap")  # the figures of the cross-model report  # Table 8's range: the query-span and output-token sets
 
 HOW = (
     "Heads are discovered anew on every model (k scaled to each model, stated below) and each model's S is tested "
@@ -336,24 +338,8 @@ def crossmodel_blocks(runs: list[ModelRun]) -> list:
 def build_crossmodel_report(runs: list[ModelRun], out: str | Path, source: str, links: list[str] = ()) -> Path:
     """Write the cross-model report of ``runs`` into ``out`` (``report.md``, ``report.html``,
     ``figures/``); ``links``: paragraphs placed after the tables (e.g. each model's report)."""
-    from vheads.report._build import write_report
-
     out = make_output_folder(out, "pass --out to a writable folder for the report")
     section = Section("crossmodel", "Replication across models", HOW, [*crossmodel_blocks(runs), *links])
     subtitle = f"{source} · {len(runs)} models · built {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}"
-    return write_report(out, f"vheads cross-model report — {', '.join(m.name for m in runs)}", subtitle, [], [section])
-
-
-def build_multi_model_report(run_dir: str | Path, out_dir: str | Path | None = None, metric: str | None = None) -> Path:
-    """A multi-model run's report: each model's own report in ``models/<name>/`` and the
-    cross-model report at the top (``metric``: as :func:`vheads.report.build_report`)."""
-    from vheads.report._build import build_report
-
-    out = make_output_folder(Path(out_dir) if out_dir is not None else Path(run_dir), "pass --out to a writable folder for the report")
-    names = multi_model_names(run_dir)
-    for n in names:
-        build_report(run_dir, path_inside(out, "models", n), model=n, metric=metric)
-    runs = [load_model_run(run_dir, n, metric=metric) for n in names]
-    links = ["Each model's full report (every table of a single-model run): "
-             + ", ".join(f"models/{n}/report.html" for n in names) + "."]
-    return build_crossmodel_report(runs, out, f"Run {Path(run_dir).resolve()}", links)
+    return write_report(out, f"vheads cross-model report — {', '.join(m.name for m in runs)}", subtitle, [], [section],
+                        CROSSMODEL_FIGURES)

@@ -223,12 +223,7 @@ class StudyConfig:
 
     def science_hash(self) -> str:
         """Hash of everything that changes results (not the backend or batching)."""
-        d = self.to_dict()
-        d.pop("run")
-        d.pop("metric")  # which stored metric the report leads with changes no result
-        for key, default in LATER_KEY_DEFAULTS.items():  # runs made before these keys keep their hash
-            if d.get(key, default) == default:
-                d.pop(key, None)
+        d = science_dict(self.to_dict())
         if self.chat_template:  # what the template says, not where it lies
             d["chat_template"] = hashlib.sha256(Path(self.chat_template).read_bytes()).hexdigest()[:16]
         from vheads.data import templates_name
@@ -237,6 +232,49 @@ class StudyConfig:
         if any(templates_name(m) != "tiny" for m in models):  # the natural-language questions since issue 22
             d["question_set"] = "natural"
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def science_dict(config: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a config (in :meth:`StudyConfig.to_dict`'s form, or as a store's ``config``
+    meta holds it) that change results: not ``run`` (backend, batching) nor ``metric``, and
+    no later key still at its default (runs made before it keep their hash)."""
+    d = {k: v for k, v in config.items() if k not in ("run", "metric")}
+    for key, default in LATER_KEY_DEFAULTS.items():
+        if d.get(key, default) == default:
+            d.pop(key, None)
+    for key in ("models", *PROMPT_KEYS):  # to_dict leaves these out while empty
+        if not d.get(key, True):
+            d.pop(key)
+    return d
+
+
+def config_differences(stored: dict[str, Any], cfg: StudyConfig) -> list[str]:
+    """``KEY: OLD -> NEW`` for each result-changing key where a run's stored config and
+    ``cfg`` differ (a table such as ``[controls]`` entry by entry), sorted by key."""
+    missing = "(not set)"
+
+    def flat(d: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict) and v:
+                out.update({f"{k}.{k2}": v2 for k2, v2 in v.items()})
+            else:
+                out[k] = v
+        return out
+
+    a, b = flat(science_dict(stored)), flat(science_dict(json.loads(json.dumps(cfg.to_dict()))))
+    return [f"{k}: {json.dumps(a.get(k, missing))} -> {json.dumps(b.get(k, missing))}"
+            for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]
+
+
+def changed_config_error(run_dir: Path, stored_config: str | None, cfg: StudyConfig) -> VheadsError:
+    """The error for a run folder that holds a run of another configuration: the keys that
+    differ (or, where every key reads the same, what else enters the hash)."""
+    diffs = config_differences(json.loads(stored_config), cfg) if stored_config else []
+    what = ("; ".join(diffs[:6]) + (f"; and {len(diffs) - 6} more" if len(diffs) > 6 else "") if diffs else
+            "every key reads the same, so the chat template file's contents or vheads' question set changed")
+    return VheadsError(f"{run_dir} holds a run of a different configuration ({what}); rerun with the run's own "
+                       "config, choose a new --out directory, or delete the old one")
 
 
 def _type_name(t) -> str:
@@ -323,9 +361,6 @@ def config_from_dict(data: dict[str, Any]) -> StudyConfig:
 def validate(cfg: StudyConfig) -> None:
     """Semantic checks that need no model: names, ranges, folders."""
     from vheads.discovery import QUERIES, SOURCES
-    from vheads.evaluation import get_control
-    from vheads.evaluation import split_control_name
-
     def bad(key, msg):
         raise VheadsError(f"config key {key!r}: {msg}")
 
@@ -341,9 +376,11 @@ def validate(cfg: StudyConfig) -> None:
             bad("tests", f"unknown test {t!r}; choose from {', '.join(TESTS)}")
     if not cfg.controls:
         bad("controls", "is empty: a head-set means something only against controls; e.g. layer-matched = 249")
+    _validate_controls(cfg, bad)  # before the keys that name controls, so a misspelt name is named itself
     for c in cfg.row_group_controls:
         if c not in cfg.controls:
-            bad("row_group_controls", f"{c!r} is not one of the configured controls ({', '.join(cfg.controls)})")
+            bad("row_group_controls", f"{c!r} is not one of the configured controls ({', '.join(cfg.controls)}); "
+                "add it under [controls] or list others here")
     if cfg.metric not in METRICS:
         bad("metric", f"unknown metric {cfg.metric!r}; choose from {', '.join(METRICS)}")
     if cfg.steer_rows not in ROW_GROUPS:
@@ -379,17 +416,6 @@ def validate(cfg: StudyConfig) -> None:
         bad("selection", f"must be flat or per-layer, got {cfg.selection!r}")
     if not (math.isfinite(cfg.beta) and cfg.beta > 0):
         bad("beta", f"must be a finite number above 0 (steering adds +beta / -beta to logits), got {cfg.beta}")
-    for name, R in cfg.controls.items():
-        try:
-            ctl = get_control(split_control_name(name)[0])
-        except ValueError as e:
-            bad("controls", str(e))
-        if R < 1:
-            bad(f"controls.{name}", f"R must be at least 1, got {R}")
-        if R > MAX_R:
-            bad(f"controls.{name}", f"R = {R} draws is more than {MAX_R:,}")
-        if not ctl.random and R != 1:
-            bad(f"controls.{name}", f"{name} is deterministic, so R must be 1, got {R}")
     for key in ("beta_sweep_controls", "k_sweep_controls"):
         if getattr(cfg, key) < 0:
             bad(key, f"must be 0 (no controls) or positive, got {getattr(cfg, key)}")
@@ -416,6 +442,24 @@ def validate(cfg: StudyConfig) -> None:
     _validate_more(cfg, bad)
     _validate_models(cfg, bad)
     _validate_loading(cfg, bad)
+
+
+def _validate_controls(cfg: StudyConfig, bad) -> None:
+    """Every ``[controls]`` entry: a known control (the error names ``controls.NAME``) with a
+    number of draws R it can take."""
+    from vheads.evaluation import get_control, split_control_name
+
+    for name, R in cfg.controls.items():
+        try:
+            ctl = get_control(split_control_name(name)[0])
+        except ValueError as e:
+            bad(f"controls.{name}", str(e))
+        if R < 1:
+            bad(f"controls.{name}", f"R must be at least 1, got {R}")
+        if R > MAX_R:
+            bad(f"controls.{name}", f"R = {R} draws is more than {MAX_R:,}")
+        if not ctl.random and R != 1:
+            bad(f"controls.{name}", f"{name} is deterministic, so R must be 1, got {R}")
 
 
 def _validate_more(cfg: StudyConfig, bad) -> None:

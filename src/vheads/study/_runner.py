@@ -30,12 +30,12 @@ from vheads.evaluation import split_control_name
 from vheads.study._backends import make_backend
 from vheads._errors import VheadsError, check_output_path, path_inside, storage_error
 from vheads._io import atomic_write
-from vheads.study._config import StudyConfig, model_config, model_entries, validate_for_model
+from vheads.study._config import StudyConfig, changed_config_error, model_config, model_entries, validate_for_model
 from vheads.study._headline import headline_beta
 from vheads.study._lock import RunLock
 from vheads.study._stability import stability_stage
 from vheads.study._scores import ranks_per_layer, score_units
-from vheads.store import Store
+from vheads.store import STORE_NAME, Store
 from vheads._seeds import derived_seed
 
 
@@ -353,6 +353,7 @@ def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool =
     run_dir = check_output_path(Path(out))
     if run_dir.exists() and not run_dir.is_dir():
         raise VheadsError(f"--out {run_dir} is a file, not a run folder; pass a folder")
+    _refuse_other_config(cfg, run_dir)  # at once: before the model's shape, the data or the lock
     models = study_models(cfg)
     preflight_data(cfg)  # every photo and corpus read once, before the model or the run directory
     try:
@@ -384,6 +385,20 @@ def study_models(cfg: StudyConfig) -> list[tuple[str, StudyConfig, dict]]:
     return out
 
 
+def _refuse_other_config(cfg: StudyConfig, run_dir: Path) -> None:
+    """A run folder holding units of another configuration is refused before any work, the
+    error naming the keys that differ (:func:`_claim` checks again under the lock)."""
+    if not (run_dir / STORE_NAME).is_file():
+        return
+    store = Store(run_dir, readonly=True)
+    try:
+        have = store.get_meta("config_hash")
+        if have is not None and have != cfg.science_hash() and store.query("SELECT 1 FROM main.units LIMIT 1"):
+            raise changed_config_error(run_dir, store.get_meta("config"), cfg)
+    finally:
+        store.close()
+
+
 def _claim(store: Store, cfg: StudyConfig, run_dir: Path, **meta) -> None:
     """Refuse a store that holds a run of another configuration; record ``cfg`` (and
     ``meta``) in a new one."""
@@ -395,11 +410,9 @@ def _claim(store: Store, cfg: StudyConfig, run_dir: Path, **meta) -> None:
             db.execute("DELETE FROM main.meta")
         have = None
     if have is not None and have != cfg.science_hash():
+        error = changed_config_error(run_dir, store.get_meta("config"), cfg)
         store.close()
-        raise VheadsError(
-            f"{run_dir} holds a run of a different configuration (config hash {have}, this one "
-            f"{cfg.science_hash()}); choose a new --out directory or delete the old one"
-        )
+        raise error
     if have is None:
         store.set_meta(config=json.dumps(cfg.to_dict()), config_hash=cfg.science_hash(), vheads_version=__version__,
                        **meta)

@@ -1,0 +1,20 @@
+"""Reporting protocol: the checklist of the choices a visual-head result depends on, and
+where the run falls short (its warnings open the report)."""
+
+from __future__ import annotations
+
+from vheads.report._data import RunData
+from vheads.report._protocol import protocol_checks
+from vheads.report._registry import section
+
+HOW = (
+    "Every visual-head result depends on choices that move the head-set (query type, attention source, corpus, "
+    "k) and on how it was tested (controls, R, the family corrected for, β, row groups, the audit). Each line "
+    "states what this run used; ⚠ marks where it falls short, with what to change. In particular, with R "
+    "controls the rank p cannot go below 1/(R+1), and Holm over m settings cannot go below m/(R+1)."
+)
+
+
+@section("protocol", "Reporting protocol", HOW, order=10, needs=("meta", "discovery", "headsets", "outcomes", "audit"))
+def protocol(run: RunData) -> list:
+    return [protocol_checks(run)]

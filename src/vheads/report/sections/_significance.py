@@ -1,0 +1,56 @@
+"""Causal tests against random controls: the seed's Table 3 (CERS and NCS of every setting
+against its controls), Figure 3, Table 9, the metric robustness and ablation tables, and
+Table 16 (NCS_grid, symmetric CERS)."""
+
+from __future__ import annotations
+
+from vheads.causal import CAUSAL_SETTING
+from vheads.report import _figures as F
+from vheads.report import _tables as T
+from vheads.report._ablation import ablation_table
+from vheads.report._data import RunData
+from vheads.report._registry import figure, section
+
+HOW = (
+    "One row per discovery setting (corpus-query-source, e.g. cm-ref-qsp). S is the discovered head-set's "
+    "statistic (mean over items) with a 95% t-interval over items (for NCS, a difference of two independent arm "
+    "means, Welch's interval; the arms table adds a bootstrap resampling both arms). Each control type shows the mean ± SD of its "
+    "R random head-sets (over the distinct ones, with their number), z = (T_S − mean)/SD, the one-sided rank p = (1 + #{controls ≥ S})/(R+1) and, in "
+    "parentheses, the Holm-adjusted p over the settings (one family per test and control type); bold: ≤ 0.05. "
+    "* on S: significant against the first control shown. A large z with an unadjusted p at its floor says S "
+    "beats every control drawn; only the Holm-adjusted p says so for the whole family. The figure shows each S "
+    "(red diamond) against its controls' draws: a diamond inside the band is not specific to the discovered heads."
+)
+
+
+def main_tests(run: RunData) -> list[str]:
+    """Table 3's tests: CERS and NCS at all rows (``ncs`` in a run from before the row groups)."""
+    return ["cers", "ncs-all" if any((s, "ncs-all") in run.cells for s in run.settings) else "ncs"]
+
+
+@section("significance", "Causal tests against random controls (Table 3)", HOW, order=20,
+         needs=("outcomes", "arms", "headsets", "meta"),
+         tables=("Table 3 layout: *", "Rank p against layer-matched (A)*", "Metric robustness*", "Ablation × setting*",
+                 "* (seed Table 16 layout)"),
+         figures=("random_band",))
+def significance(run: RunData) -> list:
+    tests = main_tests(run)
+    blocks: list = []
+    for t in tests:
+        blocks.append(T.significance_table(
+            run, [t], f"Table 3 layout: {T.TEST_NAMES.get(t, t)} of every setting",
+            "S: discovered head-set, 95% t-interval over items (NCS: Welch interval over its matched and mismatched arms). Controls: "
+            "mean ± SD over the distinct head-sets among the R draws [their number: a small pool repeats head-sets, and a "
+            "copy is the same outcome again]; z in control SDs, over the distinct head-sets; "
+            "p: one-sided rank p over every draw (floor 1/(R+1)), Holm-adjusted p in parentheses (family: the settings, per test "
+            "and control type; bold ≤ 0.05). *: Holm-significant against the first control type shown."
+            + (f" {CAUSAL_SETTING}: the top-k heads of the exact causal map (each head alone, on a discovery split), "
+               "tested the same way: a reference, outside the Holm family." if CAUSAL_SETTING in run.settings else "")))
+    blocks.append(figure("random_band", F.random_band_figure(run, tests),
+                         "Figure 3 layout: each discovered head-set S (red diamond) against its random head-sets (dots: one per "
+                         "draw; bar: mean ± SD; tick: mean), one panel per test."))
+    blocks += [T.matched_controls_table(run), T.metric_robustness_table(run), ablation_table(run)]
+    for t in ("ncs-grid", "cers-sym"):
+        blocks.append(T.significance_table(run, [t], f"{T.TEST_NAMES[t]} (seed Table 16 layout)",
+                                           "As Table 3, on the 2×2 grid." + (T.max_ncs_grid_note(run) if t == "ncs-grid" else "")))
+    return blocks
