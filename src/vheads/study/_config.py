@@ -83,8 +83,10 @@ causal_tests = ["ncs"]    # exact causal map (each head alone, each whole layer)
 #                         # of a discovery split; its top-k NCS heads are the causal-ncs setting of Table 3 ([] = skip)
 
 [controls]                # control name = R draws per head-set
-layer-matched = 249       # R >= 239 lets a Holm-adjusted p over 12 settings fall under 0.05
-any-layer = 99
+layer-matched = 249       # R >= 239 lets a Holm-adjusted p over 12 settings fall under 0.05 (where the pool holds
+                          # as many: a pool of at most 2R is compared whole, each head-set once)
+any-layer = 249           # its pool (C(29, 3) = 3,654 on the tiny model) holds 249 distinct draws; the tiny
+                          # model's layer-matched pools (10 or 105) cannot reach Holm over 12 settings, this one can
 attention-matched = 20    # layer- and image-attention-matched draws (Table 9, column B)
 # "random-n@200" = 5      # random-n with its own head count (Table 12); also sinks = 1, text-heavy = 1, whole-layers = R
 
@@ -200,7 +202,7 @@ class StudyConfig:
     algebra_controls: int = 100
     causal_tests: list[str] = field(default_factory=lambda: ["ncs"])  # the causal map's tests (vheads.causal)
     models: list[dict[str, str]] = field(default_factory=list)  # several models: see model_entries
-    controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99, "attention-matched": 20})
+    controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 249, "attention-matched": 20})
     run: RunConfig = field(default_factory=RunConfig)
     templates: dict[str, str] = field(default_factory=dict)  # only the templates that differ from the model's defaults
 
