@@ -191,3 +191,78 @@ def test_each_package_imports_alone_in_a_fresh_interpreter(tmp_path):
         assert results[node]["ok"], f"`import {node}` alone fails:\n{results[node].get('error')}"
         extra = set(results[node]["loaded"]) - closure(graph, node) - {node, "vheads"}
         assert not extra, f"importing {node} loads {sorted(extra)}, which it does not depend on"
+
+
+# ---- no import circle between modules --------------------------------------------------------
+
+
+def is_type_checking_block(node: ast.AST) -> bool:
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def runtime_imports_of(path: Path) -> list[str]:
+    """The ``vheads`` names ``path`` imports when it runs: every import (top level or inside a
+    function) except those under ``if TYPE_CHECKING:`` outside a package ``__init__``
+    (annotations only, never executed; in an ``__init__`` that block is the lazy exports
+    (:mod:`vheads._lazy`), imported on first use, so it counts)."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip: set[int] = set()
+    if path.name != "__init__.py":
+        for node in ast.walk(tree):
+            if is_type_checking_block(node):
+                skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    names = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names += [f"{node.module}.{a.name}" for a in node.names]
+    return [n for n in names if n == "vheads" or n.startswith("vheads.")]
+
+
+def module_graph() -> dict[str, set[str]]:
+    """``{module: modules it imports}`` over every module of ``vheads``: an imported name is
+    the deepest module it names (``vheads.report._tables.fmt`` -> ``vheads.report._tables``,
+    ``from vheads.report import _figures`` -> ``vheads.report._figures``, ``vheads.evaluation.rank_p``
+    -> the package ``vheads.evaluation``, whose ``__init__`` imports its modules in turn)."""
+    modules = all_modules()
+
+    def resolve(name: str) -> str:
+        while name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    return {mod: {resolve(n) for n in runtime_imports_of(path)} - {mod} for mod, path in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` (``[a, b, …, a]``), or None."""
+    try:
+        TopologicalSorter(graph).prepare()
+    except CycleError as e:
+        return list(reversed(e.args[1]))
+    return None
+
+
+def test_no_import_cycle_between_modules():
+    cycle = find_cycle(module_graph())
+    assert cycle is None, "import cycle between vheads modules: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_circle_and_ignores_a_line():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) is not None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_the_module_graph_reads_lazy_and_type_only_imports_as_they_run(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from vheads.study._config import X\n"
+                   "def f():\n    from vheads.report._tables import fmt\n")
+    assert runtime_imports_of(src) == ["vheads.report._tables.fmt"]
+    init = tmp_path / "__init__.py"
+    init.write_text(src.read_text())
+    assert sorted(runtime_imports_of(init)) == ["vheads.report._tables.fmt", "vheads.study._config.X"]

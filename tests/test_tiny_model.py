@@ -64,7 +64,7 @@ def test_strip_prompt_has_one_image_token_per_panel(tiny):
 def held_out(tiny):
     from vheads.tiny import predict
     from vheads.tiny._evaluate import EVAL_KINDS
-    from vheads.tiny._train import draw_items
+    from vheads.tiny._batch import draw_items
 
     torch.set_num_threads(2)
     out = {}

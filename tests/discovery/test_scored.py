@@ -13,7 +13,7 @@ from vheads._errors import VheadsError
 from vheads.data import default_templates
 from vheads.discovery import load_headset, load_per_item, score_settings
 from vheads.discovery._discover import load_corpora
-from vheads.discovery._scored import ScoreSetting, parse_named_score, point_name, setting_from_dict
+from vheads.discovery._score_setting import ScoreSetting, parse_named_score, point_name, setting_from_dict
 from vheads.discovery._space import ScorePoint
 
 

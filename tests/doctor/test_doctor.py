@@ -66,7 +66,7 @@ def test_doctor_prints_one_screen_with_a_mark_per_check():
     lines = res.stdout.splitlines()
     for name in INVARIANTS:
         assert any(l.startswith(("✓ " + name, "– " + name)) for l in lines), (name, res.stdout)
-    assert lines[-1] == "all invariants hold"
+    assert lines[-1].startswith("all invariants hold")  # ⚠ checks to read may follow on the line
 
 
 @pytest.mark.parametrize("family", [pytest.param(f, marks=[] if f in FAST_FAMILIES else [pytest.mark.slow]) for f in ALL_FAMILIES])

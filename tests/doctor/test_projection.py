@@ -84,3 +84,30 @@ def test_the_projection_counts_the_score_points_the_ablations_and_the_causal_map
     ran = _counted_rows(monkeypatch, cfg, tmp_path / "run")
     plain = study_rows(_small(tiny_random_dirs["qwen3_vl"]), main_k=cfg.k)["evaluation"]
     assert plain < ran <= study_rows(cfg, main_k=cfg.k, heads=heads)["evaluation"]
+
+
+@pytest.mark.slow
+def test_the_projected_time_is_within_twice_a_measured_small_study(tmp_path):
+    """A real study on the built-in tiny model (two settings, controls whose draws repeat on
+    its 32 heads, the beta and k sweeps), timed, against the doctor's projection for the same
+    config on the same machine, measured just after it: within a factor of 2 either way."""
+    import time
+
+    from vheads.doctor import doctor
+    from vheads.models import tiny_model_path
+
+    try:
+        tiny_model_path()
+    except FileNotFoundError:
+        pytest.skip("the built-in tiny model is not built")
+    cfg = config_from_dict({
+        "model": "tiny", "corpora": ["comics"], "queries": ["ordinal"], "sources": ["last", "qspan"], "n_discovery": 8,
+        "n_eval": 8, "splits": 10, "controls": {"layer-matched": 40, "any-layer": 10}, "beta_sweep": [1.0, 10000.0],
+        "beta_sweep_controls": 2, "k_sweep": [1, 2], "k_sweep_controls": 4, "algebra_controls": 0, "scores": [],
+        "causal_tests": []})
+    t0 = time.perf_counter()
+    run_study(cfg, tmp_path / "run", progress=False, report=False, skip_doctor=True)
+    measured = time.perf_counter() - t0
+    speed = next(c for c in doctor("tiny", study=cfg).checks if c.name == "speed")
+    projected = speed.numbers["projected_s"]
+    assert 0.5 <= projected / measured <= 2.0, (projected, measured, speed.summary)

@@ -6,7 +6,13 @@
 - :func:`save_causal_map` / :func:`load_causal_map` — ``vheads.causal-map/1`` files;
 - :func:`atp_map` / :func:`compare_maps` — the attribution-patching estimate (AtP, AtP*) of
   the NCS / text-arm map from one forward and backward per item, and its agreement with the exact map;
-- :func:`atp_causal_maps` — the AtP estimate as :class:`CausalMap` objects (method ``atp``), as the study stores it.
+- :func:`atp_causal_maps` — the AtP estimate as :class:`CausalMap` objects (method ``atp``), as the study stores it;
+- :func:`draw_design` / :func:`head_attribution` / :func:`regression_causal_maps` — head
+  attribution: random multi-head ablations and the regression of the outcome on which heads
+  were hidden (method ``regression``), with bootstrap and OLS intervals and pairwise interactions;
+- :func:`backup_heads` — co-ablation: each head's effect once a top head is hidden, minus its effect alone;
+- :func:`causal_maps_by_method` / :func:`agreement` — the maps of several methods on the same
+  items, and Spearman ρ and top-k recall between every pair.
 
 The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
 ``vheads causal-map --help`` (the command is :mod:`vheads._causal_cli`) imports no torch.
@@ -23,5 +29,11 @@ if TYPE_CHECKING:  # the public names; each loads on first use
     )
     from vheads.causal._atp import AtpMap, atp_map, compare_maps
     from vheads.causal._atp_map import atp_causal_maps
+    from vheads.causal._regression import (
+        DEFAULT_Q, DEFAULT_SUBSETS, STORED_DESIGNS, Design, HeadAttribution, check_design, draw_design, head_attribution, ols,
+        regression_causal_maps, stored_design,
+    )
+    from vheads.causal._backup import BackupScan, backup_heads
+    from vheads.causal._methods import METHODS, agreement, causal_maps_by_method, check_methods
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__)

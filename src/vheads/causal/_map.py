@@ -248,6 +248,19 @@ def causal_item_sets(tests, n: int, seed_of, source=None, templates=None) -> dic
     return item_sets(sorted({k for t in tests for k in TEST_SETS[t]}), n, seed_of, source, templates)
 
 
+def per_item_values(res, test: str, sets: dict, rows: str) -> tuple[str, dict, dict]:
+    """The test id, ``per_item[metric][arm]`` ``[n_sets, n_items]`` and ``item_ids[arm]`` of
+    one :func:`vheads.evaluation.run_test` result: NCS's drops per arm (``matched``,
+    ``mismatched``), every other test's values as arm ``value``."""
+    if test == "ncs":
+        per = {m: {arm: res.under(m).detail[f"drop_{arm}"] for arm in NCS_ARMS} for m in METRICS}
+        items = {arm: [it.id for it in sets[f"class-{arm}"]] for arm in NCS_ARMS}
+    else:
+        per = {m: {"value": res.under(m).values} for m in METRICS}
+        items = {"value": list(res.item_ids)}
+    return (f"ncs-{rows}" if test == "ncs" else test), per, items
+
+
 def exact_causal_map(engine, sets: dict[str, list], tests=("ncs",), rows: str = "all", ablation: str = DEFAULT_ABLATION,
                      layers: bool = True, seed: int = 0, batch_size: int = 128, progress: bool = False,
                      memo: ProbeMemo | None = None, cache: dict | None = None) -> dict[str, CausalMap]:
@@ -272,13 +285,7 @@ def exact_causal_map(engine, sets: dict[str, list], tests=("ncs",), rows: str = 
     for test in tests:
         res = run_test(engine, test, sets, hsets, 1.0, rows, seed, batch_size, progress, cache=cache if test == "ncs" else None,
                        memo=memo, **extra)
-        if test == "ncs":
-            per = {m: {arm: res.under(m).detail[f"drop_{arm}"] for arm in NCS_ARMS} for m in METRICS}
-            items = {arm: [it.id for it in sets[f"class-{arm}"]] for arm in NCS_ARMS}
-        else:
-            per = {m: {"value": res.under(m).values} for m in METRICS}
-            items = {"value": list(res.item_ids)}
-        tid = f"ncs-{rows}" if test == "ncs" else test
+        tid, per, items = per_item_values(res, test, sets, rows)
         n = {arm: len(v) for arm, v in items.items()}
         out[map_key(tid, ablation)] = CausalMap(tid, ablation, L, H, att, ids, items, per,
                                                 {"rows": rows if test != "text" else "all", "seed": seed, "n": n})

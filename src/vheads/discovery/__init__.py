@@ -40,8 +40,7 @@ if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.discovery._selection import MODES, ranked_heads, resolve_k, select_heads
     from vheads.discovery._stability import StabilityCurve, items_to_reach, plot_stability, stability_curve, stability_sizes
     from vheads.discovery._space import AXES, SCORES, ScorePoint, parse_score, score, score_point
-    from vheads.discovery._scored import (
-        ScoreSetting, check_score_name, discover_scores, parse_named_score, record_k, score_items,
-    )
+    from vheads.discovery._score_setting import ScoreSetting, check_score_name, parse_named_score
+    from vheads.discovery._scored import discover_scores, record_k, score_items
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__)

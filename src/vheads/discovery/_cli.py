@@ -56,7 +56,8 @@ def discover(
     chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
 ) -> list[Path]:
     """Rank heads under every corpus × query × source setting (or × --score point) and write one head-set file each."""
-    from vheads.discovery._discover import check_out_folder, discover_headsets, load_corpora
+    from vheads.discovery._discover import discover_headsets, load_corpora
+    from vheads.discovery._files import check_out_folder
     from vheads.discovery._setting import SOURCES
 
     # every input is checked, and every corpus loaded, before the model is; the flags that
@@ -107,9 +108,9 @@ def discover(
 
 
 def check_scores(scores: list[str], per_layer: bool, k: int | None = None, with_overlap: bool = False) -> list[tuple]:
-    """The ``--score`` points, named (:func:`~vheads.discovery._scored.parse_named_score`),
+    """The ``--score`` points, named (:func:`~vheads.discovery._score_setting.parse_named_score`),
     each name once, of one size where ``--overlap`` compares them; refused before any work."""
-    from vheads.discovery._scored import parse_named_score
+    from vheads.discovery._score_setting import parse_named_score
 
     if per_layer:
         raise VheadsError("--per-layer applies to the --source grid; a score point names its own selection (select=per-layer)")

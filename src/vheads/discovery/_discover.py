@@ -11,15 +11,14 @@ A corpus spec names where the strips come from:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vheads._errors import VheadsError, check_output_path, path_inside, safe_name
+from vheads._errors import VheadsError, path_inside, safe_name
 from vheads.data import DEFAULT_TEMPLATES, Item, Templates
-from vheads.discovery._files import HeadSetRecord, save_headset, save_per_item
+from vheads.discovery._files import HeadSetRecord, check_out_folder, ids_hash, save_headset, save_per_item
 from vheads.discovery._setting import CORPUS_ABBREV, QUERIES, SOURCES
 from vheads.discovery._selection import resolve_k, select_heads
 
@@ -95,10 +94,6 @@ def corpus_abbrev(spec: str) -> str | None:
     return strip_folder_names(rest)[1] if kind == "strips" and rest else None
 
 
-def _ids_hash(items: Sequence[Item]) -> str:
-    return "sha256:" + hashlib.sha256("\n".join(it.id for it in items).encode()).hexdigest()[:16]
-
-
 def headset_records(lm, corpora: Sequence[Corpus], scores: dict[str, SettingScores], k: int | None, mode: str, seed: int) -> list[HeadSetRecord]:
     """One :class:`HeadSetRecord` per scored setting."""
     by_key = {(c.name, c.query): c for c in corpora}
@@ -109,23 +104,9 @@ def headset_records(lm, corpora: Sequence[Corpus], scores: dict[str, SettingScor
     records = []
     for sid, sc in scores.items():
         c = by_key[(sc.setting.corpus, sc.setting.query)]
-        corpus = {"id": c.id, "n_items": sc.n_items, "seed": seed, "item_ids": _ids_hash(c.items), "n_empty_answers": sc.n_empty_answers}
+        corpus = {"id": c.id, "n_items": sc.n_items, "seed": seed, "item_ids": ids_hash(c.items), "n_empty_answers": sc.n_empty_answers}
         records.append(HeadSetRecord(select_heads(sc.scores, kk, mode, lm.attention_layers), sc.setting, sc.scores, model, corpus, seed, kk, mode))
     return records
-
-
-def check_out_folder(out: str | Path, force: bool = False) -> Path:
-    """``out`` may receive head-set files: not a file, and (unless ``force``) holding no
-    head-set files (``*.json``, ``*.items.npz``) of another run. Checked before any work."""
-    out = check_output_path(Path(out))
-    if out.exists() and not out.is_dir():
-        raise VheadsError(f"--out {out} is a file, not a folder; pass a folder for the head-set files")
-    if out.is_dir() and not force:
-        old = sorted(p.name for p in out.iterdir() if p.name.endswith((".json", ".items.npz")))
-        if old:
-            raise VheadsError(f"--out {out} already holds head-set files ({', '.join(old[:3])}{' …' if len(old) > 3 else ''}); "
-                              "choose a new folder, or pass --force to overwrite them")
-    return out
 
 
 def load_corpora(corpora: Sequence[str], queries: Sequence[str], n: int, seed: int = 0, panel_size: int = 224,

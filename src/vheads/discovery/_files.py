@@ -34,6 +34,7 @@ leaves a partial file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,7 @@ from typing import Any
 import numpy as np
 
 import vheads
-from vheads._errors import VheadsError
+from vheads._errors import VheadsError, check_output_path
 from vheads._io import atomic_write, read_json
 from vheads.discovery._schema import validate_headset_json
 from vheads.discovery._setting import Setting
@@ -183,7 +184,7 @@ def load_headset(path: str | Path, lm=None, force: bool = False) -> HeadSetRecor
     head-set for another model *shape* is refused even when forced."""
     path = Path(path)
     d = read_json(path, f"head-set file {path}")
-    from vheads.discovery._scored import setting_from_dict  # loads torch: only once the file is read
+    from vheads.discovery._score_setting import setting_from_dict  # loads torch: only once the file is read
 
     try:
         _validate(d, f"head-set file {path}")
@@ -226,4 +227,23 @@ def load_headset_files(paths: list[str | Path], lm, force: bool = False) -> dict
     for p in paths:
         rec = load_headset(p, lm=lm, force=force)
         out[rec.setting.id if rec.setting.id not in out else Path(p).stem] = rec.headset
+    return out
+
+
+def ids_hash(items) -> str:
+    """A corpus's item ids as one hash (a head-set file's ``corpus.item_ids``)."""
+    return "sha256:" + hashlib.sha256("\n".join(it.id for it in items).encode()).hexdigest()[:16]
+
+
+def check_out_folder(out: str | Path, force: bool = False) -> Path:
+    """``out`` may receive head-set files: not a file, and (unless ``force``) holding no
+    head-set files (``*.json``, ``*.items.npz``) of another run. Checked before any work."""
+    out = check_output_path(Path(out))
+    if out.exists() and not out.is_dir():
+        raise VheadsError(f"--out {out} is a file, not a folder; pass a folder for the head-set files")
+    if out.is_dir() and not force:
+        old = sorted(p.name for p in out.iterdir() if p.name.endswith((".json", ".items.npz")))
+        if old:
+            raise VheadsError(f"--out {out} already holds head-set files ({', '.join(old[:3])}{' …' if len(old) > 3 else ''}); "
+                              "choose a new folder, or pass --force to overwrite them")
     return out

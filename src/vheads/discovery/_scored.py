@@ -16,106 +16,16 @@ files written: ``{setting}.json`` (``vheads.headset/1``, the point's full axes u
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from vheads._errors import VheadsError, path_inside
 from vheads.data import Item
-from vheads.discovery._files import HeadSetRecord, save_headset, save_per_item
-from vheads.discovery._setting import CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV
-from vheads.discovery._space import AXES, SCORES, PointResult, ScorePoint, aggregate, parse_score, point_statistics
+from vheads.discovery._files import HeadSetRecord, check_out_folder, ids_hash, save_headset, save_per_item
+from vheads.discovery._score_setting import ScoreSetting
+from vheads.discovery._space import PointResult, ScorePoint, aggregate, point_statistics
 from vheads.evaluation import HeadSet
-
-SCORE_NAME = re.compile(r"[a-z0-9][a-z0-9_.+]{0,31}")
-
-
-def point_name(point: ScorePoint) -> str:
-    """The automatic name of a custom point: its values that differ from :class:`ScorePoint`'s
-    defaults, in axis order, ``-`` dropped (``hit-frequency`` → ``hitfrequency``), and ``k<k>``."""
-    base = ScorePoint()
-    parts = [getattr(point, a).replace("-", "") for a in AXES if getattr(point, a) != getattr(base, a)]
-    return "_".join(parts + ([f"k{point.k}"] if point.k is not None else []))
-
-
-def check_score_name(name: str, where: str) -> str:
-    """``name`` may be the last part of a setting id (else :class:`VheadsError` naming ``where``)."""
-    if not isinstance(name, str) or not SCORE_NAME.fullmatch(name):
-        raise VheadsError(f"{where}: score name {name!r} must be lower-case letters, digits, '_', '.' or '+' "
-                          "(no '-': it separates the parts of a setting id), at most 32 characters")
-    if name in SOURCE_ABBREV.values():
-        raise VheadsError(f"{where}: score name {name!r} is the seed's {name!r} source part of a setting id; "
-                          "name the point, e.g. 'mine:rows=...'")
-    return name
-
-
-def parse_named_score(text: str, where: str = "--score") -> tuple[str, ScorePoint]:
-    """``(name, point)`` of a preset name, ``NAME:axis=value,...`` or ``axis=value,...``."""
-    if not isinstance(text, str):
-        raise VheadsError(f"{where}: expected a preset name or a point like 'rows=out,keys=hit', got {text!r:.80}")
-    text = text.strip()
-    name, sep, rest = text.partition(":")
-    try:
-        if sep:
-            return check_score_name(name.strip(), where), parse_score(rest)
-        point = parse_score(text)
-    except VheadsError as e:
-        raise VheadsError(f"{where}: {e}") from None
-    return check_score_name(text if text in SCORES else point_name(point), where), point
-
-
-@dataclass(frozen=True)
-class ScoreSetting:
-    """A score point on one corpus and query type: the setting of a head-set discovered with it.
-
-    The same interface as :class:`vheads.discovery.Setting` (``source`` is ``"score"``)."""
-
-    corpus: str
-    query: str
-    name: str
-    point: ScorePoint
-    corpus_abbrev: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.query not in QUERIES:
-            raise ValueError(f"unknown query type {self.query!r}; choose one of: {', '.join(QUERIES)}")
-        check_score_name(self.name, "setting")
-        if not self.corpus_abbrev:
-            object.__setattr__(self, "corpus_abbrev", CORPUS_ABBREV.get(self.corpus, self.corpus[:2].lower()))
-
-    source = "score"
-
-    @property
-    def abbrev(self) -> str:
-        return self.corpus_abbrev
-
-    @property
-    def id(self) -> str:
-        return f"{self.abbrev}-{QUERY_ABBREV[self.query]}-{self.name}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "corpus": self.corpus, "corpus_abbrev": self.abbrev, "query": self.query, "source": "score",
-                "score": {"name": self.name, **self.point.to_dict()}}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ScoreSetting":
-        sc = dict(d["score"])
-        name = sc.pop("name")
-        try:
-            point = ScorePoint(**sc)
-        except (VheadsError, TypeError) as e:
-            raise ValueError(f"setting.score: {e}") from None
-        return cls(d["corpus"], d["query"], name, point, d.get("corpus_abbrev"))
-
-
-def setting_from_dict(d: Mapping[str, Any]):
-    """A head-set file's ``setting``: a :class:`ScoreSetting` where it records a score point,
-    else the seed's :class:`~vheads.discovery.Setting`."""
-    from vheads.discovery._scores import Setting
-
-    return ScoreSetting.from_dict(d) if d.get("source") == "score" else Setting.from_dict(d)
 
 
 def record_k(res: PointResult) -> int:
@@ -163,8 +73,6 @@ def discover_scores(lm, corpora: Sequence, named: Sequence[tuple[str, ScorePoint
     (with ``out``) one head-set file and one per-item file each, as :func:`discover_headsets` writes."""
     from tqdm.auto import tqdm
 
-    from vheads.discovery._discover import _ids_hash, check_out_folder
-
     if out is not None:
         check_out_folder(out, force)
     names = [n for n, _ in named]
@@ -181,7 +89,7 @@ def discover_scores(lm, corpora: Sequence, named: Sequence[tuple[str, ScorePoint
         results, ids, n_empty = score_items(lm, c.items, [p for _, p in named], max_new_tokens,
                                             labels=[f"--score, setting {st.id}" for st in settings])
         for st, res in zip(settings, results):
-            corpus = {"id": c.id, "n_items": len(ids), "seed": seed, "item_ids": _ids_hash(c.items), "n_empty_answers": n_empty}
+            corpus = {"id": c.id, "n_items": len(ids), "seed": seed, "item_ids": ids_hash(c.items), "n_empty_answers": n_empty}
             hs = HeadSet(res.heads, lm.n_layers, lm.n_heads, tuple(lm.attention_layers) if "attention_layers" in model else None)
             records.append(HeadSetRecord(hs, st, res.scores, model, corpus, seed, record_k(res), st.point.select))
             per_item[st.id] = (res.per_item, ids)

@@ -239,6 +239,42 @@ def _compare(name: str, got: torch.Tensor, want: torch.Tensor, ctx: Context, wha
     return Check(name, d <= tol, summary, numbers={"max_diff": d, "tolerance": tol, **({"effect": effect} if effect is not None else {})})
 
 
+#: half precision: an intervention's effect may differ from the reference's by this share of its size ...
+EFFECT_REL_TOL = 0.2
+#: ... plus this many times the noise of the two computations without intervention
+EFFECT_NOISE_TIMES = 2.0
+
+
+def _compare_effects(name: str, got: torch.Tensor, want: torch.Tensor, got_base: torch.Tensor, want_base: torch.Tensor,
+                     ctx: Context, what: str) -> Check:
+    """Half precision (bf16 / fp16): compare what the intervention *does* — per batch row, the
+    effect ``Δ = logits(plan) − logits(no plan)`` of the engine against the reference's —
+    rather than the logits, whose rounding (≈ 0.03 × max |logit|) exceeds the effect of hiding
+    one or two heads. Row b passes when ``max |Δ_engine − Δ_ref| ≤ 0.2 · max |Δ_ref| + 2 ε``,
+    ε the larger of the two computations' difference without intervention and one bf16 step
+    at the logits' scale; an engine that drops the intervention (``Δ_engine = 0``) fails
+    every row whose effect exceeds 2.5 ε. A row whose effect is within the noise is counted
+    apart (it cannot tell); the check needs at least one row that can."""
+    scale = float(want.double().abs().max())
+    noise = max(_max_diff(got_base, want_base), scale * 2.0 ** -7)
+    d_got = got.double().cpu() - got_base.double().cpu()  # [B, V]
+    d_want = want.double().cpu() - want_base.double().cpu()  # [B, V]
+    effect = d_want.abs().amax(-1)  # [B]
+    err = (d_got - d_want).abs().amax(-1)  # [B]
+    tol = EFFECT_REL_TOL * effect + EFFECT_NOISE_TIMES * noise
+    informative = effect > tol
+    bad = [b for b in range(len(err)) if err[b] > tol[b]]
+    ok = not bad and bool(informative.any())
+    summary = (f"effect of the intervention vs the reference: max |ΔΔ{what}| = {float(err.max()):.2e} on effects up to "
+               f"{float(effect.max()):.2e} (tolerance 20% + {EFFECT_NOISE_TIMES:.0f} x noise {noise:.1e})")
+    if bad:
+        summary += f"; head-sets {bad} differ"
+    if not informative.any():
+        summary += "; no head-set moves the logits beyond the noise: the check cannot tell"
+    return Check(name, ok, summary, numbers={"max_diff": float(err.max()), "effect": float(effect.max()), "noise": noise,
+                                             "per_row": err.tolist(), "effect_per_row": effect.tolist()})
+
+
 def check_empty_plan(ctx: Context) -> Check:
     """An empty plan (and a plan that touches no head) gives the plain model's logits."""
     pr, eng = ctx.prompt(), ctx.engine
@@ -298,6 +334,9 @@ def _reference_check(ctx: Context, kind: str) -> Check:
         acts = [[Action("steer", hs, list(range(T)), image=img, target=frozenset(target), beta=STEER_BETA)] for hs in head_sets]
     with reference_mode(lm.model, acts, model_mask(lm.model, img, T)), torch.no_grad():
         want = lm.model(**ctx.inputs(pr, len(head_sets))).logits[:, -1]
+    if ctx.half:  # the reference without intervention: the baseline of its effects
+        with reference_mode(lm.model, [[] for _ in head_sets[:1]], model_mask(lm.model, img, T)), torch.no_grad():
+            want_base = lm.model(**ctx.inputs(pr)).logits[:, -1]
     plain = plain_logits(lm.model, ctx.inputs(pr))[0, -1]
     ctx.reinstall()
     heads = torch.zeros(len(head_sets), L, H, dtype=torch.bool)
@@ -311,8 +350,11 @@ def _reference_check(ctx: Context, kind: str) -> Check:
     else:
         iv = steer_keys(heads, rows.expand(B, T), positions_mask(T, target).expand(B, T), keys, STEER_BETA)
     got = eng.forward(pr, eng.plan(B, [iv]), logits_at=[T - 1]).logits[:, -1]
-    effect = _max_diff(want, plain.expand_as(want))
-    c = _compare(kind, got, want, ctx, "logit", effect)
+    if ctx.half:
+        got_base = eng.forward(pr, logits_at=[T - 1]).logits[:, -1]
+        c = _compare_effects(kind, got, want, got_base.expand_as(got), want_base.expand_as(want), ctx, "logit")
+    else:
+        c = _compare(kind, got, want, ctx, "logit", _max_diff(want, plain.expand_as(want)))
     c.summary += f" ({B} head-sets in one forward vs the eager reference)"
     return c
 

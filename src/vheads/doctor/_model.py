@@ -3,24 +3,31 @@ baseline audit on a few items, and the speed and projected time of a study."""
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 
 import torch
 
 from vheads.doctor._checks import Context
+from vheads.doctor._projection import study_rows
 from vheads.doctor._report import Check
 
 #: the evaluation kinds whose P(option) the dtype check compares
 DTYPE_KINDS = ("grid-oracle", "grid-neutral", "class-matched", "class-mismatched", "text")
 #: |ΔP(option)| between dtypes above which the doctor marks the check ✗ (not an invariant)
 DTYPE_DRIFT = 0.05
-AUDIT_ITEMS = 8
+AUDIT_ITEMS = 24  # per set: enough that the binomial interval can exclude a range
 SPEED_ROWS = 32
+#: the largest batch the speed check times (a study's default batch_size)
+MAX_SPEED_ROWS = 512
 
 
 def _free_bytes(device: torch.device) -> int:
+    """Free memory on ``device``; on CUDA after emptying PyTorch's cache, which
+    ``mem_get_info`` counts as used."""
     if device.type == "cuda":
+        torch.cuda.empty_cache()
         return int(torch.cuda.mem_get_info(device)[0])
     try:
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
@@ -64,7 +71,10 @@ def check_dtypes(ctx: Context, model_path: str, device_map: str | None = None, q
     except RuntimeError as e:  # e.g. a kernel without bf16 support on this device
         return Check("bf16 vs fp32", None, f"skipped: {other} does not run here ({str(e).splitlines()[0][:120]})", invariant=False)
     finally:
-        del lm2
+        del lm2  # the copy freed before the next check (and its cached blocks on CUDA)
+        gc.collect()
+        if lm.device.type == "cuda":
+            torch.cuda.empty_cache()
     d = float((here - there).abs().max())
     agree = int((here.argmax(-1) == there.argmax(-1)).sum())
     return Check("bf16 vs fp32", d <= DTYPE_DRIFT, f"max |ΔP(option)| = {d:.3f} over {len(DTYPE_KINDS)} items ({str(ctx.lm.model.dtype).replace('torch.', '')} vs "
@@ -72,9 +82,26 @@ def check_dtypes(ctx: Context, model_path: str, device_map: str | None = None, q
                  numbers={"max_diff": d, "agree": agree, "items": len(DTYPE_KINDS)})
 
 
+def binomial_interval(p_key, level: float = 0.95) -> tuple[float, float]:
+    """Clopper–Pearson interval of a mean of per-item probabilities ``p_key`` in [0, 1]: the
+    exact binomial interval at ``x = Σ p`` successes of ``n`` (Beta quantiles, which take a
+    non-integer ``x``). A [0, 1]-valued outcome varies at most as a Bernoulli of the same mean,
+    so the interval is as wide as the one of ``n`` coin flips: conservative."""
+    from scipy.stats import beta
+
+    n, x = len(p_key), float(sum(p_key))
+    a = (1 - level) / 2
+    lo = 0.0 if x <= 0 else float(beta.ppf(a, x, n - x + 1))
+    hi = 1.0 if x >= n else float(beta.ppf(1 - a, x + 1, n - x))
+    return lo, hi
+
+
 def check_baseline(ctx: Context) -> tuple[Check, float]:
-    """The baseline audit (:func:`vheads.evaluation.baseline_audit`) on a few items of each set;
-    also returns the items per second it ran at."""
+    """The baseline audit (:func:`vheads.evaluation.baseline_audit`) on ``AUDIT_ITEMS`` items
+    of each set, each set judged by the binomial interval of its mean P(key)
+    (:func:`binomial_interval`): ⚠ where the interval lies wholly outside the set's expected
+    range (the model does not read these items), ✓ otherwise — a mean outside the range on
+    a few items is not evidence. Also returns the items per second it ran at."""
     from vheads._seeds import derived_seed
     from vheads.evaluation import audit_sets, baseline_audit
 
@@ -83,81 +110,19 @@ def check_baseline(ctx: Context) -> tuple[Check, float]:
     rep = baseline_audit(ctx.engine, sets)
     secs = time.perf_counter() - t0
     n = sum(r["n"] for r in rep.values())
-    parts = [f"{name} {r['mean_p_key']:.2f}{'' if r['ok'] else '(!)'}" for name, r in rep.items()]
+    parts, outside = [], []
+    for name, r in rep.items():
+        lo, hi = binomial_interval(r["p_key"])
+        r["interval"] = [lo, hi]
+        if hi < r["expected"][0] or lo > r["expected"][1]:
+            outside.append(name)
+        parts.append(f"{name} {r['mean_p_key']:.2f} [{lo:.2f}, {hi:.2f}]{'(!)' if name in outside else ''}")
     expected = ", ".join(f"{name} {r['expected'][0]:.2f}-{r['expected'][1]:.2f}" for name, r in rep.items())
-    ok = all(r["ok"] for r in rep.values())
-    return Check("baseline", ok, f"mean P(key) on {AUDIT_ITEMS} items each: " + ", ".join(parts), invariant=False,
-                 numbers={name: r["mean_p_key"] for name, r in rep.items()},
-                 details=[f"expected {expected}; (!) outside: the model may not read these items (a random model sits at 0.25)"]), n / secs
-
-
-def study_rows(cfg, main_k: int | None = None, heads: tuple[int, int] | None = None) -> dict[str, int]:
-    """Batch rows a study of ``cfg`` runs, by stage, each row its probe memo
-    (:class:`vheads.evaluation.ProbeMemo`) serves again counted once.
-
-    - discovery: one capture row per item and setting query (``last``, ``qspan``) plus,
-      with the ``out`` source, a greedy answer (4 tokens) and a teacher-forced row;
-    - evaluation, per setting: S, its controls and the k sweep's sets (CERS and NCS):
-      CERS two rows per item (steer onto the target and onto a distractor; symmetric CERS
-      reads the same rows) and the β sweep's S and ``beta_sweep_controls`` draws at every β
-      but the main one, NCS two arms per item at every row group, NCS_grid two rows per item,
-      the text arm one. The memo serves again: the β sweep's point at the main β, the k
-      sweep's point at the main k (``main_k``: the model's head-set size, None: unknown) and,
-      once per model rather than per setting (every setting runs the same items), the
-      unmasked baselines of NCS and the text arm and NCS_grid's all-heads bound.
-
-    The score points (``scores``, on ``score_on``'s corpus × query pairs) and the causal
-    setting (``causal_tests`` with NCS) are settings like the grid's; each head-output
-    ablation of ``ablation`` runs NCS once more for S and its ``row_group_controls`` at the
-    first row group (its baselines are the memo's). With ``heads`` = (attention layers,
-    heads per layer), the causal map: every head alone and every whole layer in each of
-    ``causal_tests`` under each ablation it takes (its own items: its own baselines, once).
-
-    Left out: the head-set algebra, the pointing suite, and controls that two settings or
-    two draws happen to share (heads in the same layers: most on small models), which the
-    memo also serves once; so this is an upper bound on a model with few heads. The memo is
-    one replica's: with several replicas (``run.backend = "ray"``) the shared rows run once
-    on each.
-    """
-    n_strips = len(cfg.corpora) * len(cfg.queries) * cfg.n_discovery
-    disc = n_strips * (1 + (5 if "out" in cfg.sources else 0))
-    settings = len(cfg.corpora) * len(cfg.queries) * len(cfg.sources)
-    if cfg.scores:
-        settings += len(cfg.scores) * (1 if cfg.score_on == "first" else len(cfg.corpora) * len(cfg.queries))
-    if "ncs" in cfg.causal_tests:
-        settings += 1  # the causal setting
-    controls = sum(cfg.controls.values())
-    k_points = [kk for kk in dict.fromkeys(cfg.k_sweep) if kk != main_k]  # S@k=main_k is S
-    k_sets = len(k_points) + len(cfg.k_sweep) * cfg.k_sweep_controls
-    base = 1 + controls
-    n = cfg.n_eval
-    tests = set(cfg.tests)
-    per_setting = once = 0
-    if tests & {"cers", "cers-sym"}:
-        per_setting += (base + k_sets) * 2 * n
-        if "cers" in tests:  # the β sweep runs with CERS; the main β's rows are the main run's
-            at_beta = 1 + min(cfg.beta_sweep_controls, cfg.controls.get("layer-matched", 0))
-            per_setting += len({b for b in cfg.beta_sweep if b != cfg.beta}) * at_beta * 2 * n
-    if "ncs" in tests:
-        others = 1 + sum(cfg.controls.get(c, 0) for c in cfg.row_group_controls)
-        per_setting += (base + k_sets) * 2 * n + sum(others * 2 * n for g in dict.fromkeys(cfg.row_groups) if g != "all")
-        once += 2 * n  # the unmasked baselines of both arms
-        if cfg.row_groups:
-            per_setting += sum(others for a in cfg.ablation if a != "attention") * 2 * n  # the head-output ablations
-    if "ncs-grid" in tests:
-        per_setting += base * 2 * n
-        once += 2 * n  # every head hidden from the cell: the same head-set in every setting
-    if "text" in tests:
-        per_setting += base * n
-        once += n  # the unmasked baselines
-    causal = 0
-    if heads is not None:
-        units = heads[0] * heads[1] + heads[0]  # every head alone, every whole layer
-        per_item = {"ncs": 2, "ncs-grid": 2, "text": 1}  # rows per item of each test
-        for t in cfg.causal_tests:
-            runs = sum(1 for a in cfg.ablation if a == "attention" or (a != "mean" and t in ("ncs", "text")))
-            causal += (units * runs + 1) * per_item[t] * n  # + the unmasked baselines, once
-    return {"discovery": disc, "evaluation": settings * per_setting + once + causal}
+    return Check("baseline", not outside, f"mean P(key) [95% binomial interval] on {AUDIT_ITEMS} items each: " + ", ".join(parts),
+                 invariant=False, numbers={name: {"mean_p_key": r["mean_p_key"], "interval": r["interval"], "n": r["n"]}
+                                           for name, r in rep.items()},
+                 details=[f"expected {expected}; (!) the interval lies outside: the model may not read these items "
+                          "(a random model sits at 0.25)"]), n / secs
 
 
 def check_speed(ctx: Context, cfg, items_per_s: float | None) -> Check:
@@ -170,7 +135,9 @@ def check_speed(ctx: Context, cfg, items_per_s: float | None) -> Check:
     lay = pr.layout
     T = lay.n_tokens
     L, H = eng.shape
-    B = max(1, min(SPEED_ROWS, cfg.run.batch_size)) if cfg is not None else SPEED_ROWS
+    # the study's own batch (rows x prompt length within its token budget): a forward's cost
+    # is far from linear in its rows, so a smaller batch would project a slower study
+    B = max(1, min(cfg.run.batch_size, cfg.run.token_budget // T, MAX_SPEED_ROWS)) if cfg is not None else SPEED_ROWS
     g = torch.Generator().manual_seed(ctx.seed)
     heads = torch.rand(B, L, H, generator=g) < 0.1
     heads[:, [l for l in range(L) if l not in ctx.lm.attention_layers]] = False
@@ -189,9 +156,10 @@ def check_speed(ctx: Context, cfg, items_per_s: float | None) -> Check:
         return Check("speed", None, speed, invariant=False, numbers={"items_per_s": items_per_s, "rows_per_s": rows_per_s})
     from vheads.discovery import resolve_k
 
-    rows = study_rows(cfg, resolve_k(len(ctx.lm.attention_layers), H, cfg.k or None, cfg.selection), (len(ctx.lm.attention_layers), H))
+    shape = (len(ctx.lm.attention_layers), H)
+    rows = study_rows(cfg, resolve_k(*shape, cfg.k or None, cfg.selection), shape, pool_heads=shape)
     secs = sum(rows.values()) / rows_per_s
-    return Check("speed", None, f"{speed}; the configured study: at most {sum(rows.values()):,} rows, {_duration(secs)} at that "
+    return Check("speed", None, f"{speed}; the configured study: about {sum(rows.values()):,} distinct rows, {_duration(secs)} at that "
                  "rate", invariant=False,
                  numbers={"items_per_s": items_per_s, "rows_per_s": rows_per_s, "study_rows": rows, "projected_s": secs})
 

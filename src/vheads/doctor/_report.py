@@ -25,6 +25,9 @@ class Check:
 
     @property
     def mark(self) -> str:
+        """✓ holds, ✗ an invariant failed, ⚠ a descriptive check found something, – skipped."""
+        if self.ok is False and not self.invariant:
+            return "⚠"
         return {True: "✓", False: "✗", None: "–"}[self.ok]
 
 
@@ -41,12 +44,17 @@ class DoctorReport:
         return [c.name for c in self.checks if c.invariant and c.ok is False]
 
     @property
+    def warnings(self) -> list[str]:
+        """The descriptive checks (not invariants) marked ⚠, by name."""
+        return [c.name for c in self.checks if not c.invariant and c.ok is False]
+
+    @property
     def ok(self) -> bool:
         return not self.failed
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "device": self.device, "dtype": self.dtype, "ok": self.ok, "failed": self.failed,
-                "checks": [{**asdict(c), "mark": c.mark} for c in self.checks]}
+                "warnings": self.warnings, "checks": [{**asdict(c), "mark": c.mark} for c in self.checks]}
 
     def text(self) -> str:
         """One screen: a line per check (mark, name, numbers), its details indented below."""
@@ -56,5 +64,8 @@ class DoctorReport:
             tag = "" if c.invariant or c.ok is not False else "  (not an invariant)"
             lines.append(f"{c.mark} {c.name:<{width}}  {c.summary}{tag}")
             lines += [f"    {d}" for d in c.details]
-        lines.append("all invariants hold" if self.ok else f"FAILED: {', '.join(self.failed)}")
+        last = "all invariants hold" if self.ok else f"FAILED: {', '.join(self.failed)}"
+        if self.warnings:
+            last += f"; ⚠ {len(self.warnings)} to read (not invariants): {', '.join(self.warnings)}"
+        lines.append(last)
         return "\n".join(lines)

@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.evaluation._metrics import (
         Outcomes, baseline_audit, cers, letter_metric, distractor_cell, head_attention_mass, ncs, ncs_grid, text_arm,
     )
-    from vheads.evaluation._probe import Action, ProbeMemo, key_positions, option_probs, prompt_digest
+    from vheads.evaluation._digest import prompt_digest
+    from vheads.evaluation._probe import Action, ProbeMemo, key_positions, option_probs
     from vheads.evaluation._metrics import _check_items as check_items  # four lettered options per item
     from vheads.evaluation._ablation import donors, reference_means
     from vheads.evaluation._request import (

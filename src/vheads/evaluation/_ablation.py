@@ -28,13 +28,12 @@ import torch
 
 from vheads._errors import VheadsError
 from vheads.engine import HeadAblation, OutputRecord, RoleMeans, RowBatch, pack, pooled_means, row_roles
+from vheads.evaluation._digest import prompt_digest
 
 from vheads.evaluation._request import ABLATIONS, HEAD_OUTPUT_TESTS, check_ablation  # noqa: F401 - torch-free, re-exported
 
 
 def _digest(prompts) -> str:
-    from vheads.evaluation._probe import prompt_digest
-
     h = hashlib.blake2b(digest_size=8)
     for pr in prompts:
         h.update(prompt_digest(pr))

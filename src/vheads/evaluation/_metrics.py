@@ -288,7 +288,7 @@ def baseline_audit(engine: Engine, sets: dict[str, list[Item]]) -> dict[str, dic
         p = np.array([pi[0][_letter(it)] for pi, it in zip(probs, items)])
         lo, hi = EXPECTED.get(name, (0.0, 1.0))
         m = float(p.mean())
-        report[name] = {"n": len(items), "mean_p_key": m, "expected": [lo, hi], "ok": lo <= m <= hi}
+        report[name] = {"n": len(items), "mean_p_key": m, "expected": [lo, hi], "ok": lo <= m <= hi, "p_key": p.tolist()}
     return report
 
 

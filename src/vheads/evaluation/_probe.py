@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from vheads.engine import Engine, Intervention, RowBatch, mask_keys, pack, positions_mask, row_mask, steer_keys
 from vheads.engine import RoleMeans, can_split, first_biased_key, split_on_oom
 from vheads.evaluation._ablation import head_ablation
+from vheads.evaluation._digest import prompt_digest
 from vheads.evaluation._headsets import HeadSet
 from vheads.models import Prompt
 
@@ -153,24 +154,6 @@ class ProbeMemo:
         if key not in self.rows and len(self.rows) >= self.max_rows:
             del self.rows[next(iter(self.rows))]  # dicts keep insertion order: the oldest row
         self.rows[key] = np.asarray(row, dtype=np.float64).tobytes()
-
-
-def prompt_digest(prompt: Prompt) -> bytes:
-    """A digest of what a prompt's forwards depend on: every model input (name, dtype, shape,
-    values) and its layout's positions (image tokens, spans, regions), which actions read."""
-    h = hashlib.blake2b(digest_size=16)
-    for name in sorted(prompt.inputs):
-        v = prompt.inputs[name]
-        if isinstance(v, torch.Tensor):
-            v = v.detach().cpu().contiguous()
-            h.update(f"{name}:{v.dtype}:{tuple(v.shape)}".encode())
-            h.update(v.view(torch.uint8).numpy().tobytes() if v.dtype != torch.bool else v.numpy().tobytes())
-        else:
-            h.update(f"{name}:{v!r}".encode())
-    lay = prompt.layout
-    h.update(repr((lay.n_tokens, lay.image_positions.tolist(), sorted(lay.spans.items()),
-                   sorted((k, r.positions.tolist()) for k, r in lay.regions.items()))).encode())
-    return h.digest()
 
 
 def letter_p(scores: np.ndarray) -> np.ndarray:

@@ -48,7 +48,7 @@ def ablation_runs(cfg, source, templates, lo: int, hi: int) -> list[tuple[str, d
             ref = reference_sets(kinds, cfg.n_eval, cfg.seed, source, templates)
             out.append((a, ref, {"items": {k: [it.id for it in v] for k, v in ref.items()}, "seed": cfg.seed, "n": cfg.n_eval}))
         elif a == "resample":
-            from vheads.study._units import eval_seed
+            from vheads.study._data import eval_seed
 
             full = item_sets(kinds, cfg.n_eval, eval_seed(cfg.seed), source, templates)
             d = donors(cfg.n_eval, cfg.seed)

@@ -10,8 +10,17 @@ loaded and before the run directory is written.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vheads._seeds import derived_seed
-from vheads.study._config import StudyConfig
+
+if TYPE_CHECKING:  # annotations only: _config imports the study's parts, which read items from here
+    from vheads.study._config import StudyConfig
+
+
+def eval_seed(seed: int):
+    """The study's evaluation items of each kind come from their own derived seed."""
+    return lambda kind: derived_seed(seed, "eval", kind)
 
 
 def eval_source(cfg: StudyConfig):
@@ -43,7 +52,6 @@ def preflight_data(cfg: StudyConfig) -> None:
     from vheads.discovery import load_corpus
     from vheads.data.synthetic import CORPORA as SYNTHETIC
     from vheads.evaluation import AUDIT_SETS, TEST_SETS, item_sets
-    from vheads.study._units import eval_seed
 
     source = eval_source(cfg)
     if source is not None:

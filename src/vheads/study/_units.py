@@ -18,17 +18,13 @@ from vheads._seeds import derived_seed
 from vheads.evaluation import METRICS, TEST_SETS, HeadSet, Outcomes, ProbeMemo, audit_sets, item_sets, run_test
 from vheads.study._ablation import ablation_rows
 from vheads.study._config import StudyConfig
+from vheads.study._data import eval_seed
 from vheads.study._scores import compute_score_unit
 
 ALL_HEADS = "all-heads"  # head-set id of every head (the maximum attainable NCS_grid)
 K_SWEEP_TESTS = ("cers", "ncs")  # tests the k sweep's head-sets run in
 STRIP_FIGURE_ITEMS = 3  # strips per setting whose top heads' attention is stored for figures
 STRIP_FIGURE_HEADS = 4
-
-
-def eval_seed(seed: int):
-    """The study's evaluation items of each kind come from their own derived seed."""
-    return lambda kind: derived_seed(seed, "eval", kind)
 
 
 class UnitComputer:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from vheads.data import Item
+from vheads.data import synthetic as syn
 from vheads.models import ProcessorBundle, Prompt, adapter_for
 
 ADAPTER = adapter_for("qwen3_vl")
@@ -36,3 +37,9 @@ def collate(prompts: list[Prompt], pad_id: int) -> dict[str, torch.Tensor]:
         out["pixel_values"] = torch.cat([p.inputs["pixel_values"] for p in prompts if "pixel_values" in p.inputs])
         out["image_grid_thw"] = torch.cat([p.inputs["image_grid_thw"] for p in prompts if "image_grid_thw" in p.inputs])
     return out
+
+
+def draw_items(kind: str, corpus: str | None, n: int, seed: int, filled: int = syn.N_PANELS) -> list[Item]:
+    if kind.startswith("strip-"):
+        return syn.strip_items(corpus, kind.split("-")[1], n, seed, filled=filled)
+    return syn.kind_items(kind, n, seed)

@@ -14,7 +14,7 @@ import torch
 
 from vheads.data import OPTION_LETTERS, Item
 from vheads.data import synthetic as syn
-from vheads.tiny._batch import build_prompts, collate
+from vheads.tiny._batch import build_prompts, collate, draw_items
 
 EVAL_SEED = 990_000_000  # far from the training and validation seeds
 #: reported kinds: name -> (generator kind, corpus)
@@ -61,7 +61,6 @@ def evaluate(model_path: str = "tiny", n_per_kind: int = 200, seed: int = EVAL_S
     Returns ``{kind: {"n", "accuracy", "p_key" (lettered kinds)}}``.
     """
     from vheads.models import load_model
-    from vheads.tiny._train import draw_items
 
     if n_per_kind < 1:
         raise ValueError(f"n_per_kind must be at least 1, got {n_per_kind}")

@@ -43,7 +43,7 @@ from vheads.data import OPTION_LETTERS, Item
 from vheads.data import synthetic as syn
 from vheads.models import TINY_WEIGHTS, ProcessorBundle
 from vheads.models.tiny_random import build_qwen_vl, save_model_folder
-from vheads.tiny._batch import build_prompts, collate
+from vheads.tiny._batch import build_prompts, collate, draw_items
 
 #: architecture of the shipped model
 ARCH = dict(hidden=128, layers=4, heads=8, kv_heads=4, head_dim=16, rope_theta=100.0, vision_hidden=64,
@@ -97,12 +97,6 @@ def build_untrained(seed: int = 0):
         pe = model.model.visual.pos_embed.weight
         pe.copy_(torch.randn(pe.shape, generator=gen))  # std 1
     return model, tok, ip
-
-
-def draw_items(kind: str, corpus: str | None, n: int, seed: int, filled: int = syn.N_PANELS) -> list[Item]:
-    if kind.startswith("strip-"):
-        return syn.strip_items(corpus, kind.split("-")[1], n, seed, filled=filled)
-    return syn.kind_items(kind, n, seed)
 
 
 def _token_id(tok, word: str) -> int:

@@ -1,0 +1,71 @@
+"""The causal map by any method — ``exact``, ``atp``, ``regression`` — and how the methods agree.
+
+:func:`causal_maps_by_method` takes the maps of every requested method on the same items
+(the exact one-head scan, the AtP estimate, head attribution by regression), keyed like
+the store (``ncs-all``, ``ncs-all:atp``, ``ncs-all:regression``); :func:`agreement`
+compares every pair of methods' head maps of one test with
+:func:`vheads.causal.compare_maps` (Spearman ρ and its p over heads, top-k recall).
+"""
+
+from __future__ import annotations
+
+from vheads._errors import VheadsError
+from vheads.causal._map import DEFAULT_ABLATION, CausalMap
+
+METHODS = ("exact", "atp", "regression")
+
+
+def check_methods(methods) -> list[str]:
+    """The requested methods, each one of :data:`METHODS`, in order, none twice (one line otherwise)."""
+    methods = list(methods)
+    for m in methods:
+        if m not in METHODS:
+            raise VheadsError(f"--method {m!r}: choose from {', '.join(METHODS)}")
+    if not methods:
+        raise VheadsError(f"--method: name at least one of {', '.join(METHODS)}")
+    return list(dict.fromkeys(methods))
+
+
+def causal_maps_by_method(engine, sets: dict, methods=("exact",), tests=("ncs",), rows: str = "all",
+                          ablation: str = DEFAULT_ABLATION, layers: bool = True, seed: int = 0, batch_size: int = 128,
+                          design=None, progress: bool = False, memo=None) -> tuple[dict[str, CausalMap], dict]:
+    """The maps of every method (``design``: the regression's, default :func:`vheads.causal.draw_design`)
+    and the regression's fits ``{key: HeadAttribution}`` (empty without ``regression``).
+    AtP covers NCS and the text arm under the attention and zero ablations; elsewhere it is left out."""
+    from vheads.causal._atp_map import atp_causal_maps
+    from vheads.causal._map import exact_causal_map
+    from vheads.causal._regression import head_attribution
+
+    maps: dict[str, CausalMap] = {}
+    fits: dict = {}
+    for method in check_methods(methods):
+        if method == "exact":
+            maps |= exact_causal_map(engine, sets, tests, rows=rows, ablation=ablation, layers=layers, seed=seed,
+                                     batch_size=batch_size, progress=progress, memo=memo)
+        elif method == "atp":
+            maps |= atp_causal_maps(engine, sets, tests, ablation, rows, batch_size=min(8, batch_size))
+        else:
+            fits = head_attribution(engine, sets, tests, design, rows=rows, ablation=ablation, seed=seed,
+                                    batch_size=batch_size, progress=progress, memo=memo)
+            maps |= {k: a.causal_map() for k, a in fits.items()}
+    return maps, fits
+
+
+def agreement(maps: dict[str, CausalMap], k: int, metric: str = "p4") -> list[dict]:
+    """For every test and every pair of methods with a map of it: Spearman ρ, its p and the
+    top-k recall of their head maps (:func:`vheads.causal.compare_maps`; AtP maps are in p4)."""
+    from vheads.causal._atp import compare_maps
+
+    by_test: dict[tuple[str, str], dict[str, CausalMap]] = {}
+    for m in maps.values():
+        by_test.setdefault((m.test, m.ablation), {})[m.method] = m
+    out = []
+    for (test, ablation), got in by_test.items():
+        names = [x for x in METHODS if x in got]
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                ma, mb = (got[x].head_map(metric if x != "atp" else "p4") for x in (a, b))
+                c = compare_maps(ma, mb, k, n_show=0)
+                out.append({"test": test, "ablation": ablation, "a": a, "b": b, "k": k, "spearman": c["spearman"],
+                            "spearman_p": c["spearman_p"], "top_k_recall": c["top_k_recall"]})
+    return out
