@@ -48,7 +48,8 @@ def ncs_sets(lm, n: int, image_tokens: int | None) -> dict:
 
 
 def run(lm, eng, n_items: int, image_tokens: int | None, batch_size: int, device: str, log) -> dict:
-    from vheads.causal._atp import atp_map, compare_maps, exact_map
+    from vheads.causal._atp import atp_map, exact_map
+    from vheads.causal._compare import compare_maps
 
     sets = ncs_sets(lm, n_items, image_tokens)
     pr = lm.adapter.build(sets["class-matched"][0], lm.processor)

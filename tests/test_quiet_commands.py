@@ -39,3 +39,50 @@ def test_causal_map_quiet_prints_nothing_on_stderr(tiny_model, tmp_path):
     quiet = run_vheads(tmp_path, *args, "quiet", "--quiet")
     assert quiet.stderr == "" and "causal map:" in quiet.stdout
     assert "Loading weights" not in loud.stderr  # the weight-loading bar is never printed
+
+
+def test_discover_and_evaluate_quiet_print_nothing_on_stderr(tiny_model, tmp_path):
+    disc = ("discover", "--corpus", "comics", "--query", "ordinal", "--source", "last", "--n", "2", "--out", "hs", "--quiet")
+    r = run_vheads(tmp_path, *disc)
+    assert r.stderr == "" and (tmp_path / "hs" / "cm-ord-last.json").is_file()
+    ev = ("evaluate", "--headset", "hs/cm-ord-last.json", "--test", "text", "--controls", "layer-matched:2", "--n", "2")
+    loud = run_vheads(tmp_path, *ev)
+    assert "%" in loud.stderr  # its progress bar
+    quiet = run_vheads(tmp_path, *ev, "--quiet")
+    assert quiet.stderr == "" and "cm-ord-last" in quiet.stdout
+
+
+def test_the_discovery_bar_counts_items_once_they_are_scored(monkeypatch):
+    """The bar moves by a (corpus, query) group's items after that group's captures ran: never
+    ahead of the work (before, the items ran past at hundreds of thousands a second and the
+    captures came after)."""
+    import numpy as np
+
+    import vheads.discovery._scores as sc
+
+    events = []
+
+    class Bar:
+        def __init__(self, total, **kw):
+            events.append(("total", total))
+
+        def set_postfix_str(self, s):
+            pass
+
+        def update(self, n):
+            events.append(("update", n))
+
+        def close(self):
+            pass
+
+    def masses(engine, items, answers, sources):
+        events.append(("captured", len(items)))
+        return [{s: np.zeros((1, 1)) for s in sources} for _ in items]
+
+    monkeypatch.setattr(sc, "tqdm", Bar)
+    monkeypatch.setattr(sc, "region_masses", masses)
+    from types import SimpleNamespace
+
+    items = {(c, "ordinal"): [SimpleNamespace(id=f"{c}{i}") for i in range(n)] for c, n in (("comics", 3), ("photo", 2))}
+    sc.score_settings(None, items, sources=("last",), engine=object())
+    assert events == [("total", 5), ("captured", 3), ("update", 3), ("captured", 2), ("update", 2)]

@@ -97,6 +97,7 @@ def evaluate(
     chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
     ablation: Annotated[str, typer.Option(help="what hiding S means: attention (mask its keys; default), zero, mean, resample (its head outputs; NCS and text only)")] = "attention",
     reference_n: Annotated[Optional[int], typer.Option(help="--ablation mean: reference items per kind (default --n)")] = None,  # noqa: UP007
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
     from vheads.discovery import load_headset
@@ -118,10 +119,11 @@ def evaluate(
     from vheads.evaluation import evaluate_headsets
     from vheads.models import load_model
 
-    lm = _fail_clearly(load_model, model, system_prompt=system_prompt, chat_template=chat_template)
-    hs = _fail_clearly(load_headset_files, headset, lm, force)
-    results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size, not json_out,
-                            steer_rows, real, ablation=ablation, reference_n=reference_n)
+    with _quiet_libraries(quiet):
+        lm = _fail_clearly(load_model, model, system_prompt=system_prompt, chat_template=chat_template)
+        hs = _fail_clearly(load_headset_files, headset, lm, force)
+        results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size,
+                                not (json_out or quiet), steer_rows, real, ablation=ablation, reference_n=reference_n)
     if json_out:
         from vheads._io import json_safe
 
@@ -180,7 +182,7 @@ def audit(
 def doctor(
     model: Annotated[str, typer.Option(help="'tiny', a local folder or a hub id")] = "tiny",
     device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N, mps")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16, float16")] = "float32",
+    dtype: Annotated[str, typer.Option(help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")] = "auto",
     device_map: Annotated[Optional[str], typer.Option("--device-map", help="place the layers as a study's device_map: auto | balanced | balanced_low_0 | sequential (accelerate), or one device")] = None,  # noqa: UP007
     quantize: Annotated[Optional[str], typer.Option("--quantize", help="load the weights as a study's quantization: 4bit | 8bit (bitsandbytes, CUDA only)")] = None,  # noqa: UP007
     config: Annotated[Optional[Path], typer.Option(help="study config (TOML) whose projected time to print; default: the built-in study")] = None,  # noqa: UP007
@@ -245,10 +247,12 @@ def report(
 @app.command()
 def export(
     run_dir: Annotated[Path, typer.Argument(help="a study's run directory")],
-    format: Annotated[str, typer.Option("--format", help="csv or parquet")] = "csv",
+    format: Annotated[str, typer.Option("--format", help="parquet (typed, compressed) or csv")] = "parquet",
     out: Annotated[Optional[Path], typer.Option(help="output folder (default: RUN_DIR/export)")] = None,  # noqa: UP007
 ) -> None:
-    """Export the per-item outcomes and tables of a run as CSV or Parquet."""
+    """Export the per-item outcomes and tables of a run as Parquet (default) or CSV."""
+    if format not in ("parquet", "csv"):
+        _die(f"--format {format!r}: choose parquet or csv")
     if not (run_dir / "results.sqlite").is_file():
         _die(f"{str(run_dir)!r} holds no results.sqlite; is it a study run directory?")
     from vheads.study import export_run
@@ -266,6 +270,117 @@ def compare(
     from vheads.study import compare_runs
 
     typer.echo(f"report: {_fail_clearly(compare_runs, runs, out)}")
+
+
+@app.command("causal-map")
+def causal_map(
+    model: Annotated[str, typer.Option(help="'tiny', a local model folder or a hub id")] = "tiny",
+    test: Annotated[list[str], typer.Option(help="ncs, ncs-grid and/or text; repeat for several")] = ["ncs", "ncs-grid", "text"],  # noqa: B006
+    method: Annotated[list[str], typer.Option(help="exact (each head alone), atp (its gradient estimate) and/or regression (random multi-head ablations); repeat for several")] = ["exact"],  # noqa: B006
+    n: Annotated[int, typer.Option(help="items per evaluation set (NCS: per arm)")] = 16,
+    rows: Annotated[str, typer.Option(help="row group the heads are hidden at (NCS, NCS_grid): all, image, question, last")] = "all",
+    ablation: Annotated[str, typer.Option(help="what hiding a head means: attention (its logits to the keys are -inf), zero or resample (its output; ncs and text only)")] = "attention",
+    layers: Annotated[bool, typer.Option("--layers/--no-layers", help="also test every whole layer (exact map)")] = True,
+    subsets: Annotated[int, typer.Option(help="regression: random head subsets in the design (at least the number of heads + 1)")] = 256,
+    q: Annotated[Optional[float], typer.Option(help="regression: each head in a subset with probability q, in (0, 1) (default 0.5)")] = None,  # noqa: UP007
+    m: Annotated[Optional[int], typer.Option(help="regression: subsets of exactly m heads instead of --q")] = None,  # noqa: UP007
+    backups: Annotated[int, typer.Option(help="co-ablate this many top heads of the one-head map with every other head (backup heads; 0: none)")] = 0,
+    k: Annotated[Optional[int], typer.Option(help="top-k of the recall between methods (default: the model's default k)")] = None,  # noqa: UP007
+    seed: Annotated[int, typer.Option(help="seed of the items and the design")] = 0,
+    batch_size: Annotated[int, typer.Option(help="head-sets per batched forward")] = 128,
+    out: Annotated[Path, typer.Option(help="folder for causal_map.json and causal_map.png")] = Path("causal_map"),
+    device: Annotated[str, typer.Option(help="torch device")] = "cpu",
+    dtype: Annotated[str, typer.Option(help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16")] = "auto",
+    metric: Annotated[str, typer.Option(help="metric the figure and the printed top heads show: p4, logprob, logit-diff")] = "p4",
+    top: Annotated[int, typer.Option(help="print this many heads of largest effect per test")] = 10,
+    json_out: Annotated[bool, typer.Option("--json", help="print one JSON document: every map, the regression's fits, the backup pairs, Spearman rho and top-k recall between every pair of methods")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
+) -> None:
+    """The causal map of every head: exact (each head alone, every whole layer), AtP, and head attribution by regression."""
+    from vheads._errors import VheadsError, check_output_path, check_range
+    from vheads.causal import check_causal_request, check_methods
+
+    check_causal_request(test, rows, n=n, batch_size=batch_size, seed=seed, ablation=ablation)
+    methods = check_methods(method)
+    check_range("--top", top, 0, 1_000_000)
+    check_range("--backups", backups, 0, 1_000_000)
+    if k is not None:
+        check_range("--k", k, 1, 1_000_000)
+    if metric not in ("p4", "logprob", "logit-diff"):
+        raise VheadsError(f"--metric {metric!r}: choose from p4, logprob, logit-diff")
+    if "regression" in methods:
+        from vheads.causal import check_design
+
+        check_design(subsets, None, q, m)  # what needs no model; the number of heads is checked once it is loaded
+    out = check_output_path(out)
+    if out.exists() and not out.is_dir():
+        raise VheadsError(f"--out {out} is a file, not a folder")
+
+    from vheads._errors import make_output_folder
+    from vheads._io import atomic_write, json_safe
+    from vheads._quiet import quiet_libraries
+    from vheads.causal import agreement, backup_heads, causal_item_sets, causal_maps_by_method, draw_design, save_causal_map
+    from vheads.data import default_templates
+    from vheads.engine import Engine
+    from vheads.evaluation import default_k
+    from vheads.models import load_model
+
+    sets = causal_item_sets(test, n, lambda kind: seed, templates=default_templates(model))
+    with quiet_libraries(quiet):
+        lm = load_model(model, dtype=dtype, device=device)
+        att = list(lm.attention_layers)
+        # the design is drawn (and a bad one refused) before any forward
+        design = draw_design(lm.n_layers, lm.n_heads, subsets, q, m, seed, att) if "regression" in methods else None
+        k = k if k is not None else default_k(len(att), lm.n_heads)
+        if k > len(att) * lm.n_heads:
+            raise VheadsError(f"--k {k}: the model has {len(att) * lm.n_heads} heads")
+        engine = Engine(lm)
+        maps, fits = causal_maps_by_method(engine, sets, methods, test, rows=rows, ablation=ablation, layers=layers, seed=seed,
+                                           batch_size=batch_size, design=design, progress=not quiet)
+        scans = {t: backup_heads(engine, sets, t, top=backups, rows=rows, ablation=ablation, metric=metric, seed=seed,
+                                 batch_size=batch_size, progress=not quiet) for t in test} if backups else {}
+    from vheads.report import causal_map_figure, methods_figure
+
+    out = make_output_folder(out)
+    for scan in scans.values():
+        maps |= scan.causal_maps()
+    path = save_causal_map(maps, out / "causal_map.json", {"id": model, "n_layers": lm.n_layers, "n_heads": lm.n_heads})
+    png = causal_map_figure({key: x for key, x in maps.items() if x.method in ("exact", "atp")}, metric)
+    figures = []
+    if png is not None:
+        atomic_write(out / "causal_map.png", lambda fh: fh.write(png), mode="wb")
+        figures.append(out / "causal_map.png")
+    if len(methods) > 1 or methods != ["exact"]:
+        side = methods_figure(maps, metric)
+        if side is not None:
+            atomic_write(out / "causal_methods.png", lambda fh: fh.write(side), mode="wb")
+            figures.append(out / "causal_methods.png")
+    agree = agreement({key: x for key, x in maps.items() if x.method in methods}, k, metric)
+    if json_out:
+        doc = {"format": "vheads.causal-maps/1", "model": {"id": model, "n_layers": lm.n_layers, "n_heads": lm.n_heads},
+               "metric": metric, "k": k, "maps": {key: x.to_dict() for key, x in maps.items() if x.method in methods},
+               "regression": {key: f.to_dict(metric) for key, f in fits.items()},
+               "backups": {scan.test: scan.pairs(metric, top=top) for scan in scans.values()},
+               "agreement": agree, "files": [str(path), *map(str, figures)]}
+        typer.echo(json.dumps(json_safe(doc), allow_nan=False))
+        return
+    for key, x in maps.items():
+        if x.method not in methods:
+            continue
+        e = x.head_map(metric if x.method != "atp" else "p4")
+        order = [i for i in (-e).ravel().argsort(kind="stable") if e.ravel()[i] == e.ravel()[i]][:top]  # NaN left out
+        typer.echo(f"{key}: top heads by effect ({metric if x.method != 'atp' else 'p4'}): "
+                   + ", ".join(f"L{i // x.n_heads}H{i % x.n_heads} {e.ravel()[i]:+.4f}" for i in order))
+    for a in agree:
+        typer.echo(f"{a['test']}{'' if a['ablation'] == 'attention' else '@' + a['ablation']}: {a['a']} vs {a['b']}: "
+                   f"Spearman rho {a['spearman']:+.3f} (p {a['spearman_p']:.2g}), top-{a['k']} recall {a['top_k_recall']:.2f}")
+    for scan in scans.values():
+        for r in scan.pairs(metric, top=3):
+            typer.echo(f"{scan.test}: with L{r['hidden'][0]}H{r['hidden'][1]} hidden, L{r['head'][0]}H{r['head'][1]}'s effect "
+                       f"{r['with_hidden']:+.4f} against {r['alone']:+.4f} alone (gain {r['gain']:+.4f})")
+    typer.echo(f"causal map: {path}")
+    for f in figures:
+        typer.echo(f"figure: {f}")
 
 
 def _real_items(source: str | None, cell: int):
@@ -371,12 +486,6 @@ def _mount_optional() -> None:
 
         app.command("discover")(discover_command)
         app.command("overlap")(overlap_command)
-    except ImportError:
-        pass
-    try:
-        from vheads._causal_cli import causal_map as causal_map_command
-
-        app.command("causal-map")(causal_map_command)
     except ImportError:
         pass
 

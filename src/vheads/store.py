@@ -20,8 +20,14 @@ that model; writes (:meth:`Store.commit_unit`, :meth:`Store.set_meta`) add the m
 Stores of schema 2 (no ``model`` column, single-model only) are read and resumed as
 before.
 
-Schema (version 3: the ``model`` column; version 2: overlap at half size, random_overlap,
-sweep controls) — the columns each model's view shows
+Schema 4 stores the per-item tables (:data:`CODED`: outcomes, arms, causal_map,
+ood_outcomes) with their text keys as integer ids of ``names(id, name)``, in
+``coded_<table>`` (WITHOUT ROWID); a view named after each shows the text columns below, so
+readers (and plain sqlite3) see what schema 3 showed (docs/store.md). A schema-3 store (text
+keys in every row) is read and resumed in its own layout.
+
+Schema (version 4: coded keys; version 3: the ``model`` column; version 2: overlap at half
+size, random_overlap, sweep controls) — the columns each model's view shows
 ------------------
 meta(key PRIMARY KEY, value)                      config (JSON), config_hash, vheads_version,
                                                   model_id, model_fingerprint, n_layers, n_heads,
@@ -127,11 +133,6 @@ TABLES: dict[str, tuple[str, str]] = {
     "causal_map": ("unit_id TEXT, method TEXT, test TEXT, ablation TEXT, headset_id TEXT, item_id TEXT, arm TEXT, "
                    "value REAL, logprob REAL, logit_diff REAL", "method, test, ablation, headset_id, item_id, arm"),
 }
-SCHEMA_VERSION = 3
-SCHEMA = "\n".join(f"CREATE TABLE IF NOT EXISTS {t}(model TEXT NOT NULL DEFAULT '', {cols}, PRIMARY KEY(model, {pk}));"
-                   for t, (cols, pk) in TABLES.items())
-
-
 #: the column of each metric of an outcome (vheads.evaluation.METRICS) in outcomes, arms, ood_outcomes
 METRIC_COLUMNS = {"p4": "value", "logprob": "logprob", "logit-diff": "logit_diff"}
 
@@ -139,6 +140,42 @@ METRIC_COLUMNS = {"p4": "value", "logprob": "logprob", "logit-diff": "logit_diff
 def columns(table: str) -> list[str]:
     """The column names of ``table`` as one model's view shows them."""
     return [c.split()[0] for c in TABLES[table][0].split(", ")]
+
+
+SCHEMA_VERSION = 4
+#: schema 3: every table as :data:`TABLES` says, text keys in every row
+SCHEMA_V3 = "\n".join(f"CREATE TABLE IF NOT EXISTS {t}(model TEXT NOT NULL DEFAULT '', {cols}, PRIMARY KEY(model, {pk}));"
+                      for t, (cols, pk) in TABLES.items())
+#: schema 4: the tables of one row per item (the bulk of a store) keep these text columns as
+#: integer ids of the ``names`` table, in ``coded_<table>`` (WITHOUT ROWID: the primary key is
+#: the table, not a second copy of it); a view of the table's own name shows them as text
+CODED: dict[str, tuple[str, ...]] = {
+    "outcomes": ("unit_id", "setting", "test", "headset_id", "item_id"),
+    "arms": ("unit_id", "setting", "test", "headset_id", "item_id", "arm"),
+    "causal_map": ("unit_id", "method", "test", "ablation", "headset_id", "item_id", "arm"),
+    "ood_outcomes": ("unit_id", "task", "setting", "test", "headset_id", "item_id"),
+}
+
+
+def _coded_table(table: str) -> str:
+    """``coded_<table>``'s CREATE and the decoding view named ``table``."""
+    cols, pk = TABLES[table]
+    typed = ", ".join(f"{c.split()[0]} INTEGER NOT NULL" if c.split()[0] in CODED[table] else c for c in cols.split(", "))
+    sel, joins = ["o.model AS model"], []
+    for i, c in enumerate(columns(table)):
+        if c in CODED[table]:
+            sel.append(f"n{i}.name AS {c}")
+            joins.append(f"JOIN names n{i} ON n{i}.id = o.{c}")
+        else:
+            sel.append(f"o.{c} AS {c}")
+    return (f"CREATE TABLE IF NOT EXISTS coded_{table}(model TEXT NOT NULL DEFAULT '', {typed}, PRIMARY KEY(model, {pk})) "
+            f"WITHOUT ROWID;\nCREATE VIEW IF NOT EXISTS {table} AS SELECT {', '.join(sel)} FROM coded_{table} o {' '.join(joins)};")
+
+
+SCHEMA = "\n".join(["CREATE TABLE IF NOT EXISTS names(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"] + [
+    _coded_table(t) if t in CODED else f"CREATE TABLE IF NOT EXISTS {t}(model TEXT NOT NULL DEFAULT '', {cols}, PRIMARY KEY(model, {pk}));"
+    for t, (cols, pk) in TABLES.items()])
+
 
 
 STORE_NAME = "results.sqlite"
@@ -164,8 +201,12 @@ class Store:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
             self.scoped = _has_model_column(self.db)
+            self.coded = _has_names(self.db)  # schema 4; a new store too
+            self._names: dict[str, int] | None = None  # text -> id of ``names``, read in each transaction
             if not readonly:  # a new store, or tables a later version added
-                self.db.executescript(SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};" if self.scoped else SCHEMA_V2)
+                schema = (SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};" if self.coded else
+                          SCHEMA_V3 + "PRAGMA user_version = 3;" if self.scoped else SCHEMA_V2)
+                self.db.executescript(schema)
                 self._add_later_columns()
             if self.scoped:
                 self._create_model_views()
@@ -245,6 +286,7 @@ class Store:
         """All or nothing; a failed write (full disk, damaged file) is one clear line."""
         try:
             self.db.execute("BEGIN IMMEDIATE")
+            self._names = None  # what another connection added, and nothing a rolled-back write left
             try:
                 yield self.db
             except BaseException:
@@ -272,11 +314,33 @@ class Store:
         rows = values if many else [values]
         n = len(rows[0])
         names = ", ".join(columns(table)[:n])  # a shorter tuple leaves the last columns NULL (the metric columns)
+        stored = table
+        if self.coded and table in CODED:  # schema 4: text keys as ids of ``names``
+            rows, stored = self._encode(table, rows), f"coded_{table}"
         if self.scoped:  # the view is read-only: write the stored table, model first
-            sql = f"INSERT {conflict} INTO main.{table} (model, {names}) VALUES ({','.join('?' * (n + 1))})"
+            sql = f"INSERT {conflict} INTO main.{stored} (model, {names}) VALUES ({','.join('?' * (n + 1))})"
             self.db.executemany(sql, [(self.model, *r) for r in rows])
         else:
             self.db.executemany(f"INSERT {conflict} INTO main.{table} ({names}) VALUES ({','.join('?' * n)})", rows)
+
+    def _encode(self, table: str, rows: list[tuple]) -> list[tuple]:
+        """``rows`` of ``table`` with its :data:`CODED` columns as ids of ``names`` (new text
+        gets the next ids, written in the same transaction)."""
+        if self._names is None:
+            self._names = dict(self.db.execute("SELECT name, id FROM main.names"))
+        known, new = self._names, []
+        at = [i for i, c in enumerate(columns(table)) if c in CODED[table]]
+
+        def code(v) -> int:
+            if v not in known:
+                known[v] = len(known) + 1  # ids 1..n: every name is kept
+                new.append((known[v], v))
+            return known[v]
+
+        out = [tuple(code(v) if i in at else v for i, v in enumerate(r)) for r in rows]
+        if new:
+            self.db.executemany("INSERT INTO main.names (id, name) VALUES (?, ?)", new)
+        return out
 
     def query(self, sql: str, *args) -> list[tuple]:
         return self.db.execute(sql, args).fetchall()
@@ -284,6 +348,12 @@ class Store:
 
 #: the schema-2 tables (a store written before multi-model runs): no ``model`` column
 SCHEMA_V2 = "\n".join(f"CREATE TABLE IF NOT EXISTS {t}({cols}, PRIMARY KEY({pk}));" for t, (cols, pk) in TABLES.items())
+
+
+def _has_names(db: sqlite3.Connection) -> bool:
+    """Schema 4 (coded keys, a ``names`` table), or a new, empty store (made as schema 4)."""
+    have = {n for (n,) in db.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")}
+    return "names" in have or "meta" not in have
 
 
 def _has_model_column(db: sqlite3.Connection) -> bool:

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from vheads.causal._atp import AtpMap, atp_map, compare_maps, estimate_drops, exact_map, metric_of_scores, scaled_ablation
+from vheads.causal._atp import AtpMap, atp_map, estimate_drops, exact_map, metric_of_scores, scaled_ablation
+from vheads.causal._compare import compare_maps
 from vheads.data import OPTION_LETTERS
 from vheads.data.synthetic import kind_items
 from vheads.engine import Engine

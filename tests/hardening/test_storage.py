@@ -85,7 +85,7 @@ def test_report_and_export_work_on_a_read_only_run(run, tmp_path):
         touch {run}/probe 2>/dev/null && echo "not read-only"
         export PYTHONPATH={SRC} OMP_NUM_THREADS=1
         {sys.executable} -m vheads.cli report {run} --out {tmp_path}/rep; echo "report-out rc=$?"
-        {sys.executable} -m vheads.cli export {run} --out {tmp_path}/csv; echo "export rc=$?"
+        {sys.executable} -m vheads.cli export {run} --format csv --out {tmp_path}/csv; echo "export rc=$?"
         {sys.executable} -m vheads.cli report {run}; echo "report-in-place rc=$?"
     """)
     r = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)

@@ -189,7 +189,9 @@ def test_unfinished_controls_warn(tmp_path):
 def test_nonfinite_outcomes_are_left_out_and_warned(tmp_path):
     d = make_run(tmp_path, settings=FEW, R=100, n_items=4, tests=("cers",), **LEAN)
     with sqlite3.connect(d / "results.sqlite") as db:
-        db.execute("UPDATE outcomes SET value=NULL WHERE setting=? AND headset_id='S' AND item_id='item000'", (FEW[0],))
+        db.execute("UPDATE coded_outcomes SET value=NULL WHERE setting=(SELECT id FROM names WHERE name=?) AND "  # schema 4
+                   "headset_id=(SELECT id FROM names WHERE name='S') AND item_id=(SELECT id FROM names WHERE name='item000')",
+                   (FEW[0],))
     kept = [v for (v,) in _rows(d, "SELECT value FROM outcomes WHERE setting=? AND headset_id='S' AND value IS NOT NULL",
                                 FEW[0])]
     run = load_run(d)

@@ -15,7 +15,7 @@
   items, and Spearman ρ and top-k recall between every pair.
 
 The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
-``vheads causal-map --help`` (the command is :mod:`vheads._causal_cli`) imports no torch.
+``vheads causal-map --help`` (the command is in :mod:`vheads.cli`) imports no torch.
 """
 
 from typing import TYPE_CHECKING
@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         CAUSAL_SETTING, CAUSAL_TESTS, DEFAULT_ABLATION, FORMAT, CausalMap, causal_item_sets, causal_units, check_causal_request,
         check_causal_tests, exact_causal_map, head_id, layer_id, load_causal_map, map_key, save_causal_map,
     )
-    from vheads.causal._atp import AtpMap, atp_map, compare_maps
+    from vheads.causal._atp import AtpMap, atp_map
+    from vheads.causal._compare import compare_maps
     from vheads.causal._atp_map import atp_causal_maps
     from vheads.causal._regression import (
         DEFAULT_Q, DEFAULT_SUBSETS, STORED_DESIGNS, Design, HeadAttribution, check_design, draw_design, head_attribution, ols,

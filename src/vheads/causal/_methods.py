@@ -54,7 +54,7 @@ def causal_maps_by_method(engine, sets: dict, methods=("exact",), tests=("ncs",)
 def agreement(maps: dict[str, CausalMap], k: int, metric: str = "p4") -> list[dict]:
     """For every test and every pair of methods with a map of it: Spearman ρ, its p and the
     top-k recall of their head maps (:func:`vheads.causal.compare_maps`; AtP maps are in p4)."""
-    from vheads.causal._atp import compare_maps
+    from vheads.causal._compare import compare_maps
 
     by_test: dict[tuple[str, str], dict[str, CausalMap]] = {}
     for m in maps.values():

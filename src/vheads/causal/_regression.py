@@ -114,21 +114,24 @@ class Design:
                 "intercept": self.intercept}
 
 
-def check_design(n_subsets: int, n_heads: int, q: float | None = DEFAULT_Q, m: int | None = None) -> None:
-    """Refuse a design before any forward: fewer subsets than the fit has coefficients, q
-    outside (0, 1), m outside 1 … N − 1, or both q and m."""
+def check_design(n_subsets: int, n_heads: int | None, q: float | None = None, m: int | None = None) -> None:
+    """Refuse a design before any forward (one line): fewer subsets than the fit has
+    coefficients, q outside (0, 1), m outside 1 … N − 1, or both q and m. With ``n_heads``
+    None (the model not loaded yet) only what needs no head count is checked."""
     if m is not None and q is not None:
         raise VheadsError(f"a design is either Bernoulli (--q {q}) or of fixed size (--m {m}), not both")
-    if m is None and q is None:
-        raise VheadsError("a design needs --q (each head in with probability q) or --m (subsets of m heads)")
-    if q is not None and not (isinstance(q, (int, float)) and 0 < q < 1):
+    if q is not None and (isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q < 1):
         raise VheadsError(f"--q {q!r}: the probability a head is in a subset must lie strictly between 0 and 1")
-    if m is not None and (isinstance(m, bool) or not isinstance(m, int) or not 1 <= m < n_heads):
-        raise VheadsError(f"--m {m!r}: a subset holds from 1 to {n_heads - 1} of the model's {n_heads} heads")
-    p = n_heads + (1 if m is None else 0)
-    if isinstance(n_subsets, bool) or not isinstance(n_subsets, int) or n_subsets < p:
-        raise VheadsError(f"--subsets {n_subsets!r}: a design needs at least as many subsets as the fit has coefficients "
-                          f"({n_heads} heads{' and the intercept' if m is None else ''}: {p})")
+    top = "N − 1" if n_heads is None else n_heads - 1
+    if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1 or (n_heads is not None and m >= n_heads)):
+        raise VheadsError(f"--m {m!r}: a subset holds from 1 to {top} of the model's {n_heads or 'N'} heads")
+    if isinstance(n_subsets, bool) or not isinstance(n_subsets, int) or n_subsets < 2:
+        raise VheadsError(f"--subsets {n_subsets!r}: a design needs at least as many subsets as the fit has coefficients")
+    if n_heads is not None:
+        p = n_heads + (1 if m is None else 0)
+        if n_subsets < p:
+            raise VheadsError(f"--subsets {n_subsets!r}: a design needs at least as many subsets as the fit has coefficients "
+                              f"({n_heads} heads{' and the intercept' if m is None else ''}: {p})")
 
 
 def draw_design(n_layers: int, n_heads: int, n_subsets: int = DEFAULT_SUBSETS, q: float | None = None,

@@ -45,7 +45,7 @@ def discover(
     max_new_tokens: Annotated[int, typer.Option(help="greedy answer length for the 'out' source")] = 4,
     panel_size: Annotated[int, typer.Option(help="COCO panel side in pixels")] = 224,
     device: Annotated[str, typer.Option(help="torch device")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16")] = "float32",
+    dtype: Annotated[str, typer.Option(help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16")] = "auto",
     device_map: Annotated[Optional[str], typer.Option(help="place the layers instead of --device: auto, balanced, sequential or a device (needs accelerate)")] = None,  # noqa: UP007
     quantize: Annotated[Optional[str], typer.Option(help="4bit or 8bit weights through bitsandbytes (CUDA only)")] = None,  # noqa: UP007
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="let the checkpoint run its own Python code")] = False,
@@ -54,6 +54,7 @@ def discover(
     force: Annotated[bool, typer.Option("--force", help="overwrite head-set files already in --out")] = False,
     system_prompt: Annotated[Optional[str], typer.Option(help="a system turn before each prompt (default: what the chat template does without one)")] = None,  # noqa: UP007
     chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> list[Path]:
     """Rank heads under every corpus × query × source setting (or × --score point) and write one head-set file each."""
     from vheads.discovery._discover import discover_headsets, load_corpora
@@ -81,17 +82,21 @@ def discover(
         read_chat_template(chat_template)  # exists and parses
     # the prompts can be built (template renders the image, ...), checked on the processor alone
     preflight_prompts(model, chat_template=chat_template, system_prompt=system_prompt, trust_remote_code=trust_remote_code)
-    lm = load_model(model, dtype=dtype, device=device, device_map=device_map, quantization=quantize,
-                    trust_remote_code=trust_remote_code, system_prompt=system_prompt, chat_template=chat_template)
-    if named is not None:
-        from vheads.discovery._scored import discover_scores
+    from vheads._quiet import quiet_libraries
 
-        records = discover_scores(lm, corpora, named, k, seed, out, max_new_tokens, progress=not json_out, force=force)
-    else:
-        records = discover_headsets(lm, corpora, query, source, k, "per-layer" if per_layer else "flat", n, seed, out,
-                                    max_new_tokens, panel_size, progress=not json_out, force=force)
-    paths = [r.path for r in records]
-    rep = overlap_of_files(paths, splits, seed, Path(out) / "overlap.png", progress=not json_out) if with_overlap else None
+    bars = not (json_out or quiet)
+    with quiet_libraries(quiet):
+        lm = load_model(model, dtype=dtype, device=device, device_map=device_map, quantization=quantize,
+                        trust_remote_code=trust_remote_code, system_prompt=system_prompt, chat_template=chat_template)
+        if named is not None:
+            from vheads.discovery._scored import discover_scores
+
+            records = discover_scores(lm, corpora, named, k, seed, out, max_new_tokens, progress=bars, force=force)
+        else:
+            records = discover_headsets(lm, corpora, query, source, k, "per-layer" if per_layer else "flat", n, seed, out,
+                                        max_new_tokens, panel_size, progress=bars, force=force)
+        paths = [r.path for r in records]
+        rep = overlap_of_files(paths, splits, seed, Path(out) / "overlap.png", progress=bars) if with_overlap else None
     if json_out:
         listed = [{"setting": r.setting.id, "file": str(r.path), "k": r.k, "mode": r.mode,
                    "heads": [list(h) for h in r.ranked], "n_items": r.corpus["n_items"]} for r in records]

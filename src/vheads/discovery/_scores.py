@@ -197,8 +197,8 @@ def score_settings(
     try:
         for (corpus, query), items in items_by_corpus_and_query.items():
             answers, n_empty = [], 0
+            bar.set_postfix_str(f"{corpus}/{query}")
             for item in items:
-                bar.set_postfix_str(f"{corpus}/{query}")
                 answer = ""
                 if "out" in sources:
                     answer = greedy_answer(lm, lm.adapter.build(item, lm.processor), max_new_tokens)
@@ -206,8 +206,8 @@ def score_settings(
                         n_empty += 1
                         answer = _eos_text(lm)
                 answers.append(answer)
-                bar.update(1)
             masses = region_masses(engine, items, [a if "out" in sources else None for a in answers], sources)
+            bar.update(len(items))  # an item counts once it is scored: its answer and its captures done
             for s in sources:
                 st = Setting(corpus, query, s, abbrevs.get(corpus))
                 results[st.id] = SettingScores(st, np.stack([m[s] for m in masses]), [it.id for it in items], answers, n_empty)

@@ -61,7 +61,7 @@ def _context(lm, engine, templates, seed: int) -> Context:
     return Context(lm, engine, templates or DEFAULT_TEMPLATES, seed)
 
 
-def doctor(model: str = "tiny", device: str = "cpu", dtype: str = "float32", revision: str | None = None,
+def doctor(model: str = "tiny", device: str = "cpu", dtype: str = "auto", revision: str | None = None,
            study=None, trust_remote_code: bool = False, lm=None, device_map: str | None = None,
            quantization: str | None = None) -> DoctorReport:
     """Every check of the doctor on ``model`` (loaded here, or ``lm`` if given): the invariants,

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from vheads._layers import check_attention_layers
+
 Head = tuple[int, int]  # (layer, head), both 0-based
 
 # The seed study selects the top 100 of 1,152 heads (36 layers × 32 heads, Qwen3-VL-8B).
@@ -86,8 +88,6 @@ class HeadSet:
                     f"0..{n_heads - 1}); is this head-set for another model?"
                 )
             pairs.append((layer, head))
-        from vheads.models import check_attention_layers  # here: this module stays torch-free
-
         check_attention_layers((layer for layer, _ in pairs), layers, n_layers)
         unique = sorted(set(pairs))
         if len(unique) != len(pairs):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,19 +38,6 @@ ADAPTERS: dict[str, type["Adapter"]] = {}
 SOFTMAX_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 #: the transformers versions the adapters' tests ran on
 TESTED_TRANSFORMERS = ("5.24.0",)
-
-
-def check_attention_layers(layers: Iterable[int], attention_layers: Iterable[int], n_layers: int) -> None:
-    """Raise ``ValueError`` if a layer of ``layers`` has no heads: it is not one of the
-    model's softmax-attention layers ``attention_layers`` (hybrid models only)."""
-    have = set(int(x) for x in attention_layers)
-    bad = sorted({int(x) for x in layers} - have)
-    if bad:
-        raise ValueError(
-            f"layer(s) {bad} of this model are linear-attention (Gated DeltaNet) layers with no attention "
-            f"heads; heads exist only in its {len(have)} softmax-attention layers {sorted(have)} "
-            f"(of {n_layers}); use a head index in one of those"
-        )
 
 
 def register_adapter(cls: type["Adapter"]) -> type["Adapter"]:

@@ -306,7 +306,7 @@ def check_load_options(device: str = "cpu", device_map: str | None = None, quant
         raise VheadsError(f"{quantization} quantization needs the bitsandbytes package, which is not installed: pip install bitsandbytes")
 
 
-def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "float32", device: str = "cpu", *,
+def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "auto", device: str = "cpu", *,
                device_map: str | None = None, quantization: str | None = None, trust_remote_code: bool = False,
                system_prompt: str | None = None, chat_template: str | Path | None = None) -> LoadedModel:
     """Load a VLM (``AutoModelForImageTextToText``) and its processor, pick its adapter.
@@ -321,16 +321,30 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "f
     ``dtype``; ``trust_remote_code`` reaches ``from_pretrained`` only when True (a checkpoint's
     own Python code never runs unless asked for).
 
+    ``dtype`` ``auto`` (the default): :func:`vheads._device.default_dtype` of the device
+    (bfloat16 on CUDA, float32 elsewhere); float16 on a Gemma warns.
+
     Prompts: ``chat_template`` (a file) overrides the checkpoint's chat template;
     ``system_prompt`` adds a system turn (None: whatever the template does without one).
     Both are checked, with the processor, before the weights load.
     """
 
+    from vheads._device import default_dtype, dtype_warning
+    from vheads._versions import check_versions
+
+    check_versions()  # one line naming the package, before anything is read
+
+    if dtype == "auto":  # bfloat16 on CUDA, float32 elsewhere
+        dtype = default_dtype(device_map or device)
     if dtype not in DTYPES:
-        raise VheadsError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+        raise VheadsError(f"dtype {dtype!r} is not one of auto, {', '.join(DTYPES)}")
     check_load_options(device, device_map, quantization)
     remote = {"trust_remote_code": True} if trust_remote_code else {}
     path, config = _model_config(model, revision, remote)
+    if dtype_warning(config.model_type, dtype):
+        import warnings
+
+        warnings.warn(dtype_warning(config.model_type, dtype), UserWarning, stacklevel=2)
     local = os.path.isdir(path)
     adapter = adapter_for(config.model_type)
     processor = load_processor(path, revision, config, system_prompt=system_prompt, chat_template=chat_template, **remote)

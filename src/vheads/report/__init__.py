@@ -10,10 +10,11 @@ from vheads.report._crossmodel import ModelRun, build_crossmodel_report, crossmo
 from vheads.report._data import RunData, load_run
 from vheads.report._protocol import min_holm_p, protocol_checks, required_R
 from vheads.report._screenshot import screenshot
+from vheads.report._together import methods_figure
 from vheads.report._tables import TestStat, significance
 
 __all__ = [
     "ModelRun", "RunData", "TestStat", "build_crossmodel_report", "build_report", "build_sections", "causal_map_figure", "crossmodel_blocks",
-    "load_model_run", "load_run", "min_holm_p", "protocol_checks",
+    "load_model_run", "load_run", "methods_figure", "min_holm_p", "protocol_checks",
     "required_R", "screenshot", "significance",
 ]

@@ -248,7 +248,7 @@ def causal_blocks(run: RunData) -> list:
     from vheads.report._atp import atp_table
     from vheads.report._doc import Figure
 
-    maps = load_causal_maps(run)
+    maps = {k: m for k, m in load_causal_maps(run).items() if m.method in ("exact", "atp")}  # the others: "Heads that matter together"
     blocks: list = []
     if not maps:
         return blocks

@@ -10,7 +10,8 @@ from vheads._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.study._config import DEFAULT_TOML, RunConfig, default_toml, StudyConfig, config_from_dict, load_config
-    from vheads.study._runner import StudyResult, build_report_if_available, run_study
+    from vheads.study._report import build_report_if_available
+    from vheads.study._runner import StudyResult, run_study
     from vheads.study._export import export_run
     from vheads.study._compare import compare_runs
     from vheads.store import Store

@@ -19,7 +19,7 @@ import json
 import numpy as np
 
 from vheads._seeds import derived_seed
-from vheads.causal import CAUSAL_SETTING, CausalMap
+from vheads.causal import CAUSAL_SETTING, DEFAULT_ABLATION, CausalMap, map_key
 from vheads.store import Store
 
 
@@ -45,14 +45,16 @@ def stored_causal_maps(store: Store, shape: tuple[int, int], attention_layers=No
 
 def causal_setting_rows(store: Store, cfg, shape: tuple[int, int], attention_layers=None) -> list[tuple[str, str, str]]:
     """``[(causal-ncs, scores JSON [L][H], heads JSON)]``: the causal setting as the head-set
-    stage reads a discovered one, its scores the NCS map (p4) and its heads the top-k by the
-    study's k and selection; ``[]`` when the run has no NCS causal map."""
+    stage reads a discovered one, its scores the NCS map (p4) of ``cfg.causal_method``
+    (exact by default; atp, or regression with ``causal_subsets``) and its heads the top-k by
+    the study's k and selection; ``[]`` when the run has no such map."""
     from vheads.discovery import resolve_k, select_heads
 
     maps = stored_causal_maps(store, shape, attention_layers)
-    if "ncs-all" not in maps:
+    key = map_key("ncs-all", DEFAULT_ABLATION, cfg.causal_method)  # the map the config names (default: the exact one)
+    if key not in maps:
         return []
-    effect = maps["ncs-all"].head_map("p4")  # NaN in a hybrid model's linear-attention layers
+    effect = maps[key].head_map("p4")  # NaN in a hybrid model's linear-attention layers
     layers = list(range(shape[0])) if attention_layers is None else list(attention_layers)
     got = store.query("SELECT k FROM discovery WHERE source != 'score' LIMIT 1")  # the grid's k (a score point has its own)
     k = int(got[0][0]) if got else resolve_k(len(layers), shape[1], cfg.k or None, cfg.selection)

@@ -28,7 +28,7 @@ _DEFAULT_TOML = '''\
 
 model = "tiny"            # "tiny" (built-in), a local folder, or a hub id
 revision = ""             # hub revision (commit or tag); "" = main
-dtype = "float32"         # float32 | bfloat16 | float16
+dtype = "auto"            # auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | float16
 device = "cpu"            # cpu | cuda | cuda:N
 device_map = ""           # "" = all on `device`; auto | balanced | sequential (needs accelerate)
 quantization = ""         # "" = none; 4bit | 8bit (bitsandbytes, CUDA only)
@@ -81,6 +81,9 @@ ood_controls = 1          # layer-matched draws tested with each S on every task
 algebra_controls = 100    # layer-matched draws for the shared / only-one head-sets of ordinal vs referring (0 = skip)
 causal_tests = ["ncs"]    # exact causal map (each head alone, each whole layer) in ncs | ncs-grid | text, on n_eval items
 #                         # of a discovery split; its top-k NCS heads are the causal-ncs setting of Table 3 ([] = skip)
+causal_subsets = 0        # head attribution by regression: random head subsets (each head in with probability 1/2) on the
+#                         # causal map's items and tests, method 'regression' (0 = skip; configs/paper.toml: 256)
+causal_method = "exact"   # the map whose top-k NCS heads form causal-ncs: exact | atp | regression (needs causal_subsets)
 
 [controls]                # control name = R draws per head-set
 layer-matched = 249       # R >= 239 lets a Holm-adjusted p over 12 settings fall under 0.05 (where the pool holds
@@ -139,7 +142,7 @@ LATER_KEY_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_excl
                       "device_map": "", "quantization": "", "trust_remote_code": False, "templates": {},
                       "system_prompt": "", "chat_template": "",
                       "scores": DEFAULT_SCORES, "score_on": "first", "ablation": ["attention", "zero"],
-                      "causal_tests": ["ncs"]}
+                      "causal_tests": ["ncs"], "causal_subsets": 0, "causal_method": "exact"}
 #: prompt keys left out of the stored config while at their default ("")
 PROMPT_KEYS = ("system_prompt", "chat_template")
 
@@ -160,7 +163,7 @@ class RunConfig:
 class StudyConfig:
     model: str = "tiny"
     revision: str = ""
-    dtype: str = "float32"
+    dtype: str = "auto"  # resolved at once (__post_init__): the results are the dtype's
     device: str = "cpu"
     device_map: str = ""
     quantization: str = ""
@@ -201,10 +204,18 @@ class StudyConfig:
     ood_controls: int = 1
     algebra_controls: int = 100
     causal_tests: list[str] = field(default_factory=lambda: ["ncs"])  # the causal map's tests (vheads.causal)
+    causal_subsets: int = 0  # the regression design's subsets on the causal map's items (0: no regression map)
+    causal_method: str = "exact"  # the map whose top-k NCS heads form the causal setting (exact | atp | regression)
     models: list[dict[str, str]] = field(default_factory=list)  # several models: see model_entries
     controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 249, "attention-matched": 20})
     run: RunConfig = field(default_factory=RunConfig)
     templates: dict[str, str] = field(default_factory=dict)  # only the templates that differ from the model's defaults
+
+    def __post_init__(self) -> None:
+        if self.dtype == "auto":  # the device's default (vheads._device.default_dtype), stored and hashed as resolved
+            from vheads._device import default_dtype
+
+            self.dtype = default_dtype(self.device_map or self.device)
 
     @property
     def question_templates(self):
@@ -486,6 +497,14 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
     from vheads.causal import check_causal_tests
 
     check_causal_tests(cfg.causal_tests)
+    from vheads.causal import METHODS
+
+    if cfg.causal_subsets != 0 and not 2 <= cfg.causal_subsets <= 1_000_000:
+        bad("causal_subsets", f"must be 0 (no regression map) or the design's subsets (at least the heads + 1), got {cfg.causal_subsets}")
+    if cfg.causal_method not in METHODS:
+        bad("causal_method", f"unknown method {cfg.causal_method!r}; choose from {', '.join(METHODS)}")
+    elif cfg.causal_method == "regression" and not cfg.causal_subsets:
+        bad("causal_method", "'regression' needs a design: set causal_subsets (e.g. 256)")
     if not 0 <= cfg.algebra_controls <= MAX_R:
         bad("algebra_controls", f"must be 0 (skip) to {MAX_R:,} layer-matched draws, got {cfg.algebra_controls}")
     for kk in cfg.k_sweep:
@@ -580,7 +599,12 @@ def model_entries(cfg: StudyConfig) -> list[ModelEntry]:
         name = safe_name(e["name"], f"config key '{key}.name'")
         if any(m.name == name for m in out):
             raise VheadsError(f"config key 'models': the name {name!r} is used twice; give every model its own name")
-        entry = ModelEntry(name, e["model"], **{k: e.get(k, getattr(cfg, k)) for k in MODEL_LOADING_KEYS})
+        loading = {k: e.get(k, getattr(cfg, k)) for k in MODEL_LOADING_KEYS}
+        if loading["dtype"] == "auto":
+            from vheads._device import default_dtype
+
+            loading["dtype"] = default_dtype(loading["device_map"] or loading["device"])
+        entry = ModelEntry(name, e["model"], **loading)
         twin = next((m for m in out if _same_model(m, entry)), None)
         if twin is not None:  # the same model twice: every cross-model table would compare it with itself
             raise VheadsError(f"config key 'models': {key} ({name!r}) loads model {entry.model!r} exactly as {twin.name!r} "

@@ -1,5 +1,9 @@
-"""Export a run's results store as CSV or Parquet files (one per table; a multi-model run's
-with a ``model`` column first)."""
+"""Export a run's results store as Parquet (default) or CSV files (one per table; a multi-model
+run's with a ``model`` column first).
+
+Parquet keeps each column's type and stores a column's repeated text (setting, test,
+head-set and item ids) once per page as a dictionary, compressed with zstd: the default
+study's export is about 1/20 of its CSV (docs/store.md)."""
 
 from __future__ import annotations
 
@@ -14,9 +18,9 @@ TABLES = ("outcomes", "arms", "discovery", "headsets", "overlap", "ceilings", "r
           "ood_audit", "causal_map")
 
 
-def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = None) -> list[Path]:
+def export_run(run_dir: str | Path, fmt: str = "parquet", out: str | Path | None = None) -> list[Path]:
     if fmt not in ("csv", "parquet"):
-        raise ValueError(f"unknown export format {fmt!r}; use csv or parquet")
+        raise ValueError(f"unknown export format {fmt!r}; use parquet or csv")
     run_dir = Path(run_dir)
     out = Path(out) if out else run_dir / "export"
     make_output_folder(out)
@@ -24,7 +28,8 @@ def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = N
     multi = store.models() != [""]  # a multi-model run: every model's rows, a model column first
     paths = []
     try:
-        stored = {name for (name,) in store.query("SELECT name FROM main.sqlite_master WHERE type = 'table'")}
+        # a table, or (schema 4) the view that shows a coded table's text keys
+        stored = {name for (name,) in store.query("SELECT name FROM main.sqlite_master WHERE type IN ('table', 'view')")}
         for table in (t for t in TABLES if t in stored):  # a run of an older vheads lacks the later tables
             cols = ["model", *columns(table)] if multi else columns(table)
             rows = store.query(f"SELECT {', '.join(cols)} FROM main.{table} WHERE model != '' ORDER BY model" if multi
@@ -46,7 +51,7 @@ def export_run(run_dir: str | Path, fmt: str = "csv", out: str | Path | None = N
                     raise RuntimeError("parquet export needs pyarrow: pip install pyarrow") from None
                 p = out / f"{table}.parquet"
                 tab = pa.table({c: [r[i] for r in rows] for i, c in enumerate(cols)})
-                atomic_write(p, lambda fh, tab=tab: pq.write_table(tab, fh), mode="wb")
+                atomic_write(p, lambda fh, tab=tab: pq.write_table(tab, fh, compression="zstd"), mode="wb")
             paths.append(p)
     finally:
         store.close()

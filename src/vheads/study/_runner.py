@@ -33,6 +33,7 @@ from vheads._io import atomic_write
 from vheads.study._config import StudyConfig, changed_config_error, model_config, model_entries, validate_for_model
 from vheads.study._headline import headline_beta
 from vheads.study._lock import RunLock
+from vheads.study._report import build_report_if_available
 from vheads.study._stability import stability_stage
 from vheads.study._scores import ranks_per_layer, score_units
 from vheads.store import STORE_NAME, Store
@@ -177,6 +178,15 @@ def _heads_json(hs: HeadSet) -> str:
     return json.dumps([list(h) for h in hs.heads])
 
 
+def control_seed(seed: int, heads: HeadSet, name: str) -> int:
+    """The seed of control ``name``'s draws for the head-set ``heads`` (docs/controls.md):
+    derived from the heads themselves, not from the setting's id, so two settings that
+    select the same heads (``cm-ord-gaze`` and ``cm-ord-last`` on the tiny model), a k-sweep
+    point and an algebra part with a setting's heads draw the same controls (R draws from
+    one seed: the first R of a longer sequence), and the probe memo runs their rows once."""
+    return derived_seed(seed, "control", ",".join(f"{l}.{h}" for l, h in sorted(heads.heads)), name)
+
+
 def algebra_pairs(settings: list[str]) -> list[tuple[str, str]]:
     """Pairs of settings that differ in one factor, for head-set algebra (seed Table 15):
     the heads they share and the heads only one has. As in the seed, two pairs per factor,
@@ -239,7 +249,7 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
             discovered[sid] = S
         rows.append((sid, "S", "S", 0, cfg.seed, _heads_json(S)))
         for name, R in cfg.controls.items():
-            seed = derived_seed(cfg.seed, "control", sid, name)
+            seed = control_seed(cfg.seed, S, name)
             base, n = split_control_name(name)  # "random-n@200": 200 heads per draw
             draws = draw_controls(base, S, R, seed, **({"n": n} if n else {}), **inputs)
             label = f"{base}(n={n})" if n else name
@@ -252,7 +262,7 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
                 Sk = select_heads(sc, kk, cfg.selection, attention_layers)
                 rows.append((sid, f"S@k={kk}", "S@k", kk, cfg.seed, _heads_json(Sk)))
                 if cfg.k_sweep_controls:  # every sweep point is tested against its own controls
-                    seed = derived_seed(cfg.seed, "control", sid, "layer-matched", f"k={kk}")
+                    seed = control_seed(cfg.seed, Sk, "layer-matched")
                     draws = draw_controls("layer-matched", Sk, cfg.k_sweep_controls, seed)
                     record(sid, f"layer-matched@k={kk}", draws, cfg.k_sweep_controls)
                     for i, d in enumerate(draws):
@@ -267,7 +277,7 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
                 if not len(hs):
                     continue
                 rows.append((pid, part, "S", 0, cfg.seed, _heads_json(hs)))
-                seed = derived_seed(cfg.seed, "algebra", pid, part)
+                seed = control_seed(cfg.seed, hs, "layer-matched")
                 draws = draw_controls("layer-matched", hs, cfg.algebra_controls, seed)
                 record(pid, f"{part}/layer-matched", draws, cfg.algebra_controls)
                 for i, d in enumerate(draws):
@@ -523,18 +533,3 @@ def run_finished(store: Store, cfg: StudyConfig) -> bool:
     evaluation; the pointing suite, where configured, last)."""
     done = store.done_units()
     return "audit" in done and all(u["unit_id"] in done for u in _ood_units(store, cfg))
-
-
-def build_report_if_available(run_dir: Path, out_dir: Path | None = None, metric: str | None = None) -> Path | None:
-    """Build the report (into ``out_dir``, default ``run_dir``; tables led by ``metric``,
-    default the config's); also leave ``report.png``, a screenshot, where Chromium exists."""
-    try:
-        from vheads.report import build_report, screenshot
-    except ImportError:
-        return None
-    html = build_report(run_dir, out_dir, metric=metric)
-    try:
-        screenshot(html, html.parent / "report.png")
-    except Exception:  # noqa: BLE001 - the screenshot is a convenience, never a failure
-        pass
-    return html

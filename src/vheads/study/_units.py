@@ -187,8 +187,9 @@ class UnitComputer:
     # ---- causal map -------------------------------------------------------------------------
     def _causal_map(self, unit):
         """One shard of the exact causal map (:mod:`vheads.study._causal`): every head alone and
-        every whole layer, per item, both NCS arms; and its AtP estimate on the same items."""
-        from vheads.causal import atp_causal_maps, causal_item_sets, exact_causal_map
+        every whole layer, per item, both NCS arms; its AtP estimate on the same items; and, with
+        ``causal_subsets``, the regression map over a random design (per-item coefficients)."""
+        from vheads.causal import atp_causal_maps, causal_item_sets, draw_design, exact_causal_map, regression_causal_maps
         from vheads.evaluation import HEAD_OUTPUT_TESTS
         from vheads.study._causal import causal_seed
 
@@ -206,6 +207,11 @@ class UnitComputer:
             # the AtP estimate of the same map on the same items (attention: AtP*, zero: AtP; heads only, p4)
             maps |= atp_causal_maps(self.engine, sets, tests, ablation, batch_size=min(8, cfg.run.batch_size),
                                     token_budget=min(1 << 15, cfg.run.token_budget))
+            if cfg.causal_subsets:  # head attribution: one design for every shard, so each item's coefficients are its own
+                L, H = self.engine.shape
+                design = draw_design(L, H, cfg.causal_subsets, seed=cfg.seed, attention_layers=self.engine.lm.attention_layers)
+                maps |= regression_causal_maps(self.engine, sets, tests, design, ablation=ablation, seed=cfg.seed,
+                                               batch_size=cfg.run.batch_size, memo=self.memo)
             rows += [r for m in maps.values() for r in m.store_rows(unit["unit_id"])]
         return {"rows": {"causal_map": rows}}
 

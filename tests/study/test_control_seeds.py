@@ -1,0 +1,63 @@
+"""A study's control draws are seeded by the head-set's heads, not by the setting's id, so
+settings that select the same heads share their controls (and the probe memo runs them once)."""
+
+import hashlib
+import json
+
+import numpy as np
+
+from vheads.evaluation import HeadSet, any_layer_controls, layer_matched_controls
+from vheads.store import Store
+from vheads.study import config_from_dict
+from vheads.study._runner import _headset_stage
+
+L, H = 4, 8
+
+
+def _seed(heads: str, name: str) -> int:
+    """The documented derivation, written out: sha256 of 'seed|control|heads|name', first 32 bits."""
+    return int(hashlib.sha256(f"0|control|{heads}|{name}".encode()).hexdigest()[:8], 16)
+
+
+def _draws(tmp_path):
+    sc_a = np.zeros((L, H))
+    sc_a[1, 0], sc_a[2, 0], sc_a[3, 3] = 1.0, 0.9, 0.1
+    sc_b = sc_a.copy()
+    sc_b[0, 5] = 0.05  # another score map, the same top-2
+    rows = [(sid, "ordinal", "last", "comics", 4, 2, json.dumps(sc.tolist()), json.dumps(heads)) for sid, sc, heads in (
+        ("cm-ord-gaze", sc_b, [[1, 0], [2, 0]]), ("cm-ord-last", sc_a, [[1, 0], [2, 0]]), ("cm-ord-qsp", sc_a, [[0, 1], [3, 2]]))]
+    st = Store(tmp_path)
+    st.commit_unit("discovery/x", "discovery", 0.0, {"discovery": rows})
+    cfg = config_from_dict({"model": "unused", "controls": {"layer-matched": 6, "any-layer": 4}, "k_sweep": [2],
+                            "k_sweep_controls": 3, "algebra_controls": 0, "causal_tests": []})
+    _headset_stage(st, cfg, (L, H))
+    got = st.query("SELECT setting, headset_id, seed, heads FROM headsets")
+    st.close()
+    return {(s, h): (seed, json.loads(x)) for s, h, seed, x in got}
+
+
+def test_settings_with_the_same_heads_draw_the_same_controls(tmp_path):
+    d = _draws(tmp_path)
+    ids = [h for s, h in d if s == "cm-ord-last"]
+    assert len(ids) == 1 + 6 + 4 + 1 + 3
+    assert all(d[("cm-ord-gaze", h)] == d[("cm-ord-last", h)] for h in ids)
+    assert d[("cm-ord-qsp", "layer-matched#0")][1] != d[("cm-ord-last", "layer-matched#0")][1]
+
+
+def test_the_seed_is_the_heads_and_the_control_name_and_the_draws_follow_from_it(tmp_path):
+    d = _draws(tmp_path)
+    S = HeadSet([(1, 0), (2, 0)], L, H)
+    lm_seed, am_seed = _seed("1.0,2.0", "layer-matched"), _seed("1.0,2.0", "any-layer")
+    assert d[("cm-ord-last", "layer-matched#0")][0] == lm_seed and d[("cm-ord-last", "any-layer#0")][0] == am_seed
+    want = [[list(h) for h in x.heads] for x in layer_matched_controls(S, 6, lm_seed)]
+    assert [d[("cm-ord-last", f"layer-matched#{i}")][1] for i in range(6)] == want
+    want = [[list(h) for h in x.heads] for x in any_layer_controls(S, 4, am_seed)]
+    assert [d[("cm-ord-last", f"any-layer#{i}")][1] for i in range(4)] == want
+    assert d[("cm-ord-qsp", "layer-matched#0")][0] == _seed("0.1,3.2", "layer-matched")
+
+
+def test_a_k_sweep_point_with_the_settings_heads_takes_the_first_main_draws(tmp_path):
+    d = _draws(tmp_path)
+    assert d[("cm-ord-last", "S@k=2")][1] == d[("cm-ord-last", "S")][1]
+    assert [d[("cm-ord-last", f"layer-matched@k=2#{i}")][1] for i in range(3)] == \
+        [d[("cm-ord-last", f"layer-matched#{i}")][1] for i in range(3)]
