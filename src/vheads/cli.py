@@ -133,12 +133,12 @@ def evaluate(
         typer.echo(f"ablation: {ablation} (S's head outputs replaced at the row group, not its attention masked)")
     typer.echo(f"{'head-set':<14} {'test':<10} {'T_S':>8} {'95% CI':>19}  control          mean ± sd        z     rank p   Holm p  draws")
     typer.echo("(95% CI: t over items; NCS: Welch over its two arms, bootstrap below — see --json; mean ± sd and z "
-               "over the distinct head-sets drawn, rank p over every draw)")
+               "and rank p over the n distinct head-sets compared: the whole pool when it holds at most 2R, floor 1/(n+1))")
     for r in results:
         for i, (cname, c) in enumerate(r.controls.items()):
             lead = f"{r.name:<14} {r.test:<10} {r.t_s:8.4f} [{r.ci[0]:8.4f},{r.ci[1]:8.4f}]" if i == 0 else " " * 48
             z = "nan" if c["z"] is None else f"{c['z']:.2f}"
-            typer.echo(f"{lead}  {cname:<15} {c['mean']:7.4f} ± {c['sd']:.4f} {z:>6} {c['rank_p']:8.4f} {c['holm_p']:8.4f}  R={c['R']} ({c['distinct']} distinct)")
+            typer.echo(f"{lead}  {cname:<15} {c['mean']:7.4f} ± {c['sd']:.4f} {z:>6} {c['rank_p']:8.4f} {c['holm_p']:8.4f}  n={c['distinct']} {_compared(c)}")
         if r.ci_bootstrap is not None:
             bca = (f"; fewer than 30 items per arm: may undercover, BCa [{r.ci_bca[0]:8.4f},{r.ci_bca[1]:8.4f}]"
                    if r.ci_bca is not None else "")
@@ -423,6 +423,13 @@ def _resumable(out: Path, fn, *args, **kwargs):
 def _die(msg: str) -> None:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(2)
+
+
+def _compared(c: dict) -> str:
+    """How the n control head-sets of one ``vheads evaluate`` row were chosen, for its last column."""
+    if c.get("mode") == "exact":
+        return f"(the whole pool, R={c['R']} asked)"
+    return f"(distinct of R={c['R']}" + (f", pool {c['pool']:,})" if c.get("pool") else ")")
 
 
 def _fail_clearly(fn, *args, **kwargs):

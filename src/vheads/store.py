@@ -34,7 +34,18 @@ meta(key PRIMARY KEY, value)                      config (JSON), config_hash, vh
                                                   control_fallbacks (JSON {setting: {control label:
                                                   [fallback, ...]}}, labels e.g. 'layer-matched',
                                                   'layer-matched@k=8', 'shared/layer-matched';
-                                                  older runs: {setting: [fallback, ...]});
+                                                  older runs: {setting: [fallback, ...]}),
+                                                  control_pools (JSON {setting: {control label: {mode,
+                                                  pool, n, R}}}: how each control's head-sets were
+                                                  chosen — mode 'exact' (the whole pool, each member
+                                                  once) or 'sampled' (distinct draws), pool its size
+                                                  where known, n the head-sets stored and compared,
+                                                  R asked; absent in a run before wave 4, whose
+                                                  draws may repeat a head-set);
+                                                  headline_beta (JSON {beta, rule, tolerance, rms by
+                                                  sweep β, met, n_draws}: the β Table 3's CERS ran at
+                                                  and the rule that chose it from the β sweep's
+                                                  controls; absent before wave 4: beta);
                                                   a multi-model run's '' rows: config, config_hash,
                                                   vheads_version, models (JSON [{name, model, ...}])
 units(unit_id PRIMARY KEY, kind, finished, seconds)
@@ -48,7 +59,9 @@ overlap(setting_a, setting_b, k, overlap, half_mean, half_lo, half_hi, same_item
 random_overlap(setting, k, draw, seed, overlap)   overlap of S with uniform random draws of its size (Fig. 7)
 ceilings(setting, k, mean, lo, hi, splits)        half-split noise ceiling of one setting
 headsets(setting, headset_id, control, draw, seed, heads)
-                                                  control: 'S', a control name, or 'S@k=K' for the k sweep
+                                                  control: 'S', a control name, or 'S@k=K' for the k sweep;
+                                                  each row of a control is one pool member compared
+                                                  with S (draw = its place in the seeded order)
 outcomes(unit_id, setting, test, headset_id, item_id, value, logprob, logit_diff)
                                                   per-item outcome; test e.g. 'cers', 'cers-sym',
                                                   'ncs-all', 'ncs-image', 'ncs-question', 'ncs-last',

@@ -44,16 +44,17 @@ def test_evaluate_ncs_reports_welch_and_two_arm_bootstrap_intervals(tiny_headset
     assert res["ci95_bootstrap"] == pytest.approx([boot.low, boot.high], rel=1e-9)
     bca = sps.bootstrap((m, mm), diff, n_resamples=2000, method="BCa", rng=np.random.default_rng(seed)).confidence_interval
     assert res["ci95_bca"] == pytest.approx([bca.low, bca.high], rel=1e-9)
-    # every control draw's per-item values are there, so the rank p can be recomputed
+    # every compared head-set's per-item values are there, so the rank p can be recomputed; they
+    # are distinct head-sets (the whole pool when it holds at most 2R), so none repeats another
     vals = res["per_item"]["values"]
-    t_s, t_c = np.mean(vals["S"]), [np.mean(vals[f"layer-matched#{i}"]) for i in range(3)]
-    assert res["controls"]["layer-matched"]["rank_p"] == pytest.approx((1 + sum(t >= t_s for t in t_c)) / 4)
-    # mean, SD and z over the distinct head-sets (a repeated head-set repeats its per-item values exactly)
-    distinct = list({tuple(vals[f"layer-matched#{i}"]): np.mean(vals[f"layer-matched#{i}"]) for i in range(3)}.values())
     lm = res["controls"]["layer-matched"]
-    assert lm["distinct"] == len(distinct) and lm["mean"] == pytest.approx(np.mean(distinct))
-    if len(distinct) > 1:
-        assert lm["sd"] == pytest.approx(np.std(distinct, ddof=1))
+    ids = [h for h in vals if h.startswith("layer-matched#")]
+    assert len(ids) == lm["distinct"] and (lm["distinct"] == lm["pool"] if lm["mode"] == "exact" else lm["distinct"] == 3)
+    t_s, t_c = np.mean(vals["S"]), [np.mean(vals[h]) for h in ids]
+    assert lm["rank_p"] == pytest.approx((1 + sum(t >= t_s for t in t_c)) / (len(ids) + 1))
+    assert lm["mean"] == pytest.approx(np.mean(t_c))
+    if len(t_c) > 1:
+        assert lm["sd"] == pytest.approx(np.std(t_c, ddof=1))
 
 
 def test_evaluate_runs_attention_matched_and_sized_random_n_controls(tiny_headset):
@@ -67,7 +68,7 @@ def test_evaluate_runs_attention_matched_and_sized_random_n_controls(tiny_headse
     assert res["test"] == "cers-sym" and res["ci95_method"] == "t"
     assert {c: v["R"] for c, v in res["controls"].items()} == {"attention-matched": 2, "random-n(n=5)": 2}
     assert set(res["per_item"]["values"]) == {"S", "attention-matched#0", "attention-matched#1", "random-n(n=5)#0",
-                                              "random-n(n=5)#1"}
+                                              "random-n(n=5)#1"}  # pools of more than 2R = 4: two distinct draws each
 
 
 def test_random_n_spec_takes_its_own_head_count():

@@ -1,4 +1,8 @@
-"""Control draws that repeat head-sets: counted once for mean, SD and z, every draw for rank p."""
+"""Control draws that repeat head-sets (a store from before wave 4): every statistic, the rank p
+included, is taken over the distinct head-sets; the checklist warns only where the repeats
+exceed what independent draws from the pool predict."""
+
+import itertools
 
 import json
 import math
@@ -39,23 +43,48 @@ def _run(tmp_path, R=30, n_sets=10, n_items=5):
     return tmp_path, s_vals.mean(), T, np.array([per_set[j].mean() for j in range(n_sets)])
 
 
-def test_repeated_draws_count_once_for_sd_and_z_and_every_draw_for_rank_p(tmp_path):
+def test_repeated_draws_count_once_for_every_statistic_the_rank_p_included(tmp_path):
     d, t_s, T, distinct = _run(tmp_path)
     run = load_run(d)
     (st,) = significance(run, "cers")
     cs = st.controls["layer-matched"]
-    assert cs.R == 30 and cs.n_distinct == 10
+    assert cs.R == 30 and cs.n_distinct == cs.n == 10
     assert math.isclose(cs.sd, np.std(distinct, ddof=1)) and math.isclose(cs.mean, distinct.mean())
     assert not math.isclose(cs.sd, np.std(T, ddof=1))  # the 30 draws' SD is another number
     assert math.isclose(cs.z, (t_s - distinct.mean()) / np.std(distinct, ddof=1))
-    assert math.isclose(cs.rank.p, (1 + np.sum(T >= t_s)) / 31)  # Phipson & Smyth: every draw
+    assert math.isclose(cs.rank.p, (1 + np.sum(distinct >= t_s)) / 11)  # over the 10 head-sets compared
     table = significance_table(run, ["cers"], "t", "c")
-    assert table.rows[0][2].endswith("[10]") and "[distinct]" in table.columns[2]
+    assert table.rows[0][2].endswith("[10]") and "[n compared]" in table.columns[2]
     (check,) = [c for c in protocol_checks(run) if c.item == "Distinct control head-sets"]
+    # 30 independent draws from a pool of 30 hold about 19.2 ± 1.8 distinct sets: 10 is far fewer
     assert "cm-ord-last, layer-matched: 10 distinct of R=30 (pool 30)" in check.value and check.warning
+
+
+def test_repeats_that_independent_draws_predict_are_not_warned(tmp_path):
+    d, *_ = _run(tmp_path, R=30, n_sets=20)  # 20 distinct of 30 draws from 30: what chance gives
+    (check,) = [c for c in protocol_checks(load_run(d)) if c.item == "Distinct control head-sets"]
+    assert "20 distinct of R=30" in check.value and check.warning is None
 
 
 def test_no_warning_when_every_draw_is_distinct(tmp_path):
     d, *_ = _run(tmp_path, R=10, n_sets=10)
     (check,) = [c for c in protocol_checks(load_run(d)) if c.item == "Distinct control head-sets"]
     assert check.warning is None
+
+
+def test_expected_distinct_equals_enumeration():
+    from vheads.report._protocol import expected_distinct
+
+    for N, R in [(3, 2), (4, 5), (5, 3)]:
+        counts = [len(set(seq)) for seq in itertools.product(range(N), repeat=R)]  # every sequence, equally likely
+        mean, sd = expected_distinct(N, R)
+        assert math.isclose(mean, np.mean(counts)) and math.isclose(sd, np.std(counts))
+
+
+def test_a_pool_smaller_than_r_compared_whole_is_stated(tmp_path):
+    d, *_ = _run(tmp_path, R=10, n_sets=10)
+    st = Store(d)
+    st.set_meta(control_pools={"cm-ord-last": {"layer-matched": {"mode": "exact", "pool": 10, "n": 10, "R": 49}}})
+    st.close()
+    (check,) = [c for c in protocol_checks(load_run(d)) if c.item == "Distinct control head-sets"]
+    assert "compared whole" in check.value and "fewer head-sets than the R asked (n = 10)" in check.warning

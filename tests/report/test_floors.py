@@ -1,4 +1,4 @@
-"""The protocol warns for every table whose rank-p floor 1/(R+1) or Holm floor is above 0.05."""
+"""The protocol warns for every table whose rank-p floor 1/(n+1) (n distinct head-sets compared) or Holm floor is above 0.05."""
 
 from tests.report.synth import make_run
 from vheads.report import load_run, protocol_checks
@@ -15,8 +15,8 @@ def _floors(d):
 def test_a_beta_sweep_with_five_controls_is_warned_with_its_floor(tmp_path):
     d = make_run(tmp_path, settings=["cm-ord-last"], R=5, n_items=3, tests=("cers",), sweeps=True, **LEAN)
     check = _floors(d)
-    assert "β sweep (cers), layer-matched: R=5, rank-p floor 0.167" in check.value
-    assert "β sweep (cers), layer-matched: with R=5 no rank p can fall below 1/(R+1) = 0.167" in check.warning
+    assert "β sweep (cers), layer-matched: n=5, rank-p floor 0.167" in check.value
+    assert "β sweep (cers), layer-matched: with n=5 distinct head-sets no rank p can fall below 1/(n+1) = 0.167" in check.warning
     assert "beta_sweep_controls ≥ 19" in check.warning
 
 

@@ -136,14 +136,15 @@ def test_small_R_over_twelve_settings_warns(tmp_path):
                  **(LEAN | {"any_layer": True}))
     warns = _warnings(d)
     assert {c.item for c in warns} == {"Holm family (layer-matched)", "Holm family (any-layer)"}
-    assert all("12/(R+1) = 1.000" in c.warning and "R ≥ 239" in c.warning for c in warns)
+    assert all("Holm over 12 settings cannot reach 0.05 for 12 of them" in c.warning and "floor m/(n+1) ≥ 1.000" in c.warning
+               and "R ≥ 239" in c.warning for c in warns)
 
 
 def test_warnings_reach_both_files(full_run):
     run_dir, html_path = full_run
-    assert "R=9 is too small" in html_path.read_text()  # 4/(9+1) = 0.4 > 0.05
+    assert "Holm over 4 settings cannot reach 0.05" in html_path.read_text()  # 4/(9+1) = 0.4 > 0.05
     md = (run_dir / "report.md").read_text()
-    assert "R=9 is too small" in md and "4/(R+1) = 0.400" in md and "R ≥ 79" in md
+    assert "Holm over 4 settings cannot reach 0.05" in md and "floor m/(n+1) ≥ 0.400" in md and "R ≥ 79" in md
 
 
 def test_large_R_gives_no_warning(tmp_path):
@@ -182,7 +183,7 @@ def test_missing_audit_and_fallbacks_warn(tmp_path):
 def test_unfinished_controls_warn(tmp_path):
     d = make_run(tmp_path, settings=FEW, R=100, config_R=200, n_items=3, tests=("cers",), **LEAN)
     warns = _warnings(d)
-    assert [c.item for c in warns] == ["Controls: layer-matched, R"] and "config asks for 200" in warns[0].warning
+    assert [c.item for c in warns] == ["Controls: layer-matched, R"] and "the config asks for 200" in warns[0].warning
 
 
 def test_nonfinite_outcomes_are_left_out_and_warned(tmp_path):

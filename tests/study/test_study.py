@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vheads.data import NATURAL_TEMPLATES
@@ -19,7 +20,7 @@ def small_config(model_dir, **over):
     d = {
         "model": str(model_dir), "corpora": ["comics"], "queries": ["ordinal"], "sources": ["last", "qspan"],
         "n_discovery": 4, "n_eval": 4, "splits": 10, "tests": ["cers", "ncs"], "row_groups": ["all", "last"],
-        "controls": {"layer-matched": 3, "any-layer": 3}, "beta_sweep": [10.0], "k_sweep": [1],
+        "controls": {"layer-matched": 3, "any-layer": 3}, "beta_sweep": [1.0], "k_sweep": [1],
         "scores": [],  # score points: tests/study/test_scores.py
         "run": {"shard_size": 2, "batch_size": 16},
     }
@@ -63,25 +64,52 @@ def test_rerun_resumes_and_computes_nothing_twice(tiny_random_dirs, reference_ru
 
 def test_every_sweep_point_is_stored_with_its_own_controls(reference_run):
     """β sweep: S and min(beta_sweep_controls, R) layer-matched draws at every β; k sweep:
-    S@k and k_sweep_controls draws of the top-k set, with the top-k set's layer counts."""
+    S@k and its layer-matched controls with the top-k set's layer counts: for k = 1 the
+    pool is the H − 1 other heads of S@k's layer (at most 2 · 20), so every one of them, once."""
     out, _ = reference_run
     rows = outcomes(out)
+    st = Store(out)
+    try:
+        n_heads = int(st.get_meta("n_heads"))
+        heads = dict(st.query("SELECT headset_id, heads FROM headsets WHERE setting='cm-ord-qsp'"))
+        pools = json.loads(st.get_meta("control_pools"))
+    finally:
+        st.close()
     for sid in ("cm-ord-last", "cm-ord-qsp"):
-        at_beta = {h for s, t, h, _, _ in rows if s == sid and t == "cers@beta=10"}
+        at_beta = {h for s, t, h, _, _ in rows if s == sid and t == "cers@beta=1"}
         assert at_beta == {"S", "layer-matched#0", "layer-matched#1", "layer-matched#2"}
         for test in ("cers", "ncs-all"):
             at_k = {h for s, t, h, _, _ in rows if s == sid and t == test and "@k=" in h}
-            assert at_k == {"S@k=1"} | {f"layer-matched@k=1#{i}" for i in range(20)}
+            assert at_k == {"S@k=1"} | {f"layer-matched@k=1#{i}" for i in range(n_heads - 1)}
         assert not any("@k=" in h for s, t, h, _, _ in rows if s == sid and t == "ncs-last")
+        assert pools[sid]["layer-matched@k=1"] == {"mode": "exact", "pool": n_heads - 1, "n": n_heads - 1, "R": 20}
+    (l_s, h_s), = json.loads(heads["S@k=1"])
+    got = set()
+    for i in range(n_heads - 1):
+        (l_c, h_c), = json.loads(heads[f"layer-matched@k=1#{i}"])
+        assert l_c == l_s
+        got.add(h_c)
+    assert got == set(range(n_heads)) - {h_s}
+
+
+def test_cers_runs_at_the_headline_beta_the_sweeps_controls_chose(reference_run):
+    """beta_rule = "controls": the sweep ran first; its controls alone (every setting's
+    layer-matched draws at each β, p4) gave the headline β, recorded with the rule; Table 3's
+    CERS of S then ran at that β (here the one sweep point, 1, not the config's beta = 1e4)."""
+    out, _ = reference_run
     st = Store(out)
     try:
-        heads = dict(st.query("SELECT headset_id, heads FROM headsets WHERE setting='cm-ord-qsp'"))
+        record = json.loads(st.get_meta("headline_beta"))
+        ctrl = st.query("SELECT avg(value) FROM outcomes WHERE test='cers@beta=1' AND headset_id LIKE 'layer-matched#%' "
+                        "GROUP BY setting, headset_id")
+        s_main = st.query("SELECT setting, item_id, value FROM outcomes WHERE test='cers' AND headset_id='S' ORDER BY 1, 2")
+        s_sweep = st.query("SELECT setting, item_id, value FROM outcomes WHERE test='cers@beta=1' AND headset_id='S' ORDER BY 1, 2")
     finally:
         st.close()
-    (l_s, _), = json.loads(heads["S@k=1"])
-    for i in range(20):
-        (l_c, h_c), = json.loads(heads[f"layer-matched@k=1#{i}"])
-        assert l_c == l_s and [l_c, h_c] != json.loads(heads["S@k=1"])[0]
+    assert record["rule"] == "controls" and record["beta"] == 1.0 and record["tolerance"] == 0.05
+    assert record["rms"]["1"] == pytest.approx(float(np.sqrt(np.mean(np.square([v for (v,) in ctrl])))))
+    assert [r[:2] for r in s_main] == [r[:2] for r in s_sweep] and s_main
+    assert max(abs(a[2] - b[2]) for a, b in zip(s_main, s_sweep)) <= 1e-5
 
 
 def test_a_different_config_is_refused_not_mixed(tiny_random_dirs, reference_run):

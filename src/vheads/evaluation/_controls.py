@@ -2,8 +2,11 @@
 
 A head-set means something only when it beats head-sets drawn the right way. Every random
 control here is drawn with ``numpy.random.default_rng(seed)`` from a seed the caller
-records, R draws per head-set, and comes back as a :class:`ControlDraws`: the R head-sets,
-the seed, and a record of any fallback the draw had to make.
+records and comes back as a :class:`ControlDraws`: the head-sets, the seed, how they were
+chosen and a record of any fallback the draw had to make. :func:`draw_controls` (what the
+study and ``vheads evaluate`` use) returns distinct head-sets only: the whole pool when it
+is small (an exact permutation test), else R draws without repeats
+(:mod:`vheads.evaluation._pools`); the ``*_controls`` functions give R independent draws.
 
 Controls of a head-set S of a model with L layers × H heads:
 
@@ -27,6 +30,7 @@ linear-attention layer, and a layer-matched fallback borrows only from softmax l
 from __future__ import annotations
 
 import difflib
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +38,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vheads.evaluation._headsets import HeadSet
+from vheads.evaluation._pools import (
+    EXACT_POOL_FACTOR, _free_in, _rings, control_pool, control_pool_size, take_distinct,
+)
 
 DEFAULT_R = 100  # draws of a random control when a spec gives no R
 MAX_R = 100_000  # more draws than this is a typo, not a study (each draw is a forward per item)
@@ -68,7 +75,7 @@ class Fallback:
 
 @dataclass(frozen=True)
 class ControlDraws:
-    """The R control head-sets of one control for one head-set S.
+    """The control head-sets of one control for one head-set S.
 
     ``seed`` is the seed the draws came from (``None`` for a deterministic control).
     ``fallbacks`` lists layers where the draw could not stay layer-local; ``notes`` says
@@ -80,6 +87,10 @@ class ControlDraws:
     sets: tuple[HeadSet, ...]
     fallbacks: tuple[Fallback, ...] = ()
     notes: tuple[str, ...] = ()
+    #: how the sets were chosen: "exact" (the whole pool), "sampled" (distinct draws, no
+    #: repeats; :func:`draw_controls`) or "independent" (R draws, repeats possible)
+    mode: str = "independent"
+    pool: int | None = None  # distinct head-sets the control can draw for S, where known
 
     def __len__(self) -> int:
         return len(self.sets)
@@ -131,19 +142,6 @@ def _check_head_array(values: np.ndarray, S: HeadSet, what: str) -> np.ndarray:
     return values
 
 
-def _rings(n_layers: int, layer: int) -> Iterator[list[int]]:
-    """Layers at distance 1, 2, ... from ``layer`` (lower one first)."""
-    for d in range(1, n_layers):
-        ring = [x for x in (layer - d, layer + d) if 0 <= x < n_layers]
-        if ring:
-            yield ring
-
-
-def _free_in(free: np.ndarray, layers: list[int]) -> np.ndarray:
-    """(layer, head) rows of the free heads of ``layers``, in (layer, head) order. [n, 2]"""
-    return np.array([(x, h) for x in layers for h in np.flatnonzero(free[x])], dtype=int).reshape(-1, 2)
-
-
 def _collect_fallbacks(S: HeadSet, borrowed: dict[int, set[int]]) -> tuple[Fallback, ...]:
     counts = S.per_layer_counts()
     return tuple(
@@ -155,8 +153,46 @@ def _collect_fallbacks(S: HeadSet, borrowed: dict[int, set[int]]) -> tuple[Fallb
 # --- random controls -------------------------------------------------------------------
 
 
+def _layer_matched_stream(S: HeadSet, rng: np.random.Generator, borrowed: dict[int, set[int]]) -> Iterator[HeadSet]:
+    """Endless layer-matched draws (see :func:`layer_matched_controls`); ``borrowed`` collects
+    each fallback layer's source layers."""
+    _check_nonempty(S, "layer-matched")
+    _check_disjoint_room(S, "layer-matched")
+    counts = S.per_layer_counts()  # [L]
+
+    def draws() -> Iterator[HeadSet]:
+        while True:
+            free = (S.head_mask() & ~S.as_mask())  # [L, H] heads a control may still take
+            chosen: list[tuple[int, int]] = []
+            short: dict[int, int] = {}
+            for layer in np.flatnonzero(counts):
+                pool = np.flatnonzero(free[layer])
+                take = min(int(counts[layer]), len(pool))
+                for h in rng.choice(pool, size=take, replace=False):
+                    free[layer, h] = False
+                    chosen.append((int(layer), int(h)))
+                if take < counts[layer]:
+                    short[int(layer)] = int(counts[layer]) - take
+            for layer, need in short.items():
+                for ring in _rings(S.n_layers, layer):
+                    pool = _free_in(free, ring)  # [n, 2]
+                    if len(pool) == 0:
+                        continue
+                    take = min(need, len(pool))
+                    for x, h in pool[rng.choice(len(pool), size=take, replace=False)]:
+                        free[x, h] = False
+                        chosen.append((int(x), int(h)))
+                        borrowed.setdefault(layer, set()).add(int(x))
+                    need -= take
+                    if need == 0:
+                        break
+            yield S.like(chosen)
+    return draws()
+
+
 def layer_matched_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
-    """R head-sets with S's per-layer counts, drawn uniformly within each layer, S excluded.
+    """R independent head-sets with S's per-layer counts, drawn uniformly within each layer,
+    S excluded (repeats possible: :func:`draw_controls` keeps distinct ones only).
 
     Draw r takes, in every layer l, ``c_l`` heads (S's count there) uniformly without
     replacement from the layer's heads outside S. Fallback, when S has more than half of a
@@ -165,55 +201,72 @@ def layer_matched_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
     nearer ring before any of a farther one, uniformly within a ring), after every layer
     has drawn its own heads. Each such layer is reported in ``fallbacks``.
     """
-    _check_nonempty(S, "layer-matched")
-    _check_disjoint_room(S, "layer-matched")
-    rng = _check_draws(R, seed)
-    counts = S.per_layer_counts()  # [L]
-    borrowed: dict[int, set[int]] = {}
-    sets = []
-    for _ in range(R):
-        free = (S.head_mask() & ~S.as_mask())  # [L, H] heads a control may still take
-        chosen: list[tuple[int, int]] = []
-        short: dict[int, int] = {}
-        for layer in np.flatnonzero(counts):
-            pool = np.flatnonzero(free[layer])
-            take = min(int(counts[layer]), len(pool))
-            for h in rng.choice(pool, size=take, replace=False):
-                free[layer, h] = False
-                chosen.append((int(layer), int(h)))
-            if take < counts[layer]:
-                short[int(layer)] = int(counts[layer]) - take
-        for layer, need in short.items():
-            for ring in _rings(S.n_layers, layer):
-                pool = _free_in(free, ring)  # [n, 2]
-                if len(pool) == 0:
-                    continue
-                take = min(need, len(pool))
-                for x, h in pool[rng.choice(len(pool), size=take, replace=False)]:
-                    free[x, h] = False
-                    chosen.append((int(x), int(h)))
-                    borrowed.setdefault(layer, set()).add(int(x))
-                need -= take
-                if need == 0:
-                    break
-        sets.append(S.like(chosen))
-    return ControlDraws("layer-matched", int(seed), tuple(sets), _collect_fallbacks(S, borrowed))
+    return _independent("layer-matched", S, R, seed)
+
+
+def _any_layer_stream(S: HeadSet, rng: np.random.Generator, borrowed=None) -> Iterator[HeadSet]:
+    _check_nonempty(S, "any-layer")
+    _check_disjoint_room(S, "any-layer")
+    pool = np.flatnonzero((S.head_mask() & ~S.as_mask()).ravel())  # flat (layer, head) indices outside S
+    return (S.like(divmod(int(i), S.n_heads) for i in rng.choice(pool, size=len(S), replace=False))
+            for _ in itertools.count())
 
 
 def any_layer_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
-    """R head-sets of |S| heads drawn uniformly without replacement from all heads outside S."""
-    _check_nonempty(S, "any-layer")
-    _check_disjoint_room(S, "any-layer")
-    rng = _check_draws(R, seed)
-    pool = np.flatnonzero((S.head_mask() & ~S.as_mask()).ravel())  # flat (layer, head) indices outside S
-    sets = [S.like(divmod(int(i), S.n_heads) for i in rng.choice(pool, size=len(S), replace=False)) for _ in range(R)]
-    return ControlDraws("any-layer", int(seed), tuple(sets))
+    """R independent head-sets of |S| heads drawn uniformly without replacement from all heads outside S."""
+    return _independent("any-layer", S, R, seed)
+
+
+def _attention_matched_stream(S: HeadSet, rng: np.random.Generator, borrowed: dict[int, set[int]],
+                              image_mass: np.ndarray, n_nearest: int = 3) -> Iterator[HeadSet]:
+    """Endless attention-matched draws (see :func:`attention_matched_controls`)."""
+    _check_nonempty(S, "attention-matched")
+    _check_disjoint_room(S, "attention-matched")
+    mass = _check_head_array(image_mass, S, "image_mass")  # [L, H]
+    if isinstance(n_nearest, bool) or not isinstance(n_nearest, (int, np.integer)) or n_nearest < 1:
+        raise ValueError(f"n_nearest must be an integer ≥ 1, got {n_nearest!r}")
+
+    def pick_nearest(pool: np.ndarray, target: float) -> tuple[int, int]:
+        # pool: [n, 2] (layer, head) rows in (layer, head) order; lexsort is stable.
+        order = np.lexsort((np.arange(len(pool)), np.abs(mass[pool[:, 0], pool[:, 1]] - target)))
+        x, h = pool[rng.choice(order[:n_nearest])]
+        return int(x), int(h)
+
+    s_by_layer: dict[int, list[int]] = {}
+    for layer, h in S.heads:
+        s_by_layer.setdefault(layer, []).append(h)
+
+    def draws() -> Iterator[HeadSet]:
+        while True:
+            free = (S.head_mask() & ~S.as_mask())  # [L, H]
+            chosen: list[tuple[int, int]] = []
+            unmatched: list[tuple[int, int]] = []
+            for layer, heads_of_s in s_by_layer.items():
+                for h in rng.permutation(heads_of_s):
+                    pool = _free_in(free, [layer])
+                    if len(pool) == 0:
+                        unmatched.append((layer, int(h)))
+                        continue
+                    x, g = pick_nearest(pool, mass[layer, h])
+                    free[x, g] = False
+                    chosen.append((x, g))
+            for layer, h in unmatched:
+                for ring in _rings(S.n_layers, layer):
+                    pool = _free_in(free, ring)
+                    if len(pool):
+                        x, g = pick_nearest(pool, mass[layer, h])
+                        free[x, g] = False
+                        chosen.append((x, g))
+                        borrowed.setdefault(layer, set()).add(x)
+                        break
+            yield S.like(chosen)
+    return draws()
 
 
 def attention_matched_controls(
     S: HeadSet, image_mass: np.ndarray, R: int, seed: int, n_nearest: int = 3
 ) -> ControlDraws:
-    """R head-sets matched to S per layer on baseline image-attention mass, S excluded.
+    """R independent head-sets matched to S per layer on baseline image-attention mass, S excluded.
 
     ``image_mass[l, h]`` ([L, H]) is each head's baseline attention mass on the image
     tokens. In draw r, within each layer, S's heads are visited in a random order; each
@@ -228,106 +281,60 @@ def attention_matched_controls(
     closest-mass free heads of the nearest ring of layers (distance 1, then 2, ...) that
     has any. Such layers are reported in ``fallbacks``.
     """
-    _check_nonempty(S, "attention-matched")
-    _check_disjoint_room(S, "attention-matched")
-    mass = _check_head_array(image_mass, S, "image_mass")  # [L, H]
-    if isinstance(n_nearest, bool) or not isinstance(n_nearest, (int, np.integer)) or n_nearest < 1:
-        raise ValueError(f"n_nearest must be an integer ≥ 1, got {n_nearest!r}")
-    rng = _check_draws(R, seed)
+    return _independent("attention-matched", S, R, seed, image_mass=image_mass, n_nearest=n_nearest)
 
-    def pick_nearest(pool: np.ndarray, target: float) -> tuple[int, int]:
-        # pool: [n, 2] (layer, head) rows in (layer, head) order; lexsort is stable.
-        order = np.lexsort((np.arange(len(pool)), np.abs(mass[pool[:, 0], pool[:, 1]] - target)))
-        x, h = pool[rng.choice(order[:n_nearest])]
-        return int(x), int(h)
 
-    s_by_layer: dict[int, list[int]] = {}
-    for layer, h in S.heads:
-        s_by_layer.setdefault(layer, []).append(h)
-    borrowed: dict[int, set[int]] = {}
-    sets = []
-    for _ in range(R):
-        free = (S.head_mask() & ~S.as_mask())  # [L, H]
-        chosen: list[tuple[int, int]] = []
-        unmatched: list[tuple[int, int]] = []
-        for layer, heads_of_s in s_by_layer.items():
-            for h in rng.permutation(heads_of_s):
-                pool = _free_in(free, [layer])
-                if len(pool) == 0:
-                    unmatched.append((layer, int(h)))
-                    continue
-                x, g = pick_nearest(pool, mass[layer, h])
-                free[x, g] = False
-                chosen.append((x, g))
-        for layer, h in unmatched:
-            for ring in _rings(S.n_layers, layer):
-                pool = _free_in(free, ring)
-                if len(pool):
-                    x, g = pick_nearest(pool, mass[layer, h])
-                    free[x, g] = False
-                    chosen.append((x, g))
-                    borrowed.setdefault(layer, set()).add(x)
-                    break
-        sets.append(S.like(chosen))
-    notes = (f"matched among the {n_nearest} nearest heads by image-attention mass",)
-    return ControlDraws("attention-matched", int(seed), tuple(sets), _collect_fallbacks(S, borrowed), notes)
+def _attention_matched_notes(S: HeadSet, sets, n_nearest: int = 3, **_) -> tuple[str, ...]:
+    return (f"matched among the {n_nearest} nearest heads by image-attention mass",)
+
+
+def _whole_layer_stream(S: HeadSet, rng: np.random.Generator, borrowed=None) -> Iterator[HeadSet]:
+    _check_nonempty(S, "whole-layers")
+    H, layers_with_heads = S.n_heads, np.array(S.attention_layers)
+    L = len(layers_with_heads)  # whole layers are drawn among the layers that have heads
+    m = min(L, max(1, int(math.floor(len(S) / H + 0.5))))
+    return (S.like((int(x), h) for x in layers_with_heads[rng.choice(L, size=m, replace=False)] for h in range(H))
+            for _ in itertools.count())
+
+
+def _whole_layer_notes(S: HeadSet, sets, **_) -> tuple[str, ...]:
+    L, m = len(S.attention_layers), len(sets[0]) // S.n_heads
+    overlap = float(np.mean([len(c & S) for c in sets]))
+    notes = [f"{m} whole layers × {S.n_heads} heads = {m * S.n_heads} heads for |S| = {len(S)}; "
+             f"mean overlap with S {overlap:.1f} heads"]
+    if math.comb(L, m) < len(sets):
+        notes.append(f"only {math.comb(L, m)} distinct choices of {m} of {L} layers exist, so draws repeat")
+    return tuple(notes)
 
 
 def whole_layer_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
-    """R head-sets made of whole layers, ``m = max(1, round(|S| / H))`` layers drawn uniformly.
+    """R independent head-sets made of whole layers, ``m = max(1, round(|S| / H))`` layers drawn uniformly.
 
     Every draw has m·H heads, the multiple of H nearest |S| (the seed's 96 heads for
     |S| = 100 and H = 32; rounding half-up). A whole layer cannot exclude S, so these
     draws keep any heads of S that lie in the chosen layers; ``notes`` gives the mean
     overlap. m is capped at L.
     """
-    _check_nonempty(S, "whole-layers")
-    rng = _check_draws(R, seed)
-    H, layers_with_heads = S.n_heads, np.array(S.attention_layers)
-    L = len(layers_with_heads)  # whole layers are drawn among the layers that have heads
-    m = min(L, max(1, int(math.floor(len(S) / H + 0.5))))
-    sets = []
-    for _ in range(R):
-        layers = layers_with_heads[rng.choice(L, size=m, replace=False)]
-        sets.append(S.like((int(x), h) for x in layers for h in range(H)))
-    overlap = float(np.mean([len(c & S) for c in sets]))
-    notes = [
-        f"{m} whole layers × {H} heads = {m * H} heads for |S| = {len(S)}; "
-        f"mean overlap with S {overlap:.1f} heads"
-    ]
-    if math.comb(L, m) < R:
-        notes.append(f"only {math.comb(L, m)} distinct choices of {m} of {L} layers exist, so draws repeat")
-    return ControlDraws("whole-layers", int(seed), tuple(sets), (), tuple(notes))
+    return _independent("whole-layers", S, R, seed)
+
+
+def _random_n_stream(S: HeadSet, rng: np.random.Generator, borrowed=None, n: int | None = None) -> Iterator[HeadSet]:
+    model = HeadSet((), S.n_layers, S.n_heads, S.attention_layers)
+    pool = np.flatnonzero(model.head_mask().ravel())  # flat (layer, head) indices of existing heads
+    n = n or len(S)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= len(pool):
+        raise ValueError(f"n must be an integer in 1..{len(pool)} (the model's heads), got {n!r}")
+    return (model.like(divmod(int(i), S.n_heads) for i in rng.choice(pool, size=n, replace=False))
+            for _ in itertools.count())
 
 
 def random_n_controls(n: int, R: int, seed: int, n_layers: int, n_heads: int,
                       attention_layers: tuple[int, ...] | None = None) -> ControlDraws:
-    """R head-sets of n heads drawn uniformly without replacement from all the model's heads
-    (L·H, or only those of ``attention_layers`` on a hybrid model)."""
-    rng = _check_draws(R, seed)
-    model = HeadSet((), n_layers, n_heads, attention_layers)
-    pool = np.flatnonzero(model.head_mask().ravel())  # flat (layer, head) indices of existing heads
-    total = len(pool)
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= total:
-        raise ValueError(f"n must be an integer in 1..{total} (the model's heads), got {n!r}")
-    sets = [model.like(divmod(int(i), n_heads) for i in rng.choice(pool, size=n, replace=False)) for _ in range(R)]
-    return ControlDraws("random-n", int(seed), tuple(sets))
-
-
-def control_pool_size(name: str, S: HeadSet) -> int | None:
-    """How many distinct head-sets control ``name`` can draw for S, where that is a simple
-    count: ``layer-matched`` ∏_l C(H − c_l, c_l) (c_l = S's heads in layer l; ``None`` when
-    a layer falls back), ``any-layer`` C(N − |S|, |S|) (N = the model's heads). ``None`` for
-    any other control. With R above the pool, draws must repeat."""
-    if name == "layer-matched":
-        counts = S.per_layer_counts()
-        if any(c > S.n_heads - c for c in counts):
-            return None
-        return math.prod(math.comb(S.n_heads - int(c), int(c)) for c in counts if c)
-    if name == "any-layer":
-        total = int(S.head_mask().sum())
-        return math.comb(total - len(S), len(S))
-    return None
+    """R independent head-sets of n heads drawn uniformly without replacement from all the
+    model's heads (L·H, or only those of ``attention_layers`` on a hybrid model)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be an integer ≥ 1 (heads per draw), got {n!r}")
+    return _independent("random-n", HeadSet((), n_layers, n_heads, attention_layers), R, seed, n=n)
 
 
 # --- rule-based controls ---------------------------------------------------------------
@@ -372,16 +379,22 @@ def text_heavy_heads(image_mass: np.ndarray, n: int, exclude: HeadSet | None = N
 
 @dataclass(frozen=True)
 class Control:
-    """One registry entry. ``draw(S, R, seed, **inputs)`` returns :class:`ControlDraws`.
+    """One registry entry.
 
-    ``inputs`` are keyword arrays a control may need: ``image_mass`` [L, H], ``sink_mass``
-    [L, H], ``n`` (random-n size). ``random=False`` marks a deterministic control (R = 1).
+    ``stream(S, rng, borrowed, **inputs)`` checks S and the inputs and returns an endless
+    iterator of independent draws from ``rng`` (``borrowed`` collects a fallback's source
+    layers); a deterministic control (``random=False``) has ``fixed(S, **inputs)``, its one
+    head-set, instead. ``inputs`` are keyword arrays a control may need: ``image_mass``
+    [L, H], ``sink_mass`` [L, H], ``n`` (random-n size). ``notes(S, sets, **inputs)``: what
+    a reader of the results should know about the draws.
     """
 
     name: str
-    draw: Callable[..., ControlDraws]
+    stream: Callable[..., Iterator[HeadSet]] | None = None
     random: bool = True
     needs: tuple[str, ...] = field(default=())
+    fixed: Callable[..., HeadSet] | None = None
+    notes: Callable[..., tuple[str, ...]] | None = None
 
 
 def _need(inputs: dict, key: str, control: str, what: str):
@@ -390,38 +403,34 @@ def _need(inputs: dict, key: str, control: str, what: str):
     return inputs[key]
 
 
-def _draw_attention_matched(S, R, seed, **inputs):
-    mass = _need(inputs, "image_mass", "attention-matched", "baseline image-attention mass per head [L, H]")
-    return attention_matched_controls(S, mass, R, seed)
+_IMAGE_MASS = "baseline image-attention mass per head [L, H]"
 
 
-def _draw_sinks(S, R, seed, **inputs):
-    mass = _need(inputs, "sink_mass", "sinks", "attention mass on sink tokens per head [L, H]")
-    heads = sink_heads(mass, len(S), exclude=S)
-    note = f"the {len(S)} non-S heads with most sink mass"
-    return ControlDraws("sinks", None, (heads,), notes=(note,))
+def _attention_matched(S, rng, borrowed, **inputs):
+    return _attention_matched_stream(S, rng, borrowed, _need(inputs, "image_mass", "attention-matched", _IMAGE_MASS),
+                                     inputs.get("n_nearest", 3))
 
 
-def _draw_text_heavy(S, R, seed, **inputs):
-    mass = _need(inputs, "image_mass", "text-heavy", "baseline image-attention mass per head [L, H]")
-    heads = text_heavy_heads(mass, len(S), exclude=S)
-    note = f"the {len(S)} non-S heads with least image mass"
-    return ControlDraws("text-heavy", None, (heads,), notes=(note,))
+def _sinks(S, **inputs):
+    return sink_heads(_need(inputs, "sink_mass", "sinks", "attention mass on sink tokens per head [L, H]"), len(S), exclude=S)
 
 
-def _draw_random_n(S, R, seed, **inputs):
-    n = inputs.get("n") or len(S)
-    return random_n_controls(n, R, seed, S.n_layers, S.n_heads, S.attention_layers)
+def _text_heavy(S, **inputs):
+    return text_heavy_heads(_need(inputs, "image_mass", "text-heavy", _IMAGE_MASS), len(S), exclude=S)
 
 
 CONTROLS: dict[str, Control] = {
-    "layer-matched": Control("layer-matched", lambda S, R, seed, **_: layer_matched_controls(S, R, seed)),
-    "any-layer": Control("any-layer", lambda S, R, seed, **_: any_layer_controls(S, R, seed)),
-    "attention-matched": Control("attention-matched", _draw_attention_matched, needs=("image_mass",)),
-    "sinks": Control("sinks", _draw_sinks, random=False, needs=("sink_mass",)),
-    "text-heavy": Control("text-heavy", _draw_text_heavy, random=False, needs=("image_mass",)),
-    "whole-layers": Control("whole-layers", lambda S, R, seed, **_: whole_layer_controls(S, R, seed)),
-    "random-n": Control("random-n", _draw_random_n),
+    "layer-matched": Control("layer-matched", lambda S, rng, borrowed, **_: _layer_matched_stream(S, rng, borrowed)),
+    "any-layer": Control("any-layer", lambda S, rng, borrowed, **_: _any_layer_stream(S, rng)),
+    "attention-matched": Control("attention-matched", _attention_matched, needs=("image_mass",),
+                                 notes=_attention_matched_notes),
+    "sinks": Control("sinks", random=False, needs=("sink_mass",), fixed=_sinks,
+                     notes=lambda S, sets, **_: (f"the {len(S)} non-S heads with most sink mass",)),
+    "text-heavy": Control("text-heavy", random=False, needs=("image_mass",), fixed=_text_heavy,
+                          notes=lambda S, sets, **_: (f"the {len(S)} non-S heads with least image mass",)),
+    "whole-layers": Control("whole-layers", lambda S, rng, borrowed, **_: _whole_layer_stream(S, rng),
+                            notes=_whole_layer_notes),
+    "random-n": Control("random-n", lambda S, rng, borrowed, **inputs: _random_n_stream(S, rng, n=inputs.get("n"))),
 }
 ALIASES = {"layer+attention-matched": "attention-matched"}
 
@@ -436,12 +445,57 @@ def get_control(name: str) -> Control:
     return CONTROLS[key]
 
 
+def _independent(name: str, S: HeadSet, R: int, seed: int, **inputs) -> ControlDraws:
+    """R independent draws of random control ``name`` from ``seed`` (repeats kept)."""
+    control = get_control(name)
+    rng, borrowed = _check_draws(R, seed), {}
+    sets = tuple(itertools.islice(control.stream(S, rng, borrowed, **inputs), R))
+    notes = control.notes(S, sets, **inputs) if control.notes else ()
+    return ControlDraws(control.name, int(seed), sets, _collect_fallbacks(S, borrowed), notes, "independent",
+                        control_pool_size(control.name, S, inputs.get("n")))
+
+
 def draw_controls(name: str, S: HeadSet, R: int, seed: int, **inputs) -> ControlDraws:
-    """Draw control ``name`` for S: R draws from ``seed`` (R must be 1 for a deterministic control)."""
+    """The control head-sets S is compared with: *distinct* head-sets of control ``name``
+    (:mod:`vheads.evaluation._pools`), R of them unless the pool is small.
+
+    - ``exact``: when the control's pool (every distinct head-set it can draw for S) has at
+      most :data:`EXACT_POOL_FACTOR` · R members, all of them, each once, in an order drawn
+      from ``seed`` — the rank p over them is the exact permutation p, floor 1/(pool + 1);
+    - ``sampled``: otherwise independent draws from ``seed`` with every repeat skipped,
+      until R distinct head-sets (a sample without replacement); fewer when a pool that
+      cannot be counted (``attention-matched``) runs dry, which ``notes`` says.
+
+    A deterministic control (``sinks``, ``text-heavy``) is its one head-set (R must be 1).
+    ``len`` of the result is the number of head-sets S is compared with, ``n`` of the rank
+    p; ``mode`` and ``pool`` (the pool's size where known) say how they were chosen.
+    """
     control = get_control(name)
     if not control.random and R != 1:
         raise ValueError(f"control {control.name!r} is deterministic (one head-set), so R must be 1, got {R}")
-    return control.draw(S, R, seed, **inputs)
+    rng, borrowed = _check_draws(R, seed), {}
+    notes: list[str] = []
+    if control.fixed is not None:
+        members = control_pool(control.name, S, 1, fixed=control.fixed(S, **inputs))
+    else:
+        stream = control.stream(S, rng, borrowed, **inputs)  # checks S and the inputs
+        from_pool: dict[int, set[int]] = {}
+        members = control_pool(control.name, S, EXACT_POOL_FACTOR * R, n=inputs.get("n"), borrowed=from_pool)
+        if members is not None:
+            borrowed = from_pool
+    if members is not None:
+        sets, mode, pool = tuple(members[i] for i in rng.permutation(len(members))), "exact", len(members)
+        if control.random:
+            notes.append(f"the whole pool: all {pool} distinct head-sets, each once (exact permutation test)")
+    else:
+        found, attempts = take_distinct(stream, R)
+        sets, mode, pool = tuple(found), "sampled", control_pool_size(control.name, S, inputs.get("n"))
+        if len(sets) < R:
+            notes.append(f"only {len(sets)} distinct head-sets in {attempts} draws: the pool is small")
+    if control.notes:
+        notes[:0] = control.notes(S, sets, **inputs)
+    return ControlDraws(control.name, int(seed) if control.random else None, sets, _collect_fallbacks(S, borrowed),
+                        tuple(notes), mode, pool)
 
 
 @dataclass(frozen=True)

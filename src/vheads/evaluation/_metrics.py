@@ -180,6 +180,11 @@ def ncs(engine: Engine, matched: list[Item], mismatched: list[Item], headsets: l
     tokens) at ``rows`` (default all rows); ``NCS = mean drop_matched − mean drop_mismatched``
     (generic damage cancels). ``values`` holds the matched drops minus the mismatched arm's
     mean drop per head-set, so the item mean of ``values`` is NCS; both arms are in ``detail``.
+    In a study each work unit is a shard of the items, so a stored per-item value subtracts its
+    *shard's* mismatched mean: the item mean over all shards is still exactly NCS (a shard
+    holds as many matched as mismatched items), but the values' spread mixes shard-level
+    noise, so every NCS interval and comparison (Welch, bootstrap, ``ncs_difference_t``) is
+    taken from the two stored arms, never from these values' spread.
     Pass the same ``cache`` dict to calls on the same items to reuse their baselines, and a
     ``memo`` (:class:`vheads.evaluation.ProbeMemo`) to every test of a model to skip rows
     already run (every test takes one).

@@ -1,9 +1,10 @@
 """``evaluate_headsets``: test head-set files against random controls (the ``vheads evaluate`` command).
 
-For each head-set S and test, the controls are drawn (recorded seeds), S and all draws run
-in the same batched forwards over the same items, and the summary gives T_S with its 95%
-t-interval, each control family's mean and SD and z (over the distinct head-sets among its R
-draws), the rank p (over every draw) and — over the family of head-sets tested together —
+For each head-set S and test, the controls are drawn (recorded seeds): distinct head-sets,
+the whole pool when it holds at most twice R (:func:`vheads.evaluation.draw_controls`). S
+and all of them run in the same batched forwards over the same items, and the summary gives
+T_S with its 95% t-interval, each control family's mean, SD and z, the rank p over the n
+head-sets compared (floor 1/(n + 1)) and — over the family of head-sets tested together —
 Holm-adjusted p.
 """
 
@@ -29,7 +30,7 @@ class HeadsetResult:
     test: str
     t_s: float
     ci: tuple[float, float]
-    controls: dict[str, dict] = field(default_factory=dict)  # name -> mean, sd, z (over distinct draws), rank_p, holm_p, R, distinct, seed, fallbacks
+    controls: dict[str, dict] = field(default_factory=dict)  # name -> mean, sd, z, rank_p, holm_p (over the distinct head-sets compared), R asked, distinct (n compared), mode, pool, seed, fallbacks
     outcomes: Outcomes | None = None
     headset_ids: list[str] = field(default_factory=list)
     ci_method: str = "t"  # "t" (one sample over items) or "welch" (NCS: two independent arms)
@@ -154,7 +155,8 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
             for req in requests:
                 cseed = derived_seed(seed, "control", name, req.label)
                 draws = draw_controls(req.name, S, req.R, cseed, **({"n": req.n} if req.n else {}), **inputs)
-                meta[req.label] = {"R": req.R, "seed": cseed, "fallbacks": [str(f) for f in draws.fallbacks]}
+                meta[req.label] = {"R": req.R, "seed": cseed, "mode": draws.mode, "pool": draws.pool,
+                                   "fallbacks": [str(f) for f in draws.fallbacks]}
                 for i, d in enumerate(draws):
                     ids.append(f"{req.label}#{i}")
                     hs.append(d)
@@ -168,12 +170,9 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                                 bootstrap_seed=bseed if boot is not None else None, ablation=ablation, reference=recorded)
             for req in requests:
                 idx = [j for j, h in enumerate(ids) if h.startswith(req.label + "#")]
-                rp = rank_p(T[0], T[idx])  # every draw
-                # mean, SD and z over the distinct head-sets drawn: a repeat is the same outcome again
-                first: dict[HeadSet, int] = {}
-                for j in idx:
-                    first.setdefault(hs[j], j)
-                td = T[list(first.values())]
+                # rank p, mean, SD and z over the distinct head-sets compared (draw_controls repeats none)
+                td = T[idx]
+                rp = rank_p(T[0], td)
                 z = z_score(T[0], td) if len(td) > 1 else None
                 res.controls[req.label] = {**meta[req.label], "distinct": len(td), "mean": float(td.mean()),
                                           "sd": float(td.std(ddof=1)) if len(td) > 1 else float("nan"),

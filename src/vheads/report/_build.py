@@ -20,7 +20,7 @@ from pathlib import Path
 
 from vheads._errors import make_output_folder, path_inside
 from vheads.report._crossmodel import CROSSMODEL_FIGURES, build_crossmodel_report, is_multi_model, load_model_run, multi_model_names
-from vheads.report._data import RunData, load_run
+from vheads.report._data import RunData, load_run, settings_text
 from vheads.report._doc import Section
 from vheads.report._registry import registered_sections
 from vheads.report._write import write_report
@@ -52,7 +52,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, model: 
 
     L, H = run.shape
     title = f"vheads report — {run.model_id}"
-    subtitle = (f"Run {Path(run_dir).resolve()}" + (f" · model {model}" if model else "") + f" · {len(run.settings)} settings"
+    subtitle = (f"Run {Path(run_dir).resolve()}" + (f" · model {model}" if model else "") + f" · {settings_text(run)}"
                 + (f" · {L} layers × {H} heads" if L and H else "")
                 + f" · built {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')}")
     return write_report(out, title, subtitle, warnings, sections, CROSSMODEL_FIGURES)

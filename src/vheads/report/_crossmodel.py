@@ -55,7 +55,7 @@ HOW = (
     "against layer-matched random head-sets drawn on that model's own layer × head grid. A finding replicates "
     "where S stands apart from its own random band on each model: the summary gives ranges over the query-span "
     "and output-token settings with the last-token set beside them; the per-setting tables give the rank p against "
-    "the R draws (floor 1/(R+1)); the pointing suite tests each model's CERS against zero."
+    "its n distinct head-sets (floor 1/(n+1)); the pointing suite tests each model's CERS against zero."
 )
 
 
@@ -191,7 +191,7 @@ def per_setting_table(runs: list[ModelRun], test: str) -> Table | None:
         for m in runs:
             t = _ncs_test(m.run) if test == "ncs" else test
             cell = m.run.cells.get((s, t))
-            draws = cell.controls.get(CONTROL) if cell is not None else None
+            draws = cell.distinct(CONTROL) if cell is not None and CONTROL in cell.controls else None  # one per head-set
             if cell is None or cell.s is None or not len(cell.s) or draws is None or not len(draws):
                 row.append("–")
                 continue
@@ -205,8 +205,8 @@ def per_setting_table(runs: list[ModelRun], test: str) -> Table | None:
         return None
     name = TEST_NAMES.get("ncs-all" if test == "ncs" else test, test)
     return Table(f"{name} per setting and model (seed Table 19 layout)", ["Setting", *(m.name for m in runs)], rows,
-                 f"T_S vs. the mean of the model's R {CONTROL} draws (one-sided rank p = (1 + #draws ≥ S)/(R + 1), "
-                 "floor 1/(R+1)). Bold: above every draw.")
+                 f"T_S vs. the mean of the model's n distinct {CONTROL} head-sets (one-sided rank p = (1 + #controls ≥ S)/(n + 1), "
+                 "floor 1/(n+1)). Bold: above every one.")
 
 
 def one_sample_t(x: np.ndarray) -> tuple[float, float]:

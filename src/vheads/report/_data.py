@@ -312,6 +312,19 @@ def _load(store: Store, run_dir: Path, metric: str | None = None) -> RunData:
     )
 
 
+def control_pools(meta: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """How each control's head-sets were chosen, ``{setting: {label: {mode, pool, n, R}}}``
+    (:func:`vheads.evaluation.draw_controls`; meta ``control_pools``); ``{}`` for a run from
+    before wave 4, whose draws may repeat a head-set."""
+    v = meta.get("control_pools")
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except ValueError:
+            return {}
+    return v if isinstance(v, dict) else {}
+
+
 def control_fallbacks(meta: dict[str, Any]) -> dict[str, dict[str, list[str]]]:
     """``setting -> control label -> fallbacks`` of every control draw of the run, from
     a run's ``meta['control_fallbacks']`` (:mod:`vheads.store`; ``meta`` as JSON-decoded
@@ -410,11 +423,35 @@ def outcome_cells(store: Store, metric: str, heads_of: dict[tuple[str, str], str
     return cells, dict(ksweep), arms, nonfinite
 
 
+def settings_text(run: RunData) -> str:
+    """The one count of settings every part of the report uses: the discovery grid's, the score
+    points beside it and the causal setting, ``17 settings (12 grid, 4 score points, 1 causal)``."""
+    from vheads.causal import CAUSAL_SETTING
+
+    causal = [s for s in run.settings if s == CAUSAL_SETTING]
+    grid = len(run.settings) - len(causal)
+    parts = [f"{grid} grid"] + ([f"{len(run.score_settings)} score point{'s' * (len(run.score_settings) != 1)}"]
+                                if run.score_settings else []) + (["1 causal"] if causal else [])
+    total = grid + len(run.score_settings) + len(causal)
+    return f"{total} setting{'s' * (total != 1)}" + (f" ({', '.join(parts)})" if len(parts) > 1 else "")
+
+
+def headline_beta(run: RunData) -> tuple[float | None, dict[str, Any] | None]:
+    """The β Table 3's CERS ran at and the record of the rule that chose it (meta
+    ``headline_beta``, :mod:`vheads.study._headline`); a run from before wave 4 has no record
+    and ran at its config's ``beta``."""
+    rec = run.meta.get("headline_beta")
+    if isinstance(rec, dict) and isinstance(rec.get("beta"), (int, float)):
+        return float(rec["beta"]), rec
+    beta = cfg_get(run.config, "beta")
+    return (float(beta) if isinstance(beta, (int, float)) else None), None
+
+
 def sweep_points(run: RunData, param: str) -> dict[tuple[str, str], dict[float, Cell]]:
     """``(setting, base test) -> value -> Cell`` for a β (``param="beta"``) or k sweep.
 
     Points come from tests ``<base>@<param>=v`` and, for k, from ``S@k=K`` head-sets; the
-    main test adds its own point (the config's β; the discovery k) when the sweep exists.
+    main test adds its own point (the headline β; the discovery k) when the sweep exists.
     """
     pts: dict[tuple[str, str], dict[float, Cell]] = {}
     for (s, t), cell in run.cells.items():
@@ -427,7 +464,7 @@ def sweep_points(run: RunData, param: str) -> dict[tuple[str, str], dict[float, 
                 pts.setdefault((s, base), {}).setdefault(float(k), cell)
     for (s, base), d in pts.items():
         if param == "beta":
-            main = cfg_get(run.config, "beta")
+            main = headline_beta(run)[0]
         else:
             main = run.discovery.get(s, {}).get("k")
         if isinstance(main, (int, float)) and (s, base) in run.cells and float(main) not in d:

@@ -100,7 +100,9 @@ def methods_tests(run: RunData, test: str, alpha: float = ALPHA) -> dict[str, ob
 
 def methods_tests_table(run: RunData) -> Table | None:
     ncs = "ncs-all" if any((s, "ncs-all") in run.cells for s in run.score_settings) else "ncs"
-    tests = [t for t in ("cers", ncs) if any((s, t) in run.cells for s in run.score_settings)]
+    stored = {t for (s, t) in run.cells if s in run.score_settings}
+    # the seed's two tests first, then every other outcome the score points store (symmetric CERS, the ablations)
+    tests = [t for t in ("cers", ncs, "cers-sym") if t in stored] + sorted(t for t in stored if "@ablation=" in t)
     if not tests:
         return None
     per = {t: methods_tests(run, t) for t in tests}
@@ -126,7 +128,8 @@ def methods_tests_table(run: RunData) -> Table | None:
     return Table("Published methods vs the seed's settings: necessity and steerability", columns, rows,
                  "Each score point's head-set S against its own layer-matched controls (same per-layer counts as S, "
                  "uniform within each layer, S excluded), as the grid's settings in Table 3. S: mean over items with "
-                 "its 95% interval (NCS: Welch over the two arms). p: one-sided rank p (1 + #{controls ≥ S}) / (R + 1); "
+                 "its 95% interval (NCS: Welch over the two arms). p: one-sided rank p (1 + #{controls ≥ S}) / (n + 1) over "
+                 "the n distinct head-sets compared; "
                  "in parentheses Holm-adjusted over the score settings of this run (one family per test; bold ≤ 0.05; "
                  "*: Holm-significant)." + note, groups)
 

@@ -7,18 +7,22 @@ k; test against layer-matched random controls with enough draws R that the rank 
 reach significance after Holm over the family of settings tested together; state β and
 the row groups; audit the evaluation sets' baselines.
 
-Why R matters: with R controls the rank p is at least ``1/(R+1)``, and Holm over a
-family of m settings multiplies the smallest p by m, so **no** Holm-adjusted p can fall
-below ``min(1, m/(R+1))``. The run needs ``R ≥ ceil(m/α) − 1`` (239 for m = 12, α = 0.05).
+Why R matters: compared with n distinct control head-sets (R, or the whole pool when it
+holds at most 2R) the rank p is at least ``1/(n+1)``, and Holm over a family of m settings
+multiplies the smallest p by m, so **no** Holm-adjusted p can fall below ``min(1, m/(n+1))``.
+The run needs ``n ≥ ceil(m/α) − 1`` (239 for m = 12, α = 0.05): R that large, and pools
+that hold as many head-sets.
 """
 
 from __future__ import annotations
 
 import math
 
-from vheads.report._data import RunData, cfg_get, control_fallbacks
+from vheads.report._data import (
+    RunData, cfg_get, control_fallbacks, control_pools, headline_beta, settings_text, sweep_points,
+)
 from vheads.report._doc import Check
-from vheads.report._tables import ALPHA, MAIN_CONTROLS, ROW_GROUP_TESTS, audit_flags, holm_family
+from vheads.report._tables import ALPHA, MAIN_CONTROLS, ROW_GROUP_TESTS, audit_flags, compare, holm_family, s_interval
 
 MAIN_TESTS = ("cers", "ncs-all")
 
@@ -32,6 +36,11 @@ def min_holm_p(m: int, R: int) -> float:
 def required_R(m: int, alpha: float = ALPHA) -> int:
     """Smallest R with ``m / (R + 1) ≤ alpha``."""
     return max(1, math.ceil(m / alpha - 1e-9) - 1)
+
+
+def _range(values) -> str:
+    vals = sorted(set(values))
+    return str(vals[0]) if len(vals) == 1 else f"{vals[0]}–{vals[-1]}"
 
 
 def _join(values) -> str:
@@ -78,7 +87,8 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
     checks.append(Check("Head-set size k (flat top-k)", k_text, none))
     checks.append(Check("Outcome metric", f"{run.metric} in the tables (config key metric, or `vheads report --metric`); the metric robustness "
                         "table shows Table 3 under p4, logprob and logit-diff"))
-    checks.append(Check("Settings", f"{len(run.settings)}: {', '.join(run.settings)}" if run.settings else "none"))
+    checks.append(Check("Settings", f"{settings_text(run)}: {', '.join(run.settings + run.score_settings)}"
+                        if run.settings else "none"))
     if run.score_settings:
         from vheads.report._methods import point_text
 
@@ -103,30 +113,43 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
         checks.append(Check("Non-finite outcomes", f"{run.nonfinite} outcome rows",
                             f"{run.nonfinite} outcome value(s) are NaN or infinite and were left out of every statistic"))
 
-    # controls, R, rank-p floor, Holm family
+    # controls, R, rank-p floor, Holm family: all over the n distinct head-sets each S is compared with
     fam = holm_family(run)
+    pools = control_pools(run.meta)
     for c in MAIN_CONTROLS:
-        Rs = sorted({len(run.cells[(s, t)].controls[c]) for t in tests_present for s in run.settings
-                     if (s, t) in run.cells and c in run.cells[(s, t)].controls})
+        cells = {(s, t): run.cells[(s, t)] for t in tests_present for s in run.settings
+                 if (s, t) in run.cells and c in run.cells[(s, t)].controls}
+        Rs = sorted({len(cell.controls[c]) for cell in cells.values()})
         want = _configured_R(run, c)
         if not Rs:
             warn = (f"no {c} controls stored" + (f" (the config asks for R={want})" if want else "")
                     + ("; S cannot be told apart from random heads of the same layers" if c == "layer-matched" else ""))
             checks.append(Check(f"Controls: {c}", "none", warn if (c == "layer-matched" or want) else None))
             continue
-        R = Rs[0]
-        short = f"only R={R} draws stored where the config asks for {want} (an unfinished run?)" if want and R < want else None
-        checks.append(Check(f"Controls: {c}, R", _join(Rs) + (f" (config: {want})" if want else ""), short))
-        checks.append(Check(f"Rank-p floor ({c})", f"1/(R+1) = {1 / (R + 1):.4f}"))
-        m = max(len([s for s in run.settings if (s, t) in run.cells and c in run.cells[(s, t)].controls
-                     and (fam is None or s in fam)]) for t in tests_present)
-        floor = min_holm_p(m, R)
+        ns = {key: len(cell.distinct(c)) for key, cell in cells.items()}
+        recorded = {s: pools.get(s, {}).get(c, {}).get("n") for s, _ in cells}
+        short = [f"{s}" for (s, _), cell in cells.items()
+                 if (len(cell.controls[c]) < recorded[s] if recorded[s] else (not pools and want and len(cell.controls[c]) < want))]
+        checks.append(Check(f"Controls: {c}, R", f"{_join(Rs)} stored, {_range(ns.values())} distinct head-sets compared"
+                            + (f" (config: R={want}; a pool of at most 2R is compared whole)" if want else ""),
+                            f"fewer {c} head-sets stored than drawn for {len(set(short))} setting(s)"
+                            + ("" if pools else f" (the config asks for {want})") + " (an unfinished run?)"
+                            if short else None))
+        n_min = min(ns.values())
+        checks.append(Check(f"Rank-p floor ({c})", f"1/(n+1) = {1 / (n_min + 1):.4f} at the smallest n ({n_min})"))
+        per_test = {t: [s for s in run.settings if (s, t) in ns and (fam is None or s in fam)] for t in tests_present}
+        m = max(len(v) for v in per_test.values())
+        out = sorted({s for t, members in per_test.items() for s in members if min_holm_p(len(members), ns[(s, t)]) > alpha})
         warn = None
-        if floor > alpha:
-            warn = (f"R={R} is too small for any Holm-adjusted p to fall under {alpha}: over a family of {m} the "
-                    f"smallest possible adjusted p is {m}/(R+1) = {floor:.3f}; use R ≥ {required_R(m, alpha)}")
-        checks.append(Check(f"Holm family ({c})", f"{m} settings (per test); smallest possible adjusted p "
-                            f"m/(R+1) = {floor:.4f}", warn))
+        if out:
+            worst = max(ns[(s, t)] for t, members in per_test.items() for s in members if s in out)
+            warn = (f"Holm over {m} settings cannot reach {alpha} for {len(out)} of them ({c}: at most {worst} distinct "
+                    f"head-sets, floor m/(n+1) ≥ {min_holm_p(m, worst + 0):.3f}); a larger pool (k, model) or R ≥ "
+                    f"{required_R(m, alpha)} is needed")
+        checks.append(Check(f"Holm family ({c})", f"{m} of the {settings_text(run)} per test (score points and a causal "
+                            "setting stay outside); smallest possible adjusted p m/(n+1) = "
+                            f"{min_holm_p(m, max(ns.values())):.4f} at the largest n"
+                            + (f"; out of reach (floor > {alpha}): {', '.join(out)}" if out else ""), warn))
     fallbacks = _fallbacks(run)
     where = sorted({f"{s} ({label})" for s, by in control_fallbacks(run.meta).items() for label in by})
     checks.append(Check("Layer-matched fallbacks", "; ".join(fallbacks) if fallbacks else
@@ -140,13 +163,14 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
     checks.append(Check("Other controls", _join(other) if other else "none"))
 
     # beta, sweeps, row groups
-    beta = cfg_get(run.config, "beta")
     betas = sorted({v for (_, t) in run.cells for v in [_param(t, "beta")] if v is not None})
-    checks.append(Check("Steering strength β", (str(beta) if beta is not None else "not recorded")
+    checks.append(Check("Steering strength β (headline)", headline_text(run)
                         + (f"; sweep: {', '.join(f'{b:g}' for b in betas)}" if betas else "")))
     ksweep = sorted({k for cells in run.ksweep.values() for k in cells}
                     | {int(v) for (_, t) in run.cells for v in [_param(t, "k")] if v is not None})
-    checks.append(Check("k sweep", ", ".join(map(str, ksweep)) if ksweep else "none"))
+    checks.append(Check("k sweep", (", ".join(map(str, ksweep)) + "; headline k: the config's k (0: the seed's 100 of "
+                        "1,152 heads scaled to the model), fixed before discovery") if ksweep else "none"))
+    checks += sweep_change_checks(run, alpha)
     groups_present = [g for t, g in ROW_GROUP_TESTS.items() if any((s, t) in run.cells for s in run.settings)]
     want_groups = cfg_get(run.config, "row_groups")
     missing = []
@@ -167,7 +191,8 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
                                 for r in bad)) if bad else None))
     if run.overlap or run.ceilings:
         splits = _join(sorted({c["splits"] for c in run.ceilings.values()}))
-        checks.append(Check("Overlap noise ceilings", f"{len(run.ceilings)} settings, splits: {splits}",
+        checks.append(Check("Overlap noise ceilings", f"{len(run.ceilings)} of the {settings_text(run)} (every discovered "
+                            f"one; a causal setting has no discovery split-halves), splits: {splits}",
                             "overlaps are reported without split-half noise ceilings" if not run.ceilings else None))
     seeds = cfg_get(run.config, "seeds", "seed")
     checks.append(Check("Seeds", str(seeds) if seeds is not None else "not recorded in the config"))
@@ -178,9 +203,9 @@ HOLM_TESTS = ("cers", "ncs-all", "ncs", "cers-sym", "ncs-grid")  # tables with H
 
 
 def _floors_check(run: RunData, alpha: float = ALPHA) -> Check:
-    """Every table's rank-p floor ``1/(R+1)`` per control (R: its fewest draws there) and, where
-    the table Holm-adjusts over the settings (Table 3, Table 16: the main controls), the Holm
-    floor ``m/(R+1)``; a warning names each one above ``alpha`` with the R it needs (Table 3's
+    """Every table's rank-p floor ``1/(n+1)`` per control (n: its fewest distinct head-sets
+    compared there) and, where the table Holm-adjusts over the settings (Table 3, Table 16:
+    the main controls), the Holm floor ``m/(n+1)``; a warning names each one above ``alpha`` with the R it needs (Table 3's
     main controls are warned about under "Holm family")."""
     from vheads.report._data import parse_test_id
 
@@ -194,48 +219,137 @@ def _floors_check(run: RunData, alpha: float = ALPHA) -> Check:
     for (s, t), cell in run.cells.items():
         tid = parse_test_id(t)
         for c, draws in cell.controls.items():
+            n = len(cell.distinct(c))  # the head-sets S is compared with
             if len(draws) < 2 and c not in MAIN_CONTROLS:  # a deterministic control: no rank p is read
                 continue
             if tid.param == "beta":
-                add(f"β sweep ({tid.base})", c, len(draws), None, "beta_sweep_controls")
+                add(f"β sweep ({tid.base})", c, n, None, "beta_sweep_controls")
             elif t in ROW_GROUP_TESTS and t != "ncs-all":
-                add(f"row groups ({t})", c, len(draws), None, f"controls.{c}")
+                add(f"row groups ({t})", c, n, None, f"controls.{c}")
             elif t in HOLM_TESTS:
                 m = None
                 if c in MAIN_CONTROLS:
                     m = len([x for x in run.settings if (x, t) in run.cells and c in run.cells[(x, t)].controls
                              and (fam is None or x in fam)])
-                add(f"{'Table 3' if t in ('cers', 'ncs-all', 'ncs') else 'Table 16'} ({t})", c, len(draws), m, f"controls.{c}")
+                add(f"{'Table 3' if t in ('cers', 'ncs-all', 'ncs') else 'Table 16'} ({t})", c, n, m, f"controls.{c}")
     for (s, base), by_k in run.ksweep.items():
         for k, cell in by_k.items():
-            for c, draws in cell.controls.items():
-                add(f"k sweep ({base})", c, len(draws), None, "k_sweep_controls")
+            for c in cell.controls:
+                add(f"k sweep ({base})", c, len(cell.distinct(c)), None, "k_sweep_controls")
     lines, warns = [], []
     for (table, c), e in sorted(found.items()):
         R, m = e["R"], e["m"]
         floor = 1 / (R + 1)
-        text = f"{table}, {c}: R={R}, rank-p floor {floor:.3f}" + (f", Holm floor {min_holm_p(m, R):.3f} (m={m})" if m else "")
+        text = f"{table}, {c}: n={R}, rank-p floor {floor:.3f}" + (f", Holm floor {min_holm_p(m, R):.3f} (m={m})" if m else "")
         lines.append(text)
         if table.startswith("Table 3") and c in MAIN_CONTROLS:  # warned above, under "Holm family"
             continue
         if floor > alpha:
-            warns.append(f"{table}, {c}: with R={R} no rank p can fall below 1/(R+1) = {floor:.3f}; "
-                         f"use {e['key']} ≥ {required_R(1, alpha)}")
+            warns.append(f"{table}, {c}: with n={R} distinct head-sets no rank p can fall below 1/(n+1) = {floor:.3f}; "
+                         f"use {e['key']} ≥ {required_R(1, alpha)} (and a pool that holds them)")
         elif m and min_holm_p(m, R) > alpha:
-            warns.append(f"{table}, {c}: Holm over {m} settings cannot fall below {m}/(R+1) = {min_holm_p(m, R):.3f}; "
+            warns.append(f"{table}, {c}: Holm over {m} settings cannot fall below {m}/(n+1) = {min_holm_p(m, R):.3f}; "
                          f"use {e['key']} ≥ {required_R(m, alpha)}")
     return Check("Rank-p and Holm floors by table", "; ".join(lines) if lines else "no control draws stored",
                  "; ".join(warns) if warns else None)
 
 
+def headline_text(run: RunData) -> str:
+    """The headline β and the rule that fixed it, as the report states it."""
+    beta, rec = headline_beta(run)
+    if beta is None:
+        return "not recorded"
+    if rec is None:
+        return f"{beta:g} (the config's beta; a run from before beta_rule)"
+    if rec.get("applied"):
+        return f"{beta:g} (beta_rule {rec['rule']}: {rec['applied']})"
+    if str(rec.get("rule")).startswith("controls"):
+        rms = ", ".join(f"{v:.3f} at {b}" for b, v in (rec.get("rms") or {}).items())
+        how = ("the largest sweep β" if rec.get("met") else f"no sweep β met {rec.get('tolerance')}: the β of smallest RMS")
+        return (f"{beta:g}, fixed by beta_rule {rec['rule']} from the β sweep's controls alone (S not read): {how} at which "
+                f"the RMS of the layer-matched controls' CERS is ≤ {rec.get('tolerance')} (RMS {rms}; "
+                f"{rec.get('n_draws')} control draws)")
+    return f"{beta:g} (beta_rule {rec['rule']}: the config's beta)"
+
+
+def _state(st) -> str:
+    """``+`` / ``−`` where S's 95% interval lies above / below 0, ``0`` where it holds 0."""
+    iv = st.interval
+    if iv is None:
+        return "0"
+    return "+" if iv.low > 0 else "−" if iv.high < 0 else "0"
+
+
+def sweep_changes(run: RunData, param: str) -> dict[str, list[tuple[str, list[tuple[float, float, str]]]]]:
+    """Per test, the settings whose S changes sign or significance across the ``param`` sweep
+    (β or k): at each point, S's mean and whether its 95% interval (t over items; NCS: Welch
+    over its arms) lies above 0 (``+``), below (``−``) or holds 0 (``0``); a setting is
+    listed when two points differ in that state. ``{test: [(setting, [(x, mean, state)])]}``."""
+    out: dict[str, list] = {}
+    for (s, base), by_x in sorted(sweep_points(run, param).items()):
+        pts = []
+        for x in sorted(by_x):
+            cell = by_x[x]
+            key = f"{base}@k={int(x)}" if param == "k" and (s, f"{base}@k={int(x)}", "matched") in run.arms else base
+            st = compare(cell, s, base, s_interval(run, s, key, cell.s) if param == "k" else None)
+            if st.t_s is not None:
+                pts.append((x, st.t_s, _state(st)))
+        if len({state for *_, state in pts}) > 1:
+            out.setdefault(base, []).append((s, pts))
+    return out
+
+
+def sweep_change_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
+    """One checklist line per sweep: where S's statistic changes sign or significance across
+    it, the headline result depends on the β (k) chosen."""
+    checks = []
+    for param, name, key in (("beta", "β", "beta_rule"), ("k", "k", "k")):
+        changes = sweep_changes(run, param)
+        if not sweep_points(run, param):
+            continue
+        cases = [f"{s} ({t}: " + ", ".join(f"{x:g}: {m:+.2f}{'' if st == '0' else '*'}" for x, m, st in pts) + ")"
+                 for t, rows in changes.items() for s, pts in rows]
+        n = sum(len(v) for v in changes.values())
+        warn = (f"S's {'/'.join(changes)} changes sign or significance across the {name} sweep in {n} setting(s): the "
+                f"headline {name} ({key}) decides the reading; see the sweep table") if n else None
+        checks.append(Check(f"{name} sweep: S across points (*: 95% interval excludes 0)",
+                            "; ".join(cases) if cases else "no change of sign or significance", warn))
+    return checks
+
+
+def expected_distinct(pool: int, R: int) -> tuple[float, float]:
+    """Mean and SD of the number of distinct head-sets among R independent uniform draws from
+    a pool of N: ``E = N (1 − q)`` with ``q = (1 − 1/N)^R``, ``Var = N q + N (N − 1) (1 − 2/N)^R
+    − N² q²`` (occupancy of N cells by R balls)."""
+    N = float(pool)
+    q = (1 - 1 / N) ** R
+    var = N * q + N * (N - 1) * (1 - 2 / N) ** R - N * N * q * q
+    return N * (1 - q), math.sqrt(max(var, 0.0))
+
+
 def _distinct_check(run: RunData) -> Check:
-    """Control draws that repeat head-sets: per setting and control (k-sweep points apart),
-    the distinct head-sets among the R draws, and where it can be counted the pool of
-    possible draws. A pool smaller than R is warned about, with what to change."""
+    """How each control's head-sets were chosen. A study since wave 4 compares S with
+    distinct head-sets only (the whole pool when it holds at most 2R): nothing repeats, and
+    the one warning is a pool smaller than the R asked (S met all of it; its floors are the
+    pool's). A store from before drew with replacement: it warns only where the repeats
+    exceed what R independent uniform draws from the countable pool predict (distinct count
+    more than 3 SD below :func:`expected_distinct`), or where the pool is smaller than R.
+    Every statistic is taken over the distinct head-sets either way."""
     from vheads.evaluation import HeadSet, control_pool_size
 
     L, H = run.shape
-    short, seen = [], set()
+    pools = control_pools(run.meta)
+    if pools:
+        exact = [(s, label, e) for s, by in pools.items() for label, e in by.items() if e.get("mode") == "exact"]
+        small = [(s, label, e) for s, label, e in exact if e.get("R") and e["n"] < e["R"]]
+        sizes = sorted({e["n"] for _, _, e in exact})
+        summary = (f"distinct head-sets only: {len(exact)} control(s) compared whole (pools of "
+                   f"{_range(sizes)}), the rest R drawn without repeats" if exact else
+                   "distinct head-sets only: every control R drawn without repeats")
+        warn = (f"{len(small)} control pool(s) hold fewer head-sets than the R asked (n = {_range(e['n'] for *_, e in small)}): "
+                "S was compared with all of each (exact p, floor 1/(n+1)); a larger k or model widens them") if small else None
+        return Check("Distinct control head-sets", summary, warn)
+    short, seen, odd = [], set(), []
     cells = [(s, None, c) for (s, _), c in run.cells.items()]
     cells += [(s, k, c) for (s, _), by_k in run.ksweep.items() for k, c in by_k.items()]
     for s, k, cell in cells:
@@ -251,12 +365,14 @@ def _distinct_check(run: RunData) -> Check:
                 pool = control_pool_size(name, HeadSet(heads, L, H, run.attention_layers))
             where = f"{s}{f' at k={k}' if k is not None else ''}, {name}"
             short.append(f"{where}: {D} distinct of R={R}" + (f" (pool {pool})" if pool is not None else ""))
+            if pool is not None and (pool < R or D < expected_distinct(pool, R)[0] - 3 * expected_distinct(pool, R)[1]):
+                odd.append(where)
     if not short:
         return Check("Distinct control head-sets", "every control draw is a distinct head-set")
     return Check("Distinct control head-sets", "; ".join(short),
-                 f"{len(short)} control(s) repeat head-sets among their R draws (a pool smaller than R must): mean, "
-                 "SD, z and Spearman are taken over the distinct head-sets, the rank p over every draw; use a larger "
-                 "k, fewer draws (R within the pool), or the any-layer control")
+                 f"{len(odd)} control(s) repeat head-sets more than R draws from their pool predict, or have a pool "
+                 "smaller than R: every statistic is taken over the distinct head-sets (floor 1/(n+1)); rerun with this "
+                 "vheads, which compares a small pool whole" if odd else None)
 
 
 def _templates_text(config: dict | None, model: str) -> str:

@@ -65,9 +65,11 @@ def fmt_ci(iv: Interval | None, s: np.ndarray | None = None) -> str:
 class ControlStat:
     """S against the R draws of one control type.
 
-    ``mean``, ``sd`` and ``z`` are taken over the ``n_distinct`` distinct head-sets among the
-    draws (a small pool repeats head-sets, and a copy adds no information: counted, it
-    shrinks the SD); the rank p keeps every draw, as Phipson & Smyth define it."""
+    ``mean``, ``sd``, ``z`` and the rank p are taken over the ``n_distinct`` distinct head-sets
+    compared (a study since wave 4 stores no repeat: a pool of at most 2R compared whole, a
+    larger one sampled without repeats; a store from before may repeat draws of a small
+    pool, and a copy is the same outcome again: counted, it shrinks the SD and pushes the p
+    below what the pool allows, 1/(pool + 1))."""
 
     control: str
     t: np.ndarray  # [R] the draws' statistics
@@ -78,10 +80,17 @@ class ControlStat:
     p_holm: float | None = None  # None when S is outside the Holm family
     reject: bool = False
     n_distinct: int = 0
+    holm_floor: float | None = None  # m/(n+1) of its Holm family (None outside one)
 
     @property
     def R(self) -> int:
+        """The draws stored (repeats included in a store from before wave 4)."""
         return len(self.t)
+
+    @property
+    def n(self) -> int:
+        """The distinct head-sets S is compared with: the rank p's n, floor 1/(n + 1)."""
+        return self.n_distinct
 
     def summary(self) -> str:
         """``mean ± SD [distinct head-sets]``."""
@@ -126,7 +135,7 @@ def compare(cell: Cell, setting: str, test: str, interval: Interval | None = Non
         td = cell.distinct(name)  # one value per distinct head-set
         sd = float(np.std(td, ddof=1)) if len(td) >= 2 else None
         z = z_score(t_s, td).z if (t_s is not None and len(td) >= 2) else None
-        rank = rank_p(t_s, t) if t_s is not None else None  # every draw
+        rank = rank_p(t_s, td) if t_s is not None else None  # over the distinct head-sets compared
         st.controls[name] = ControlStat(name, t, float(np.mean(td)), sd, z, rank, n_distinct=len(td))
     return st
 
@@ -165,6 +174,7 @@ def significance(run: RunData, test: str, alpha: float = ALPHA, adjust: bool = T
         for st, p_adj, rej in zip(members, h.p_adjusted, h.reject):
             st.controls[c].p_holm = float(p_adj)
             st.controls[c].reject = bool(rej)
+            st.controls[c].holm_floor = min(1.0, len(members) / (st.controls[c].n + 1))
     return stats
 
 
@@ -187,10 +197,10 @@ def significance_table(run: RunData, tests: list[str], title: str, caption: str,
         cols = ["S [95% CI]"]
         for c in shown[t]:
             R = max(st.controls[c].R for st in per_test[t].values() if c in st.controls)
-            cols += [f"{c} (R={R}) mean ± SD [distinct]", "z", "p (Holm)"]
+            cols += [f"{c} (R={R}) mean ± SD [n compared]", "z", "p (Holm)"]
         columns += cols
         groups.append((TEST_NAMES.get(t, t), len(cols)))
-    rows = []
+    rows, unreachable = [], False
     for s in run.settings:
         if not any(s in per_test[t] for t in tests):
             continue
@@ -212,9 +222,15 @@ def significance_table(run: RunData, tests: list[str], title: str, caption: str,
                 row.append(fmt(cs.z, 1))
                 p = fmt_p(cs.rank.p) if cs.rank else "–"
                 ph = fmt_p(cs.p_holm) if cs.p_holm is not None else "n/a"
-                row.append(f"{p} (**{ph}**)" if cs.reject else f"{p} ({ph})")
+                out_of_reach = cs.p_holm is not None and cs.holm_floor is not None and cs.holm_floor > ALPHA
+                row.append((f"{p} (**{ph}**)" if cs.reject else f"{p} ({ph})") + ("†" if out_of_reach else ""))
+                unreachable |= out_of_reach
         rows.append(row)
     note = fallback_note(run.meta, sorted({c for t in tests for c in shown[t]}))
+    if unreachable:
+        note += (f" †: with n distinct head-sets compared, Holm over the family's m settings cannot fall below "
+                 f"m/(n+1) > {ALPHA}: this cell cannot show significance whatever S does (the control's pool is too "
+                 "small for the family; see the checklist).")
     return Table(title, columns, rows, caption + note, groups)
 
 
@@ -252,7 +268,7 @@ def matched_controls_table(run: RunData) -> Table | None:
                 row.append(f"{fmt(cs.mean)}, {fmt_p(cs.rank.p)}" if cs is not None and cs.rank else "–")
         rows.append(row)
     return Table("Rank p against layer-matched (A) and layer- and attention-matched (B) controls (seed Table 9)",
-                 cols, rows, "p: one-sided rank p, floor 1/(R+1), not adjusted. B draws, per layer of S, the non-S head "
+                 cols, rows, "p: one-sided rank p over the n distinct head-sets compared, floor 1/(n+1), not adjusted. B draws, per layer of S, the non-S head "
                  "whose baseline image-attention mass (last prompt row, CERS grids, no intervention) is nearest to that "
                  "of S's head." + fallback_note(run.meta, ["layer-matched", "attention-matched"]), groups)
 
@@ -302,8 +318,8 @@ def row_group_table(run: RunData) -> Table | None:
         rows.append(row)
     return Table("NCS per row group (seed Tables 5 and 13)", columns, rows,
                  f"S with NCS's Welch 95% interval over its matched and mismatched arms (a t-interval over items where "
-                 f"no arms are stored); ctrl: mean of the distinct {control or 'control'} draws; p: rank p "
-                 "(one-sided, floor 1/(R+1), not adjusted); bold: S above every control draw."
+                 f"no arms are stored); ctrl: mean of the distinct {control or 'control'} head-sets compared; p: rank p "
+                 "over them (one-sided, floor 1/(n+1), not adjusted); bold: S above every one."
                  + (fallback_note(run.meta, control) if control else ""), groups)
 
 
@@ -319,7 +335,7 @@ def arms_table(run: RunData) -> Table | None:
     seed = cfg_get(run.config, "seed", default=0)
     seed = seed if isinstance(seed, int) and seed >= 0 else 0
     rows, small = [], False
-    for s in run.settings:
+    for s in run.settings + run.score_settings:  # the score points' arms too
         for t in sorted({t for (ss, t, _) in run.arms if ss == s and "@ablation=" not in t}):  # ablations: their own table
             m, mm = run.arms.get((s, t, "matched")), run.arms.get((s, t, "mismatched"))
             if m is None or mm is None:
@@ -351,17 +367,49 @@ def arms_table(run: RunData) -> Table | None:
 # ---- generic-damage controls ----------------------------------------------------------------
 
 
-def generic_damage_table(run: RunData) -> Table | None:
-    """Seed Table 12: S against every control type on NCS, CERS and the text arm.
+def damage_reading(run: RunData, setting: str, ncs: str = "ncs-all", control: str = "layer-matched") -> str:
+    """One sentence per setting, from the numbers: is S's text-arm drop above its ``control``
+    head-sets' (one-sided rank p over the distinct ones ≤ 0.05, not adjusted), and is its NCS?
+    A text-arm drop above the controls is the generic damage this section looks for: S then
+    matters for text it cannot see through the image, and its NCS need not be visual."""
+    def vs(test):
+        cell = run.cells.get((setting, test))
+        if cell is None or cell.s is None or control not in cell.controls:
+            return None
+        cs = compare(cell, setting, test).controls[control]
+        return float(np.mean(cell.s)), cs.mean, cs.rank.p
+    text, nc = vs("text"), vs(ncs) or vs("ncs")
+    if text is None:
+        return "–"
+    above = text[2] <= ALPHA and text[0] > text[1]
+    t_txt = f"text-arm drop {fmt(text[0])} vs {fmt(text[1])} ({control}, p {fmt_p(text[2])})"
+    if nc is None:
+        return t_txt + (": generic damage" if above else ": not above its controls")
+    n_sig = nc[2] <= ALPHA and nc[0] > nc[1]
+    n_txt = f"NCS {fmt(nc[0])} vs {fmt(nc[1])} (p {fmt_p(nc[2])})"
+    if above and n_sig:
+        return f"generic damage: {t_txt}; its {n_txt} may not be visual"
+    if above:
+        return f"generic damage: {t_txt}; {n_txt}, not above its controls"
+    if n_sig:
+        return f"visual: {n_txt} above its controls while its {t_txt} is not"
+    return f"neither: {n_txt} and {t_txt} within the controls"
 
-    Shown when the run has a text arm or any control beyond layer-matched / any-layer.
-    A control with R draws shows the mean over draws (and [min, max] for R > 1).
+
+def generic_damage_table(run: RunData) -> Table | None:
+    """Seed Table 12: S against every control type on NCS, CERS and the text arm, with a
+    reading per setting (:func:`damage_reading`).
+
+    Shown when the run has a text arm or any control beyond layer-matched / any-layer. A
+    control shows the mean over its distinct head-sets, with their number and [min, max]
+    where there is more than one (a copy of a head-set is the same outcome again).
     """
     tests = [t for t in ("ncs-all", "ncs", "cers", "text") if any((s, t) in run.cells for s in run.settings)]
     extra = {c for (s, t), cell in run.cells.items() if t in tests for c in cell.controls if c not in MAIN_CONTROLS}
     if "text" not in tests and not extra:
         return None
-    columns = ["Setting", "Head-set", "Heads"] + [TEST_NAMES.get(t, t) for t in tests]
+    reading = "text" in tests
+    columns = ["Setting", "Head-set", "Heads"] + [TEST_NAMES.get(t, t) for t in tests] + (["Reading"] if reading else [])
     rows = []
     for s in run.settings:
         cells = {t: run.cells.get((s, t)) for t in tests}
@@ -378,15 +426,20 @@ def generic_damage_table(run: RunData) -> Table | None:
                 elif role == "S":
                     row.append(fmt(float(np.mean(cell.s))) if cell.s is not None else "–")
                 elif role in cell.controls:
-                    v = cell.controls[role]
-                    row.append(fmt(float(v.mean())) + (f" [{fmt(v.min())}, {fmt(v.max())}]" if len(v) > 1 else ""))
+                    v = cell.distinct(role)  # one value per distinct head-set
+                    row.append(fmt(float(v.mean())) + (f" [{fmt(v.min())}, {fmt(v.max())}; {len(v)}]" if len(v) > 1 else ""))
                 else:
                     row.append("–")
+            if reading:
+                row.append(damage_reading(run, s) if role == "S" else "")
             rows.append(row)
     return Table("Generic-damage controls (seed Table 12)", columns, rows,
-                 "Each control type's statistic (mean over its draws, [min, max] over draws). The text arm is "
-                 "the drop in P(key) on text-solvable items when the head-set is hidden from the text tokens: a "
-                 "set that is merely generically important hurts there too."
+                 "Each control type's statistic: the mean over its distinct head-sets, [min, max; their number]. The text "
+                 "arm is the drop in P(key) on text-solvable items when the head-set is hidden from the text tokens: a "
+                 "set that is merely generically important hurts there too. Reading (S's row): its text-arm drop and "
+                 "its NCS against the layer-matched head-sets (one-sided rank p over the distinct ones, not adjusted, "
+                 f"≤ {ALPHA}): a text-arm drop above the controls is generic damage, and then an NCS above them need not "
+                 "be visual."
                  + fallback_note(run.meta, lambda label: "@" not in label and "/" not in label), text_cols=2)
 
 
@@ -396,7 +449,7 @@ def generic_damage_table(run: RunData) -> Table | None:
 def sweep_table(run: RunData, param: str) -> Table | None:
     """Seed Tables 14 (k) and 18 (β): at every sweep point, S with its 95% interval (NCS:
     Welch over the arms where stored; else t over items) against that point's own controls
-    (mean ± SD and [min, max] over R draws) and the rank p (floor 1/(R+1))."""
+    (mean ± SD and [min, max] over its distinct head-sets) and the rank p (floor 1/(n+1))."""
     pts = sweep_points(run, param)
     if not pts:
         return None
@@ -420,8 +473,8 @@ def sweep_table(run: RunData, param: str) -> Table | None:
                  f"At every {name}, S (95% t-interval over items; NCS: Welch over its two arms) against that point's own layer-matched draws "
                  f"({'drawn for the top-k set of each k' if param == 'k' else 'the first draws of the main layer-matched controls, re-run at each β'}); "
                  "R (distinct): the draws and the distinct head-sets among them; mean ± SD over the distinct head-sets; "
-                 "rank p over every draw, one-sided with floor 1/(R+1), not adjusted. The main point (the study's own "
-                 f"{'k' if param == 'k' else 'β'}) carries the main controls."
+                 "rank p over the distinct head-sets, one-sided with floor 1/(n+1), not adjusted. The main point (the study's "
+                 f"{'own k' if param == 'k' else 'headline β'}) carries the main controls."
                  + fallback_note(run.meta, (lambda label: label.startswith("layer-matched@k=")) if param == "k" else "layer-matched",
                                  {s for s, _ in pts}), text_cols=2)
 

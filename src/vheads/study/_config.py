@@ -55,7 +55,10 @@ score_on = "first"        # the scores' corpus x query: first (first corpus and 
 # evaluation
 tests = ["cers", "ncs", "ncs-grid", "text"]   # also: cers-sym (stored with cers anyway: same forwards)
 n_eval = 16               # items per evaluation set
-beta = 10000.0            # steering strength
+beta = 10000.0            # steering strength under beta_rule = "fixed"
+beta_rule = "controls"    # headline beta of Table 3's CERS, fixed before S is looked at: controls[:TOL] (the largest
+                          # beta_sweep point at which the sweep's layer-matched controls' CERS has RMS <= TOL, default 0.05;
+                          # the sweep runs first; without sweep controls: beta, recorded so) | fixed (= beta)
 steer_rows = "all"        # query rows CERS steers at: all (default, as public steering code) | image | question | last
 metric = "p4"             # the metric the tables lead with: p4 (P over the four letters) | logprob | logit-diff (all three are stored)
 row_groups = ["all", "image", "question", "last"]   # NCS is run at each (default mask: all rows)
@@ -83,8 +86,10 @@ causal_subsets = 0        # head attribution by regression: random head subsets 
 causal_method = "exact"   # the map whose top-k NCS heads form causal-ncs: exact | atp | regression (needs causal_subsets)
 
 [controls]                # control name = R draws per head-set
-layer-matched = 249       # R >= 239 lets a Holm-adjusted p over 12 settings fall under 0.05
-any-layer = 99
+layer-matched = 249       # R >= 239 lets a Holm-adjusted p over 12 settings fall under 0.05 (where the pool holds
+                          # as many: a pool of at most 2R is compared whole, each head-set once)
+any-layer = 249           # its pool (C(29, 3) = 3,654 on the tiny model) holds 249 distinct draws; the tiny
+                          # model's layer-matched pools (10 or 105) cannot reach Holm over 12 settings, this one can
 attention-matched = 20    # layer- and image-attention-matched draws (Table 9, column B)
 # "random-n@200" = 5      # random-n with its own head count (Table 12); also sinks = 1, text-heavy = 1, whole-layers = R
 
@@ -177,6 +182,7 @@ class StudyConfig:
     tests: list[str] = field(default_factory=lambda: ["cers", "ncs", "ncs-grid", "text"])
     n_eval: int = 16
     beta: float = 1e4
+    beta_rule: str = "controls"  # how the headline β is chosen (vheads.study._headline)
     steer_rows: str = "all"
     metric: str = "p4"  # the metric the report's tables lead with (every test stores all three)
     row_groups: list[str] = field(default_factory=lambda: list(ROW_GROUPS))
@@ -201,7 +207,7 @@ class StudyConfig:
     causal_subsets: int = 0  # the regression design's subsets on the causal map's items (0: no regression map)
     causal_method: str = "exact"  # the map whose top-k NCS heads form the causal setting (exact | atp | regression)
     models: list[dict[str, str]] = field(default_factory=list)  # several models: see model_entries
-    controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 99, "attention-matched": 20})
+    controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 249, "attention-matched": 20})
     run: RunConfig = field(default_factory=RunConfig)
     templates: dict[str, str] = field(default_factory=dict)  # only the templates that differ from the model's defaults
 
@@ -429,6 +435,12 @@ def validate(cfg: StudyConfig) -> None:
     if cfg.beta_sweep and cfg.beta_sweep_controls and "layer-matched" not in cfg.controls:
         bad("beta_sweep_controls", "the beta sweep re-runs the first layer-matched draws at every beta, but "
             "[controls] has no layer-matched; add it or set beta_sweep_controls = 0")
+    from vheads.study._headline import parse_beta_rule
+
+    try:
+        parse_beta_rule(cfg.beta_rule)
+    except ValueError as e:
+        bad("beta_rule", str(e))
     _validate_eval_source(cfg, bad)
     _validate_ood(cfg, bad)
     from vheads.study._scores import validate_scores

@@ -31,6 +31,7 @@ from vheads.study._backends import make_backend
 from vheads._errors import VheadsError, check_output_path, path_inside, storage_error
 from vheads._io import atomic_write
 from vheads.study._config import StudyConfig, changed_config_error, model_config, model_entries, validate_for_model
+from vheads.study._headline import headline_beta
 from vheads.study._lock import RunLock
 from vheads.study._report import build_report_if_available
 from vheads.study._stability import stability_stage
@@ -226,12 +227,17 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
     rows, fallbacks = [], {}
     discovered = {}
 
-    def record(setting: str, label: str, draws) -> None:
-        """Keep the fallbacks of one control draw: ``fallbacks[setting][label]``. The row
-        groups, the β sweep and the pointing suite reuse the main draws (label
-        ``layer-matched``), so they carry the main record."""
+    pools: dict = {}
+
+    def record(setting: str, label: str, draws, R: int) -> None:
+        """Keep the fallbacks of one control draw, ``fallbacks[setting][label]``, and how its
+        head-sets were chosen, ``pools[setting][label]`` (:func:`vheads.evaluation.draw_controls`:
+        the whole pool or distinct draws; its size where known; R asked). The row groups, the
+        β sweep and the pointing suite reuse the main draws (label ``layer-matched``), so they
+        carry the main record."""
         if draws.fallbacks:
             fallbacks.setdefault(setting, {})[label] = [str(f) for f in draws.fallbacks]
+        pools.setdefault(setting, {})[label] = {"mode": draws.mode, "pool": draws.pool, "n": len(draws), "R": R}
 
     from vheads.study._causal import CAUSAL_SETTING, causal_setting_rows
 
@@ -247,7 +253,7 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
             base, n = split_control_name(name)  # "random-n@200": 200 heads per draw
             draws = draw_controls(base, S, R, seed, **({"n": n} if n else {}), **inputs)
             label = f"{base}(n={n})" if n else name
-            record(sid, label, draws)
+            record(sid, label, draws, R)
             for i, d in enumerate(draws):
                 rows.append((sid, f"{label}#{i}", label, i, seed, _heads_json(d)))
         sc = np.array(json.loads(scores))
@@ -258,7 +264,7 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
                 if cfg.k_sweep_controls:  # every sweep point is tested against its own controls
                     seed = control_seed(cfg.seed, Sk, "layer-matched")
                     draws = draw_controls("layer-matched", Sk, cfg.k_sweep_controls, seed)
-                    record(sid, f"layer-matched@k={kk}", draws)
+                    record(sid, f"layer-matched@k={kk}", draws, cfg.k_sweep_controls)
                     for i, d in enumerate(draws):
                         rows.append((sid, f"layer-matched@k={kk}#{i}", "layer-matched@k", i, seed, _heads_json(d)))
     # head-set algebra: shared heads and heads only one setting has, each with
@@ -273,14 +279,32 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
                 rows.append((pid, part, "S", 0, cfg.seed, _heads_json(hs)))
                 seed = control_seed(cfg.seed, hs, "layer-matched")
                 draws = draw_controls("layer-matched", hs, cfg.algebra_controls, seed)
-                record(pid, f"{part}/layer-matched", draws)
+                record(pid, f"{part}/layer-matched", draws, cfg.algebra_controls)
                 for i, d in enumerate(draws):
                     rows.append((pid, f"{part}/layer-matched#{i}", f"{part}/layer-matched", i, seed, _heads_json(d)))
     store.commit_unit("headsets", "headsets", time.time() - t0, {"headsets": rows})
-    store.set_meta(control_fallbacks=json.dumps(fallbacks))
+    store.set_meta(control_fallbacks=json.dumps(fallbacks), control_pools=json.dumps(pools))
 
 
-def _eval_units(store: Store, cfg: StudyConfig) -> list[dict]:
+def _beta_sweep_units(store: Store, cfg: StudyConfig) -> list[dict]:
+    """The β sweep, run before every other evaluation (the headline β is chosen from its
+    controls, :mod:`vheads.study._headline`): per setting with an S and shard, one unit
+    running S and its first ``beta_sweep_controls`` layer-matched draws at every β."""
+    if "cers" not in cfg.tests or not cfg.beta_sweep:
+        return []
+    units = []
+    for (sid,) in store.query("SELECT DISTINCT setting FROM headsets WHERE control='S' AND setting NOT LIKE '%&%' ORDER BY setting"):
+        hs = store.query("SELECT headset_id, heads FROM headsets WHERE setting=? AND (control='S' OR "
+                         "(control='layer-matched' AND draw<?)) ORDER BY control != 'S', draw", sid, cfg.beta_sweep_controls)
+        for lo in range(0, cfg.n_eval, cfg.run.shard_size):
+            hi = min(cfg.n_eval, lo + cfg.run.shard_size)
+            units.append({"unit_id": f"beta-sweep/{sid}/{lo}-{hi}", "kind": "eval", "setting": sid, "test": "beta-sweep",
+                          "shard": [lo, hi], "headset_ids": [h for h, _ in hs], "headsets": [json.loads(x) for _, x in hs]})
+    return units
+
+
+def _eval_units(store: Store, cfg: StudyConfig, beta: float | None = None) -> list[dict]:
+    """Every evaluation unit; CERS (and its k sweep) at the headline ``beta`` (default the config's)."""
     units = []
     settings = [s for (s,) in store.query("SELECT DISTINCT setting FROM headsets ORDER BY setting")]
     for sid in settings:
@@ -294,7 +318,7 @@ def _eval_units(store: Store, cfg: StudyConfig) -> list[dict]:
                 hi = min(cfg.n_eval, lo + cfg.run.shard_size)
                 units.append({"unit_id": f"eval/{sid}/{test}/{lo}-{hi}", "kind": "eval", "setting": sid, "test": test,
                               "shard": [lo, hi], "headset_ids": ids, "headsets": heads,
-                              "row_groups": ["all"] if algebra else None})
+                              "row_groups": ["all"] if algebra else None, "beta": cfg.beta if beta is None else beta})
     # test-major, then shard, then setting: every setting runs a test on the same items, so
     # consecutive units share prompts and many head-sets, and a replica's probe memo (bounded)
     # holds what the next unit asks for however large the study
@@ -303,7 +327,7 @@ def _eval_units(store: Store, cfg: StudyConfig) -> list[dict]:
     return units
 
 
-def _ood_units(store: Store, cfg: StudyConfig) -> list[dict]:
+def _ood_units(store: Store, cfg: StudyConfig, beta: float | None = None) -> list[dict]:
     """Pointing suite: one audit unit per task, and per task x discovered setting x test
     (CERS, NCS) x shard one unit running S and its first ``ood_controls`` layer-matched draws."""
     units = []
@@ -318,7 +342,7 @@ def _ood_units(store: Store, cfg: StudyConfig) -> list[dict]:
                     hi = min(cfg.n_ood, lo + cfg.run.shard_size)
                     units.append({"unit_id": f"ood/{task}/{sid}/{test}/{lo}-{hi}", "kind": "ood-eval", "task": task, "spec": spec,
                                   "setting": sid, "test": test, "shard": [lo, hi], "headset_ids": [h for h, _ in hs],
-                                  "headsets": [json.loads(x) for _, x in hs]})
+                                  "headsets": [json.loads(x) for _, x in hs], "beta": cfg.beta if beta is None else beta})
     return units
 
 
@@ -487,14 +511,16 @@ def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progr
         _headset_stage(store, cfg, (shape["n_layers"], shape["n_heads"]), shape["attention_layers"])
         timed("controls", t)
         t = time.time()
-        n_computed += _run_units(store, run_dir, backend, _eval_units(store, cfg), "evaluation", progress)
+        n_computed += _run_units(store, run_dir, backend, _beta_sweep_units(store, cfg), "beta sweep", progress)
+        beta = headline_beta(store, cfg)  # from the sweep's controls alone (beta_rule), before any CERS of S at it
+        n_computed += _run_units(store, run_dir, backend, _eval_units(store, cfg, beta), "evaluation", progress)
         timed("evaluation", t)
         t = time.time()
         n_computed += _run_units(store, run_dir, backend, [{"unit_id": "audit", "kind": "audit"}], "audit", progress)
         timed("audit", t)
         if cfg.ood_tasks:
             t = time.time()
-            n_computed += _run_units(store, run_dir, backend, _ood_units(store, cfg), "pointing suite", progress)
+            n_computed += _run_units(store, run_dir, backend, _ood_units(store, cfg, beta), "pointing suite", progress)
             timed("ood", t)
     finally:
         backend.close()

@@ -124,9 +124,9 @@ class UnitComputer:
         hsets = [HeadSet([tuple(h) for h in heads], L, H, layers) for heads in unit["headsets"]]
         lo, hi = unit["shard"]
         test = unit["test"]
-        if test not in TEST_SETS:
+        if test not in TEST_SETS and test != "beta-sweep":
             raise ValueError(f"unknown test {test!r}")
-        sets = {k: v[lo:hi] for k, v in item_sets(TEST_SETS[test], cfg.n_eval, eval_seed(cfg.seed), self.source, self.templates).items()}
+        sets = {k: v[lo:hi] for k, v in item_sets(TEST_SETS["cers" if test == "beta-sweep" else test], cfg.n_eval, eval_seed(cfg.seed), self.source, self.templates).items()}
         bs = cfg.run.batch_size
         out: dict[str, list[tuple]] = {"outcomes": [], "arms": []}
         uid, setting = unit["unit_id"], unit["setting"]
@@ -139,6 +139,8 @@ class UnitComputer:
                 for i, iid in enumerate(res.item_ids):
                     out["outcomes"].append((uid, setting, test_id, ids[j], iid, *(float(v[jj, i]) for v in vals)))
 
+        if test == "beta-sweep":
+            return self._beta_sweep(sets, ids, hsets, put, out)
         if test == "ncs-grid" and "S" in ids:
             # the maximum attainable NCS_grid of the item set: every head hidden from the cell
             ids, hsets = [*ids, ALL_HEADS], [*hsets, HeadSet([(l, h) for l in layers for h in range(H)], L, H, layers)]
@@ -162,20 +164,24 @@ class UnitComputer:
             if "&" not in setting:  # the head-output ablations (vheads.study._ablation)
                 ablation_rows(self, unit, sets, ids, hsets, cache, out)
             return {"rows": out}
-        res = run_test(eng, test, sets, [hsets[j] for j in every], cfg.beta, cfg.steer_rows if test.startswith("cers") else "all",
+        beta = unit.get("beta", cfg.beta)  # the headline β (vheads.study._headline)
+        res = run_test(eng, test, sets, [hsets[j] for j in every], beta, cfg.steer_rows if test.startswith("cers") else "all",
                        cfg.seed, bs, memo=self.memo)
         put(test, res, every)
         for other in ("cers", "cers-sym"):  # CERS and symmetric CERS come from the same forwards
             if other in res.detail and other not in cfg.tests:
                 put(other, Outcomes(other, res.detail[other], res.item_ids, {},
                                     {m: Outcomes(other, o.detail[other], o.item_ids, {}) for m, o in res.metrics.items()}), every)
-        if test == "cers" and "S" in ids:
-            # every β point: S and the first beta_sweep_controls layer-matched draws
-            at_beta = [ids.index("S")] + [ids.index(f"layer-matched#{i}") for i in range(cfg.beta_sweep_controls)
-                                          if f"layer-matched#{i}" in ids]
-            for b in cfg.beta_sweep:
-                put(f"cers@beta={b:g}", run_test(eng, "cers", sets, [hsets[j] for j in at_beta], b, cfg.steer_rows,
-                                                 cfg.seed, bs, memo=self.memo), at_beta)
+        return {"rows": out}
+
+    def _beta_sweep(self, sets, ids, hsets, put, out):
+        """CERS at every β of the sweep (``cers@beta=B``) of one setting's S and its first
+        ``beta_sweep_controls`` layer-matched draws, before any other evaluation: the
+        headline β is chosen from these controls (:mod:`vheads.study._headline`)."""
+        cfg = self.cfg
+        for b in cfg.beta_sweep:
+            put(f"cers@beta={b:g}", run_test(self.engine, "cers", sets, hsets, b, cfg.steer_rows, cfg.seed, cfg.run.batch_size,
+                                             memo=self.memo), range(len(ids)))
         return {"rows": out}
 
     # ---- causal map -------------------------------------------------------------------------
@@ -266,7 +272,7 @@ class UnitComputer:
         key = (unit["unit_id"], unit["task"], unit["setting"])
         rows = []
         if unit["test"] == "cers":
-            res = run_test(eng, "cers", {"grid-neutral": sets["cers"]}, hsets, self.cfg.beta, "all", self.cfg.seed, self.cfg.run.batch_size,
+            res = run_test(eng, "cers", {"grid-neutral": sets["cers"]}, hsets, unit.get("beta", self.cfg.beta), "all", self.cfg.seed, self.cfg.run.batch_size,
                            memo=self.memo)
             detail = {"cers": [res.under(m).values for m in METRICS]}
         else:

@@ -10,8 +10,9 @@ from vheads.report._registry import section
 HOW = (
     "Every visual-head result depends on choices that move the head-set (query type, attention source, corpus, "
     "k) and on how it was tested (controls, R, the family corrected for, β, row groups, the audit). Each line "
-    "states what this run used; ⚠ marks where it falls short, with what to change. In particular, with R "
-    "controls the rank p cannot go below 1/(R+1), and Holm over m settings cannot go below m/(R+1)."
+    "states what this run used; ⚠ marks where it falls short, with what to change. In particular, compared with n "
+    "distinct control head-sets (at most the control's pool) the rank p cannot go below 1/(n+1), and Holm over m "
+    "settings cannot go below m/(n+1)."
 )
 
 

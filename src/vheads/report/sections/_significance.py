@@ -8,14 +8,15 @@ from vheads.causal import CAUSAL_SETTING
 from vheads.report import _figures as F
 from vheads.report import _tables as T
 from vheads.report._ablation import ablation_table
-from vheads.report._data import RunData
+from vheads.report._data import RunData, headline_beta
+from vheads.report._protocol import headline_text
 from vheads.report._registry import figure, section
 
 HOW = (
     "One row per discovery setting (corpus-query-source, e.g. cm-ref-qsp). S is the discovered head-set's "
     "statistic (mean over items) with a 95% t-interval over items (for NCS, a difference of two independent arm "
     "means, Welch's interval; the arms table adds a bootstrap resampling both arms). Each control type shows the mean ± SD of its "
-    "R random head-sets (over the distinct ones, with their number), z = (T_S − mean)/SD, the one-sided rank p = (1 + #{controls ≥ S})/(R+1) and, in "
+    "n distinct random head-sets S is compared with (their number in brackets), z = (T_S − mean)/SD, the one-sided rank p = (1 + #{controls ≥ S})/(n+1) and, in "
     "parentheses, the Holm-adjusted p over the settings (one family per test and control type); bold: ≤ 0.05. "
     "* on S: significant against the first control shown. A large z with an unadjusted p at its floor says S "
     "beats every control drawn; only the Holm-adjusted p says so for the whole family. The figure shows each S "
@@ -37,13 +38,16 @@ def significance(run: RunData) -> list:
     tests = main_tests(run)
     blocks: list = []
     for t in tests:
+        at = f" at the headline β = {headline_beta(run)[0]:g}" if t == "cers" and headline_beta(run)[0] is not None else ""
         blocks.append(T.significance_table(
-            run, [t], f"Table 3 layout: {T.TEST_NAMES.get(t, t)} of every setting",
+            run, [t], f"Table 3 layout: {T.TEST_NAMES.get(t, t)} of every setting{at}",
             "S: discovered head-set, 95% t-interval over items (NCS: Welch interval over its matched and mismatched arms). Controls: "
-            "mean ± SD over the distinct head-sets among the R draws [their number: a small pool repeats head-sets, and a "
-            "copy is the same outcome again]; z in control SDs, over the distinct head-sets; "
-            "p: one-sided rank p over every draw (floor 1/(R+1)), Holm-adjusted p in parentheses (family: the settings, per test "
+            "mean ± SD over the n distinct head-sets S is compared with [n: the whole pool when it holds at most 2R, "
+            "else R drawn without repeats]; z in control SDs; "
+            "p: one-sided rank p over the same n (floor 1/(n+1); the exact permutation p when the pool is compared whole), "
+            "Holm-adjusted p in parentheses (family: the settings, per test "
             "and control type; bold ≤ 0.05). *: Holm-significant against the first control type shown."
+            + (f" β: {headline_text(run)}." if t == "cers" else "")
             + (f" {CAUSAL_SETTING}: the top-k heads of the exact causal map (each head alone, on a discovery split), "
                "tested the same way: a reference, outside the Holm family." if CAUSAL_SETTING in run.settings else "")))
     blocks.append(figure("random_band", F.random_band_figure(run, tests),

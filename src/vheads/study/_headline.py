@@ -1,0 +1,83 @@
+"""The headline β of a study: the steering strength Table 3's CERS is tested at, chosen by a
+rule fixed before S is looked at.
+
+Rules (config key ``beta_rule``):
+
+- ``fixed``: the config's ``beta`` (runs before wave 4 all did this; the seed used 1e4).
+- ``controls[:TOL]`` (default ``controls:0.05``): the β sweep runs first, in its own units;
+  from its *control* head-sets alone (the first ``beta_sweep_controls`` layer-matched draws
+  of every setting, S never read) the headline β is the largest sweep point at which their
+  CERS (each draw's mean over the items, in p4) has a root mean square of at most TOL: the
+  strongest steering that leaves random heads of S's layers unmoved. On the tiny model
+  attention saturates from β = 10 on and steering random heads then moves answers by
+  ±0.1–0.3, so the rule keeps it in the range where steering is selective. When no point
+  meets TOL, the point of smallest RMS. A study without sweep controls (``beta_sweep = []``
+  or ``beta_sweep_controls = 0``) has nothing to apply it to: it takes ``beta``, and the
+  record says so.
+
+The rule, its inputs and the β it gave are stored in the run's meta (``headline_beta``) and
+stated in the report; the CERS units and the pointing suite then run at that β.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+DEFAULT_TOLERANCE = 0.05
+
+
+def parse_beta_rule(rule: str) -> tuple[str, float | None]:
+    """``"fixed"`` → ``("fixed", None)``; ``"controls"`` / ``"controls:0.05"`` → ``("controls", 0.05)``.
+    Anything else is a ``ValueError`` naming the choices."""
+    name, sep, tol = str(rule).partition(":")
+    if name == "fixed" and not sep:
+        return "fixed", None
+    if name == "controls":
+        try:
+            value = float(tol) if sep else DEFAULT_TOLERANCE
+        except ValueError:
+            value = float("nan")
+        if not (math.isfinite(value) and 0 < value < 1):
+            raise ValueError(f"the tolerance after 'controls:' must be a number in (0, 1), got {tol!r}")
+        return "controls", value
+    raise ValueError(f"must be 'fixed' (the config's beta) or 'controls[:TOL]' (from the sweep's controls), got {rule!r}")
+
+
+def controls_rule(control_cers: dict[float, np.ndarray], tolerance: float) -> tuple[float, dict[float, float], bool]:
+    """The ``controls`` rule on ``control_cers`` (β → each control draw's CERS, ``[n_draws]``):
+    ``rms[β] = sqrt(mean_d CERS_d²)``; the largest β with ``rms ≤ tolerance``, else the β of
+    smallest RMS. Returns (β, rms by β, whether a point met the tolerance)."""
+    rms = {float(b): float(np.sqrt(np.mean(np.square(v)))) for b, v in sorted(control_cers.items()) if len(v)}
+    if not rms:
+        raise ValueError("the controls rule needs the β sweep's control draws; none are stored")
+    ok = [b for b, r in rms.items() if r <= tolerance]
+    return (max(ok) if ok else min(rms, key=rms.get)), rms, bool(ok)
+
+
+def headline_beta(store, cfg) -> float:
+    """The headline β of ``cfg``'s study, decided once and kept in ``store``'s meta
+    (``headline_beta``: JSON {beta, rule, tolerance, rms, met, n_draws}); the ``controls``
+    rule reads the stored β-sweep outcomes of the control draws only."""
+    have = store.get_meta("headline_beta")
+    if have is not None:
+        return float(json.loads(have)["beta"])
+    name, tol = parse_beta_rule(cfg.beta_rule)
+    record: dict = {"rule": cfg.beta_rule}
+    if name == "controls" and not (cfg.beta_sweep and cfg.beta_sweep_controls and "layer-matched" in cfg.controls):
+        record.update(beta=float(cfg.beta), applied="fixed: the study has no beta-sweep controls to apply the rule to")
+    elif name == "fixed":
+        record["beta"] = float(cfg.beta)
+    else:
+        rows = store.query("SELECT test, setting, headset_id, avg(value) FROM outcomes WHERE test LIKE 'cers@beta=%' "
+                           "AND headset_id LIKE 'layer-matched#%' GROUP BY test, setting, headset_id")
+        by_beta: dict[float, list[float]] = {}
+        for test, _, _, v in rows:
+            by_beta.setdefault(float(test.split("=", 1)[1]), []).append(float(v))
+        beta, rms, met = controls_rule({b: np.array(v) for b, v in by_beta.items()}, tol)
+        record.update(beta=beta, tolerance=tol, rms={f"{b:g}": r for b, r in rms.items()}, met=met,
+                      n_draws=len(next(iter(by_beta.values()))))
+    store.set_meta(headline_beta=json.dumps(record))
+    return float(record["beta"])
