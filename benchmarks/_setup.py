@@ -109,6 +109,11 @@ def image_size_for(lm, n_tokens: int) -> tuple[int, int]:
 
 
 def prompt_of_length(lm, n_tokens: int, seed: int = 0):
+    """The prompt of :func:`item_of_length`."""
+    return lm.adapter.build(item_of_length(lm, n_tokens, seed), lm.processor)
+
+
+def item_of_length(lm, n_tokens: int, seed: int = 0):
     """A four-option question about a random image of about ``n_tokens`` image tokens
     (see :func:`image_size_for`) split into six panel regions."""
     from PIL import Image
@@ -123,7 +128,7 @@ def prompt_of_length(lm, n_tokens: int, seed: int = 0):
     item = Item(f"bench{seed}", "strip-ordinal", img, "what happens in panel 3 ?", "A",
                 regions=regions, target="panel3", options=("a dog runs", "a cat sleeps", "a car stops", "a bird sings"),
                 query_span=(16, 23))
-    return lm.adapter.build(item, lm.processor)
+    return item
 
 
 def sync(device: str) -> None:

@@ -11,6 +11,13 @@
 what an ablation of no cost would reach on this device (on a CPU a batch costs about its
 rows' arithmetic).
 
+*Against the limit* (issue 32's CPU target): each batched ablation row — ``zero``, ``mean``
+(the reference set: the benchmark's items) and ``resample`` (each item's donor: the other
+item, or the next prompt of the same length when there is one item) at question and all
+rows — as a fraction of its limit row, ``limit time / batched time`` per item: ≥ 0.95 on a
+CPU, where a batch of 64 rows costs about 64 rows of work (the ≥ 30× / ≥ 6× targets stand
+for the GPU run).
+
 *Overhead*: the same batch (``rows`` copies of one prompt) under the ablation plan vs with
 no plan (sdpa everywhere), medians of interleaved repeats. (a) times ``sample`` forwards
 and scales to 64; (a) and (c) must agree on P(option) (``max_abs_dP``).
@@ -27,6 +34,9 @@ QUESTION_ROWS_TARGET = 30.0  # the masking rows' targets (benchmarks/run.py), fr
 ALL_ROWS_TARGET = 6.0
 OVERHEAD_TARGET = 1.15
 TARGET_IMAGE_TOKENS = 1000
+LIMIT_FRACTION_TARGET = 0.95  # CPU: each batched row ≥ 0.95× its limit row (issue 32)
+#: the ablations run against their limit (``zero`` also against one forward per head-set)
+LIMIT_ABLATIONS = ("zero", "mean", "resample")
 
 
 def _hooked_forward(lm, prompt, heads: np.ndarray, rows: torch.Tensor) -> np.ndarray:
@@ -55,8 +65,10 @@ def _hooked_forward(lm, prompt, heads: np.ndarray, rows: torch.Tensor) -> np.nda
     return torch.softmax(logits[:, ids].float(), dim=-1).cpu().numpy()
 
 
-def run(lm, eng, n_items: int, image_tokens: int, baseline_sample: int, overhead_rows: int, repeats: int, device: str, log) -> dict:
-    """{row group: {"baseline_s", "reuse_s", "ablated_s", "plain_s", ...}}."""
+def run(lm, eng, n_items: int, image_tokens: int, baseline_sample: int, overhead_rows: int, repeats: int, device: str, log,
+        limit_ablations: tuple[str, ...] = ("zero",)) -> dict:
+    """{row group: {"baseline_s", "reuse_s", "ablated_s", "plain_s", "ablations_s", ...}}; ``limit_ablations``: the
+    ablations timed against the limit (:data:`LIMIT_ABLATIONS` in ``benchmarks/run.py``)."""
     from benchmarks.bench_evaluation import random_headsets
     from vheads.engine import install, row_mask
     from vheads.evaluation._probe import Action, Probe, probe_batch, run_probes
@@ -93,6 +105,12 @@ def run(lm, eng, n_items: int, image_tokens: int, baseline_sample: int, overhead
         if device == "cuda":
             plain_batched()  # warm-up (on a CPU the batched runs above have run these shapes)
         r["plain_batched_s"] = _setup.timed(plain_batched, device)
+        # mean and resample: the same 64 rows batched under the ablation, against the same limit
+        r["ablations_s"] = {"zero": r["reuse_s"] / n_items}
+        for kind in (k for k in limit_ablations if k != "zero"):
+            refs = _references(eng, kind, n_items, image_tokens)
+            act = Action("ablate", rows=group, ablation=kind)
+            r["ablations_s"][kind] = _setup.timed(lambda: run_probes(eng, [Probe(prompt, act, headsets, refs[0])], prefix_reuse=True), device)
         # overhead: the same batch with and without the ablation plan
         probes = [Probe(prompt, action, random_headsets(lm.n_layers, lm.n_heads, n=overhead_rows))]
         batch, plan = probe_batch(eng, probes, [(0, 0, overhead_rows)])
@@ -112,7 +130,18 @@ def run(lm, eng, n_items: int, image_tokens: int, baseline_sample: int, overhead
     return out
 
 
-def entries(res: dict, model: str, cmd: str, entry) -> list[dict]:
+def _references(eng, kind: str, n_items: int, image_tokens: int) -> list:
+    """Item 0's replacement outputs under ``kind``: the mean over the benchmark's items, or
+    a donor's own outputs (another prompt of the same layout)."""
+    from vheads.evaluation._ablation import item_references, reference_means
+
+    prompts = [_setup.prompt_of_length(eng.lm, image_tokens, seed=i) for i in range(max(2, n_items))]
+    if kind == "mean":
+        return [reference_means(eng, [_setup.item_of_length(eng.lm, image_tokens, seed=i) for i in range(max(1, n_items))])]
+    return item_references(eng, kind, prompts)
+
+
+def entries(res: dict, model: str, cmd: str, entry, device: str = "cpu") -> list[dict]:
     """The benchmark rows (``entry`` from benchmarks/run.py); targets from 1,000 image tokens."""
     rows = []
     for group, target in (("question", QUESTION_ROWS_TARGET), ("all", ALL_ROWS_TARGET)):
@@ -126,6 +155,10 @@ def entries(res: dict, model: str, cmd: str, entry) -> list[dict]:
         rows.append(entry(f"{model} ablate zero@{group}: per-head-set / plain batched (the limit)", limit, None, "higher", r, cmd,
                           "the ratio an ablation of no cost would reach: the same 64 rows batched (prefix reused at question rows) "
                           "with no plan; context"))
+        for kind, t in r["ablations_s"].items():
+            rows.append(entry(f"{model} ablate {kind}@{group}: batched / its limit", r["plain_batched_s"] / t,
+                              LIMIT_FRACTION_TARGET if device == "cpu" else None, "higher", r, cmd,
+                              "limit time / batched time per item (the same 64 rows with no plan); target on a CPU only"))
         rows.append(entry(f"{model} ablated forward / plain forward, zero@{group}", r["ablated_s"] / r["plain_s"],
                           OVERHEAD_TARGET if applies else None, "lower", r, cmd,
                           f"{r['overhead_rows']} rows, prefix {r['prefix']}" + why))

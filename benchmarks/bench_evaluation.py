@@ -114,6 +114,12 @@ def run(lm, eng, n_items: int, image_tokens: int, baseline_sample: int, batched_
                 holder = {}
                 r["reuse_s"] += _setup.timed(lambda: holder.setdefault("p", option_probs(eng, prompt, headsets, action, batch_size, prefix_reuse=True)), device)
                 r["max_abs_dP"] = max(r["max_abs_dP"], float(np.abs(holder["p"][:batched_sample] - p_b).max()))
+        # the limit: the same 64 rows (item 0) batched with no plan, prefix reused at question rows (per item, scaled)
+        from vheads.evaluation._probe import Probe, probe_batch
+
+        prompt = _setup.prompt_of_length(lm, image_tokens)
+        batch, _ = probe_batch(eng, [Probe(prompt, action, headsets)], [(0, 0, H)], prefix_reuse=rows != "all")
+        r["limit_s"] = n_items * _setup.timed(lambda: eng.run(batch, None, logits_at=[batch.length - 1]), device)
         log(f"  evaluation rows={rows}: one-per-head-set {r['baseline_s']:.1f}s, batched {r['batched_s']:.1f}s, "
             f"batched+reuse {r['reuse_s']:.1f}s (T={r['prompt_tokens']}, {r['image_tokens']} image tokens, max |ΔP| {r['max_abs_dP']:.1e})")
         out[rows] = r

@@ -298,3 +298,29 @@ def test_a_mean_reference_set_is_recorded_once_per_engine(models, monkeypatch):
     assert calls == [2, 1] and other.label != first.label
     fresh = reference_means(Engine(lm), [_item(1), _item(2)])  # another engine records its own
     assert calls == [2, 1, 2] and torch.equal(fresh.means, first.means)
+
+
+@pytest.mark.parametrize("budget", [None, 1])  # 1 byte: one prompt per forward
+def test_recorded_head_outputs_are_the_per_role_sums_within_the_byte_budget(models, budget, monkeypatch):
+    """``record_head_outputs`` (sums on the device, one copy per forward, forwards bounded by
+    ``RECORD_BYTES``) equals the per-role sums of the head outputs a plain forward gives."""
+    from vheads.evaluation import _ablation
+
+    lm = models("tiny")
+    eng = Engine(lm)
+    if budget is not None:
+        monkeypatch.setattr(_ablation, "RECORD_BYTES", budget)
+    sizes, run = [], eng.run
+    eng.run = lambda batch, *a, **k: sizes.append(batch.n_rows) or run(batch, *a, **k)
+    prompts = [lm.adapter.build(_item(i), lm.processor) for i in (1, 2, 3)]
+    got = _ablation.record_head_outputs(eng, prompts)
+    assert sizes == ([1, 1, 1] if budget else [3])
+    for pr, (roles, sums, counts) in zip(prompts, got):
+        outs = _clean_outputs(lm, pr)
+        names = _roles(pr.layout)
+        assert roles == list(dict.fromkeys(names))
+        for j, role in enumerate(roles):
+            at = [t for t, r in enumerate(names) if r == role]
+            assert counts[j] == len(at)
+            for l, o in outs.items():
+                assert torch.allclose(sums[l, :, j].double(), o[at].sum(0), atol=1e-4)

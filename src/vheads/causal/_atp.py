@@ -47,7 +47,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from vheads.data import OPTION_LETTERS
 from vheads.engine import (
-    CHUNK_ELEMENTS, NAME, ROW_GROUPS, Batching, RowBatch, decoder_layers, model_mask, pack, positions_mask, register, row_mask,
+    CHUNK_ELEMENTS, NAME, ROW_GROUPS, Batching, RowBatch, decoder_layers, fp32_logits, model_mask, pack, positions_mask, register,
+    row_mask, split_on_oom,
 )
 from vheads.evaluation import METRICS, check_items, key_positions
 
@@ -246,8 +247,8 @@ def scaled_ablation(engine, prompts: list, letters: list[int], alpha: torch.Tens
     if checkpoint is None:
         checkpoint = batch.n_rows * batch.length >= CHECKPOINT_FROM
     ids = engine.lm.adapter.letter_token_ids(engine.lm.processor)
-    with _ablating(model, ab, checkpoint), engine._shared_vision(batch):
-        logits = model(**inputs, use_cache=False, logits_to_keep=1).logits[:, -1]  # [B, V]
+    with _ablating(model, ab, checkpoint), engine._shared_vision(batch), fp32_logits(model):  # fp32 answers (vheads.engine._head)
+        logits = model(**inputs, use_cache=False, logits_to_keep=1).logits[:, -1]  # [B, V] fp32
         dt = torch.promote_types(logits.dtype, torch.float32)
         scores = torch.cat([logits[:, ids].to(dt), torch.logsumexp(logits.to(dt), -1, keepdim=True)], -1)  # [B, 5]
         m = metric_of_scores(scores, torch.tensor(letters, device=scores.device), metric)
@@ -266,11 +267,17 @@ def estimate_drops(engine, prompts: list, letters: list[int], keys: str = "image
     base, drops = np.zeros(len(prompts)), np.zeros((len(prompts), L, H))
     bt = Batching(max_rows=batch_size if engine.cross_item else 1, token_budget=token_budget)
     dtype = torch.promote_types(engine.lm.model.dtype, torch.float32)
-    for group in pack([(pr, 1, 0) for pr in prompts], bt):
+
+    def run(group: list[int]) -> tuple[np.ndarray, np.ndarray]:
         alpha = torch.zeros(len(group), L, H, dtype=dtype, device=engine.lm.device, requires_grad=True)
         m, g = scaled_ablation(engine, [prompts[i] for i in group], [letters[i] for i in group], alpha, keys, ablation, rows, metric, checkpoint)
-        base[group] = m.double().cpu().numpy()
-        drops[group] = -g.double().cpu().numpy()
+        return m.double().cpu().numpy(), -g.double().cpu().numpy()
+
+    for group in pack([(pr, 1, 0) for pr in prompts], bt):
+        # out of device memory: halved and retried, the engine's later forwards at the size that fit (vheads.engine.split_on_oom)
+        base[group], drops[group] = split_on_oom(run, group, len, lambda g, k: (g[:k], g[k:]),
+                                                 lambda a, b: (np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]])),
+                                                 engine.lm.model_id, engine.memory)
     return base, drops
 
 

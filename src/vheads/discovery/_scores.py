@@ -33,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vheads.data import Item
-from vheads.engine import Engine, one_row_out_of_memory, positions_mask
+from vheads.engine import Engine, is_out_of_memory, one_row_out_of_memory, positions_mask
 from vheads.discovery._setting import (  # noqa: F401 - re-exported
     CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCE_SPAN, SOURCES, Setting,
 )
@@ -108,7 +108,9 @@ def greedy_answer(lm: LoadedModel, prompt: Prompt, max_new_tokens: int = 4) -> s
             **inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
             eos_token_id=stop, pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else stop[0],
         )
-    except torch.OutOfMemoryError:
+    except (torch.OutOfMemoryError, RuntimeError) as exc:
+        if not is_out_of_memory(exc):
+            raise
         raise one_row_out_of_memory(lm.model_id) from None
     new = out[0, inputs["input_ids"].shape[1]:].tolist()
     for i, t in enumerate(new):

@@ -120,17 +120,17 @@ class OutputRecord:
 def head_outputs(plan, layer: int, out: torch.Tensor, q_off: int, results: dict) -> torch.Tensor:
     """Apply ``plan``'s ablations to layer ``layer``'s attention output ``out [B, Tq, H, D]``
     (query row j at absolute position ``q_off + j``) and add it to the plan's records."""
-    tq = out.shape[1]
+    B, tq, H, D = out.shape
     for rec in plan.records:
         role = rec.role[:, q_off : q_off + tq].to(out.device)  # [B, Tq]
         acc = results.get(rec.name)
-        if acc is None:
-            acc = results[rec.name] = torch.zeros(out.shape[0], plan.n_layers, out.shape[2], rec.n_roles, out.shape[3])
-        for b in range(out.shape[0]):
-            on = role[b] >= 0
-            sums = torch.zeros(out.shape[2], rec.n_roles, out.shape[3], device=out.device)  # [H, R, D]
-            sums.index_add_(1, role[b][on], out[b, on].float().transpose(0, 1))
-            acc[b, layer] += sums.cpu()
+        if acc is None:  # on the device, copied to the host once per forward (the runner)
+            acc = results[rec.name] = torch.zeros(B, plan.n_layers, H, rec.n_roles, D, device=out.device)
+        on = role >= 0  # [B, Tq]
+        slot = (torch.arange(B, device=out.device)[:, None] * rec.n_roles + role)[on]  # [n]: (row, role) of each recorded row
+        sums = torch.zeros(B * rec.n_roles, H, D, device=out.device)  # [B·R, H, D]
+        sums.index_add_(0, slot, out[on].float())  # every row of the layer in one call
+        acc[:, layer] += sums.view(B, rec.n_roles, H, D).transpose(1, 2)
     for ab in plan.ablations:
         heads = ab.heads[:, layer]  # [B, H]
         if not heads.any():

@@ -55,13 +55,14 @@ _STATE = _Active()
 
 
 @contextlib.contextmanager
-def active_plan(plan: ProbePlan | None):
-    """Make ``plan`` the plan of the forward passes run inside this block."""
+def active_plan(plan: ProbePlan | None, device=None):
+    """Make ``plan`` the plan of the forward passes run inside this block; its captures
+    accumulate on ``device`` (the model's: no copy to the host per layer)."""
     prev = _STATE.plan, _STATE.results
     _STATE.plan, _STATE.results = plan, {}
     if plan is not None:
         for c in plan.captures:
-            _STATE.results[c.name] = torch.zeros(plan.batch_size, plan.n_layers, plan.n_heads, c.groups.shape[1])
+            _STATE.results[c.name] = torch.zeros(plan.batch_size, plan.n_layers, plan.n_heads, c.groups.shape[1], device=device)
     try:
         yield _STATE.results
     finally:
@@ -386,7 +387,8 @@ def _add_captures(probs: torch.Tensor, idx_abs: torch.Tensor, layer: int) -> Non
         per_row = capture_rows(probs, c.groups[:, :, :tk].to(probs.device), norm, c.stat)  # [B, H, Qs, G]
         n_rows = c.rows.sum(1).float().to(probs.device)  # [B]
         mass = torch.einsum("bhqg,bq->bhg", per_row, w) / n_rows[:, None, None]
-        _STATE.results[c.name][:, layer] += mass.float().cpu()
+        acc = _STATE.results[c.name]
+        acc[:, layer] += mass.float().to(acc.device)
 
 
 def register() -> None:

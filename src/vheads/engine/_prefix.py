@@ -19,11 +19,15 @@ two parts merged by their log-sum-exps (:func:`SharedPrefixLayer.attend`):
   fused call with that mask over S keys (a row that sees none: output 0, log-sum-exp −∞).
 
 ``out = o_p · e^(lse_p − lse) + o_s · e^(lse_s − lse)``, ``lse = logaddexp(lse_p, lse_s)``:
-the same softmax, summed in another order (tests/engine/test_prefix.py). Used on a CPU,
-where the fused kernel gives its log-sum-exp; when the model's mask over the prefix is not
-"each item's own prefix" (a sliding window), on other devices, and for layers a plan
-intervenes in or captures from (they index keys by absolute position), the full keys are
-built (:meth:`SharedPrefixLayer.full`) and the usual path runs.
+the same softmax, summed in another order (tests/engine/test_prefix.py). Each part runs
+on the fused CPU kernel, which gives its log-sum-exp, where the query's device dispatches
+it and the query is fp32; elsewhere (CUDA, bf16) on a chunked fp32 matmul that reads the
+KV heads as they are (:func:`lse_kernel`): no device ever holds a per-row copy of the
+prefix. When the model's mask over the prefix is not "each item's own prefix" (a sliding
+window), and for layers a plan captures from (they read the weights by absolute position),
+the full keys are built (:meth:`SharedPrefixLayer.full`) and the usual path runs; a layer
+a plan intervenes in reads the full keys of its touched (row, head) pairs only
+(:meth:`SharedPrefixLayer.pair_keys`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,13 @@ _MASKS: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]]
 
 #: at most this many prefix logits per fused call (its [queries, keys] working set)
 CHUNK_ELEMENTS = 1 << 25
+
+
+#: which kernel computes the two parts: "auto" (:func:`lse_kernel`) or "matmul" (always the chunked matmul)
+KERNEL = "auto"
+FLASH_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
+#: torch's dispatch key of each device type
+_DISPATCH_KEYS = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS", "hpu": "HPU", "meta": "Meta"}
 
 
 def _flash_cpu():
@@ -118,22 +129,23 @@ class SharedPrefixLayer(DynamicLayer):
     def attend(self, query: torch.Tensor, attention_mask, scaling: float) -> torch.Tensor | None:
         """The attention of every batch row and head over prefix ∪ suffix keys, merged by
         log-sum-exp (module docstring): ``[B, S, H, D]`` in the query's dtype; None where
-        this path does not apply (then :meth:`full`)."""
-        flash = _flash_cpu()
-        if (flash is None or query.device.type != "cpu" or query.dtype != torch.float32 or attention_mask is None
-                or attention_mask.dtype != torch.bool or attention_mask.dim() != 4 or attention_mask.shape[1] != 1
+        this path does not apply (then :meth:`full`). Each part runs on the fused kernel
+        where the query's device dispatches it and the query is fp32 (:func:`lse_kernel`),
+        else as a chunked fp32 matmul (CUDA, bf16): the same two parts either way."""
+        if (attention_mask is None or attention_mask.dtype != torch.bool or attention_mask.dim() != 4 or attention_mask.shape[1] != 1
                 or attention_mask.shape[0] != query.shape[0] or attention_mask.shape[-1] != self.get_seq_length()):
             return None
         parts = self._mask_parts(attention_mask)
         if parts is None:
             return None
         suffix_mask, seen = parts
+        fused = lse_kernel(query)
         B, H, S, D = query.shape
         hkv = self.suffix_keys.shape[1]
         g = H // hkv
-        # prefix keys: one fused call per item (and chunk of its rows), the query heads of a KV group folded into the rows
-        o_p = query.new_empty(B, hkv, g, S, D)  # head h = (h // g, h % g)
-        lse_p = query.new_empty(B, hkv, g, S)
+        # prefix keys: one call per item (and chunk of its rows), the query heads of a KV group folded into the rows
+        o_p = query.new_empty(B, hkv, g, S, D, dtype=torch.float32)  # head h = (h // g, h % g)
+        lse_p = query.new_empty(B, hkv, g, S, dtype=torch.float32)
         start = 0
         for u, (n, split) in enumerate(zip(self.counts, self.splits)):
             k = self.prefix_keys[u : u + 1, :, :split]
@@ -143,19 +155,62 @@ class SharedPrefixLayer(DynamicLayer):
                 b = min(start + n, a + per)
                 m = b - a
                 q = query[a:b].view(m, hkv, g, S, D).permute(1, 2, 0, 3, 4).reshape(1, hkv, g * m * S, D)
-                o, lse = flash(q, k, v, 0.0, False, scale=scaling)[:2]
+                if fused is not None:
+                    o, lse = fused(q, k, v, 0.0, False, scale=scaling)[:2]
+                else:
+                    o, lse = _matmul_lse(q[:, :, None], k, v, scaling)
                 o_p[a:b] = o.view(hkv, g, m, S, D).permute(2, 0, 1, 3, 4)
                 lse_p[a:b] = lse.view(hkv, g, m, S).permute(2, 0, 1, 3)
             start += n
         # suffix keys: each row its own, under the model's mask over them (a row that sees none: output 0, lse -inf)
         o_p, lse_p = o_p.view(B, H, S, D), lse_p.view(B, H, S)
-        ks = self.suffix_keys.repeat_interleave(g, 1)  # [B, H, S, D]: S keys, a small copy
-        vs = self.suffix_values.repeat_interleave(g, 1)
-        o_s, lse_s = flash(query, ks, vs, 0.0, False, attn_mask=suffix_mask, scale=scaling)[:2]
+        if fused is not None:
+            ks = self.suffix_keys.repeat_interleave(g, 1)  # [B, H, S, D]: S keys, a small copy
+            vs = self.suffix_values.repeat_interleave(g, 1)
+            o_s, lse_s = fused(query, ks, vs, 0.0, False, attn_mask=suffix_mask, scale=scaling)[:2]
+        else:  # the KV heads read as they are: [B, Hkv, g, S, ·]
+            o_s, lse_s = _matmul_lse(query.view(B, hkv, g, S, D), self.suffix_keys, self.suffix_values, scaling, suffix_mask)
+            o_s, lse_s = o_s.view(B, H, S, D), lse_s.view(B, H, S)
         lse_s = lse_s.masked_fill(~seen, float("-inf"))
         lse = torch.logaddexp(lse_p, lse_s)
         out = o_p * torch.exp(lse_p - lse)[..., None] + o_s * torch.exp(lse_s - lse)[..., None]
-        return out.transpose(1, 2).contiguous()
+        return out.to(query.dtype).transpose(1, 2).contiguous()
+
+
+def lse_kernel(query: torch.Tensor):
+    """The fused attention kernel that returns its log-sum-exp, for ``query``: the CPU flash
+    kernel where the query's device dispatches it (a capability of torch's dispatcher, not a
+    device name) and the query is fp32; None (the chunked matmul, :func:`_matmul_lse`) otherwise,
+    or whenever :data:`KERNEL` is ``"matmul"`` (the path a GPU takes, forced on a CPU in the tests)."""
+    flash = _flash_cpu()
+    key = _DISPATCH_KEYS.get(query.device.type)
+    if KERNEL == "matmul" or flash is None or key is None or query.dtype != torch.float32:
+        return None
+    return flash if torch._C._dispatch_has_kernel_for_dispatch_key(FLASH_CPU, key) else None
+
+
+def _matmul_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float, mask: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention and its log-sum-exp in fp32, on any device: ``q [N, Hkv, g, R, D]``
+    (the g query heads of a KV head), ``k``/``v [N, Hkv, Tk, D]`` (read as they are, no copy
+    per query head), ``mask`` additive ``[N, 1, R, Tk]`` or None. Returns ``o [N, Hkv, g, R, D]``
+    and ``lse [N, Hkv, g, R]`` (a row that sees no key: 0 and −∞), in chunks of rows of at most
+    :data:`CHUNK_ELEMENTS` logits."""
+    N, hkv, g, R, D = q.shape
+    tk = k.shape[-2]
+    kt, vf = k.float().transpose(-1, -2)[:, :, None], v.float()[:, :, None]  # [N, Hkv, 1, D, Tk], [N, Hkv, 1, Tk, D]
+    o = q.new_empty(N, hkv, g, R, D, dtype=torch.float32)
+    lse = q.new_empty(N, hkv, g, R, dtype=torch.float32)
+    per = max(1, CHUNK_ELEMENTS // max(1, N * hkv * g * tk))
+    for a in range(0, R, per):
+        b = min(R, a + per)
+        logits = torch.matmul(q[:, :, :, a:b].float(), kt) * scaling  # [N, Hkv, g, r, Tk]
+        if mask is not None:
+            logits = logits + mask[:, :, None, a:b]
+        lse[..., a:b] = torch.logsumexp(logits, -1)
+        probs = torch.exp(logits - lse[..., a:b, None]).nan_to_num_(0.0)  # -inf - -inf: a row that sees no key
+        o[..., a:b, :] = torch.matmul(probs, vf)
+    return o, lse
 
 
 def owner(key: torch.Tensor) -> SharedPrefixLayer | None:
@@ -180,10 +235,10 @@ def share_layers(cache, counts: list[int], splits: list[int], model_config) -> b
     function (no layer attends with another layer's keys: Gemma 4's KV-shared layers).
     True when it did."""
     text = getattr(model_config, "text_config", model_config)
-    if getattr(text, "num_kv_shared_layers", 0) or _flash_cpu() is None:
+    if getattr(text, "num_kv_shared_layers", 0):
         return False
     layers = cache.layers
-    if not any(type(layer) is DynamicLayer and layer.keys is not None and layer.keys.device.type == "cpu" for layer in layers):
+    if not any(type(layer) is DynamicLayer and layer.keys is not None for layer in layers):
         return False
     for i, layer in enumerate(layers):
         if type(layer) is DynamicLayer and getattr(layer, "keys", None) is not None:

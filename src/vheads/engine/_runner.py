@@ -32,9 +32,10 @@ from transformers.cache_utils import DynamicLayer
 
 from vheads.engine._ablate import HeadAblation, OutputRecord
 from vheads.engine._attention import active_plan, install
+from vheads.engine._head import fp32_logits
 from vheads.engine._layers import decoder_layers, shared_layers
-from vheads.engine._memory import keep_freed_memory
-from vheads.engine._oom import split_on_oom
+from vheads.engine._memory import device_free_memory, fitting_positions, keep_freed_memory
+from vheads.engine._oom import RowLimit, split_on_oom
 from vheads.engine._plan import Capture, Intervention, ProbePlan
 from vheads.engine._prefix import SharedPrefixLayer, suffix_pass
 from vheads.engine._prefix import share_layers as share_prefix
@@ -141,7 +142,13 @@ class Engine:
         self.lm = lm
         self.batching = batching or Batching()
         install(lm.model)
-        if lm.device.type == "cpu":
+        #: the most rows per forward that fit, learnt from out-of-memory splits (:func:`split_on_oom`)
+        self.memory = RowLimit()
+        free = device_free_memory(lm.device)
+        if free is not None:  # the device says how much is free: start from a token budget that fits
+            self.batching = dataclasses.replace(self.batching, token_budget=min(self.batching.token_budget,
+                                                                                 fitting_positions(lm.model.config, lm.model.dtype, free)))
+        else:  # a CPU: freed pages kept for the next forward (:mod:`._memory`)
             keep_freed_memory()
 
     @property
@@ -206,6 +213,7 @@ class Engine:
             yield
             return
         original = module.forward
+        own = module.__dict__.get("forward")  # an instance forward already there (accelerate's device hooks): put back after
         weights = [len(p.layout.image_positions) for p in batch.prompts]
 
         def once(*args, **kwargs):
@@ -216,7 +224,10 @@ class Engine:
         try:
             yield
         finally:
-            del module.forward  # back to the class's forward
+            if own is not None:
+                module.forward = own
+            else:
+                del module.forward  # back to the class's forward
 
     def _shared_layers(self, batch: RowBatch, plan: ProbePlan | None):
         """Layer-prefix sharing for a full forward of ``batch`` under ``plan``, when switched
@@ -262,17 +273,19 @@ class Engine:
             share_prefix(cache, batch.counts, batch.splits, model.config)
             shared = _share_cache(cache, batch.counts)
             keep = _keep(logits_at, P, T)
-            with active_plan(plan) as results, self._read_rows(keep, T - P, plan), suffix_pass():
+            with active_plan(plan, self.lm.device) as results, self._read_rows(keep, T - P, plan), suffix_pass(), fp32_logits(model):
                 out = model(**self._inputs(batch, "suffix"), cache=shared, use_cache=True, logits_to_keep=keep)
         else:
             keep = _keep(logits_at, 0, T)
-            with (active_plan(plan) as results, self._shared_vision(batch), self._shared_layers(batch, plan),
-                  self._read_rows(keep, T, plan)):
+            with (active_plan(plan, self.lm.device) as results, self._shared_vision(batch), self._shared_layers(batch, plan),
+                  self._read_rows(keep, T, plan), fp32_logits(model)):
                 out = model(**self._inputs(batch, "full"), use_cache=False, logits_to_keep=keep)
         logits = out.logits
         if logits_at is not None:
             logits = logits[:, : len(logits_at)]  # the LM head ran on exactly these rows
-        return ForwardResult(logits=logits.float(), captures=dict(results))
+        # logits: fp32 from the final hidden state (:mod:`._head`); captures and records, accumulated
+        # on the device, copied to the host once per forward
+        return ForwardResult(logits=logits.float(), captures={k: v.cpu() for k, v in results.items()})
 
     def forward(self, prompt: Prompt, plan: ProbePlan | None = None, prefix_reuse: bool = True, logits_at: list[int] | None = None) -> ForwardResult:
         """One forward of ``prompt`` repeated ``plan.batch_size`` times under ``plan``
@@ -325,7 +338,7 @@ class Engine:
         for group in pack([(pr, 1, 0) for pr, _ in requests], self.batching if self.cross_item else dataclasses.replace(self.batching, max_rows=1)):
             # a forward out of device memory is split in half and retried (rows do not depend on their batch)
             out += split_on_oom(lambda g: self._capture_group(requests, g), group, len, lambda g, k: (g[:k], g[k:]),
-                                lambda a, b: a + b, self.lm.model_id)
+                                lambda a, b: a + b, self.lm.model_id, self.memory)
         return out
 
     def _capture_group(self, requests: list[tuple[Prompt, list[Capture]]], group: list[int]) -> list[dict[str, torch.Tensor]]:

@@ -40,11 +40,21 @@ def _digest(prompts) -> str:
     return h.hexdigest()
 
 
+#: the most bytes a record forward's per-role sums may hold on the device (rows per forward follow)
+RECORD_BYTES = 1 << 30
+
+
 def record_head_outputs(engine, prompts) -> list[tuple[list[str], torch.Tensor, torch.Tensor]]:
     """Every head's output of each prompt, unablated, summed per row role: per prompt
-    ``(roles [R], sums [L, H, R, D], counts [R])``. Prompts share forwards (one row each)."""
+    ``(roles [R], sums [L, H, R, D], counts [R])``. Prompts share forwards (one row each),
+    as many as keep the forward's sums ``[B, L, H, R, D]`` within :data:`RECORD_BYTES`;
+    the sums accumulate on the device and reach the host once per forward."""
     out = []
-    batching = engine.batching if engine.cross_item else dataclasses.replace(engine.batching, max_rows=1)
+    L, H = engine.shape
+    # the sums [B, L, H, R, D] of a forward stay within RECORD_BYTES on the device (R ≤ the longest prompt)
+    per_row = L * H * engine.lm.head_dim * 4 * max(pr.layout.n_tokens for pr in prompts)
+    rows = max(1, RECORD_BYTES // per_row) if engine.cross_item else 1
+    batching = dataclasses.replace(engine.batching, max_rows=min(engine.batching.max_rows, rows))
     for group in pack([(pr, 1, 0) for pr in prompts], batching):
         batch = RowBatch([prompts[i] for i in group], [1] * len(group), [0] * len(group))
         names, role = [], torch.full((len(group), batch.length), -1, dtype=torch.long)

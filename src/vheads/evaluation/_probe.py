@@ -311,8 +311,9 @@ def _run_forward(engine: Engine, probes: list[Probe], pieces: list[tuple[int, in
     """One forward of ``pieces`` ((probe, first head-set, n rows), grouped by prompt):
     the letter scores of each piece's rows.
 
-    A forward that runs out of device memory (``torch.OutOfMemoryError``, e.g. a long
-    prompt on a full GPU) is split into two forwards of half its rows and each retried
+    A forward that runs out of device memory (``torch.OutOfMemoryError`` or CUDA's plain
+    ``RuntimeError``, e.g. a long prompt on a full GPU) is split into two forwards of half
+    its rows and each retried, and the engine's later forwards start at that size
     (:func:`vheads.engine.split_on_oom`); the values equal the unsplit forward's."""
 
     def scores(part):
@@ -321,7 +322,7 @@ def _run_forward(engine: Engine, probes: list[Probe], pieces: list[tuple[int, in
         return engine.letter_scores(logits).cpu().numpy()
 
     p = split_on_oom(scores, pieces, lambda part: sum(n for _, _, n in part), _halve, lambda a, b: np.concatenate([a, b]),
-                     engine.lm.model_id)
+                     engine.lm.model_id, engine.memory)
     out, at = [], 0
     for _, _, n in pieces:
         out.append(p[at : at + n])
