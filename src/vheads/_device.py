@@ -31,6 +31,8 @@ def default_dtype(device: str, bf16_supported: bool | None = None) -> str:
     if bf16_supported is None:
         import torch
 
+        if not torch.cuda.is_available() and device_kind(device) != str(device).split(":")[0]:
+            return "float32"  # a device map on a machine without a GPU places every layer on the CPU
         bf16_supported = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else True
     return "bfloat16" if bf16_supported else "float32"
 

@@ -56,3 +56,13 @@ def test_loading_a_gemma_in_float16_warns_once_on_one_line(tiny_random_dirs):
     said = [str(w.message) for w in seen if "overflow float16" in str(w.message)]
     assert len(said) == 1 and "\n" not in said[0] and lm.model.dtype == torch.float16
     assert load_model(str(tiny_random_dirs["qwen3_vl"])).model.dtype == torch.float32  # auto on CPU
+
+
+def test_a_device_map_without_a_gpu_loads_float32(monkeypatch):
+    """``device_map = "auto"`` on a machine with no GPU puts every layer on the CPU, where
+    bf16 is slower and not the study's fp32 numbers; with a GPU it asks its capability."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert default_dtype("auto") == "float32" and default_dtype("sequential") == "float32"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert default_dtype("auto") == "bfloat16"
