@@ -18,7 +18,7 @@ from scipy.stats import binomtest
 
 from vheads.doctor import Check, Context, DoctorReport, run_checks
 from vheads.doctor import _checks, _model
-from vheads.doctor._projection import control_pool, expected_distinct, spread
+from vheads.doctor._projection import compared_per_setting, control_pool, expected_union, spread
 from vheads.engine import Engine
 
 
@@ -148,11 +148,22 @@ def test_the_other_dtype_copy_is_freed_after_the_check(tiny_bf16, monkeypatch):
 # ---- the projection counts the distinct head-sets ------------------------------------------------------
 
 
-@pytest.mark.parametrize("N,D", [(1, 3), (3, 2), (4, 3), (5, 4)])
-def test_expected_distinct_draws_equal_enumeration(N, D):
-    mean = np.mean([len(set(seq)) for seq in itertools.product(range(N), repeat=D)])
-    assert expected_distinct(N, D) == pytest.approx(mean, rel=1e-12)
-    assert expected_distinct(None, D) == D
+@pytest.mark.parametrize("N,c,s", [(1, 1, 3), (3, 2, 2), (4, 1, 3), (5, 2, 3), (6, 3, 2)])
+def test_expected_union_of_the_settings_subsets_equals_enumeration(N, c, s):
+    """Each of s settings compares S with c distinct members of one pool of N: the expected
+    number of distinct head-sets run, over every choice of the s subsets."""
+    subsets = list(itertools.combinations(range(N), c))
+    mean = np.mean([len(set().union(*pick)) for pick in itertools.product(subsets, repeat=s)])
+    assert expected_union(N, c, s) == pytest.approx(mean, rel=1e-12)
+    assert expected_union(None, c, s) == c * s
+
+
+def test_a_setting_compares_a_small_pool_whole_and_r_of_a_large_one():
+    """The tiny model's pools (10 and 105 layer-matched, 3,654 any-layer) at R = 249; a pool of
+    at most 2R is compared whole (issue 35)."""
+    assert compared_per_setting(10, 249) == 10 and compared_per_setting(105, 249) == 105
+    assert compared_per_setting(3654, 249) == 249 and compared_per_setting(None, 20) == 20
+    assert compared_per_setting(40, 20) == 40 and compared_per_setting(41, 20) == 20
 
 
 def test_control_pools_equal_the_sets_a_control_can_draw():

@@ -5,8 +5,11 @@
 often it is drawn, so on a model with few heads (the built-in tiny model's layer-matched
 pool of a three-head S has a few hundred members, for 17 settings × 249 draws) the distinct
 control head-sets, not the draws, set the work: with ``pool_heads`` each control's draws
-are counted as the distinct head-sets they are expected to give (:func:`expected_distinct`)
-from its pool (:func:`control_pool`) of a head-set spread evenly over the layers.
+are counted as the distinct head-sets they are expected to give from its pool
+(:func:`control_pool`) of a head-set spread evenly over the layers. Since issue 35 a setting
+compares S with distinct head-sets only (the whole pool when it holds at most
+``EXACT_POOL_FACTOR`` · R, else R distinct draws: :func:`compared_per_setting`), and the
+settings' subsets of one pool overlap as :func:`expected_union` says.
 """
 
 from __future__ import annotations
@@ -14,15 +17,24 @@ from __future__ import annotations
 import math
 
 
-def expected_distinct(pool: int | None, draws: float) -> float:
-    """Expected number of distinct members among ``draws`` uniform draws (with replacement)
-    from a pool of ``pool`` members: ``N (1 − (1 − 1/N)^D)``; ``draws`` itself for an
-    unknown (``None``) pool."""
-    if pool is None or draws <= 0:
-        return float(max(draws, 0))
-    if pool <= 1:
-        return float(min(pool, 1))
-    return -pool * math.expm1(draws * math.log1p(-1.0 / pool))
+def compared_per_setting(pool: int | None, R: int) -> int:
+    """Distinct head-sets one setting's control of R compares S with (the rule of
+    :func:`vheads.evaluation.draw_controls`): the whole pool when it holds at most
+    ``EXACT_POOL_FACTOR`` · R, else R."""
+    from vheads.evaluation._pools import EXACT_POOL_FACTOR
+
+    return pool if pool is not None and pool <= EXACT_POOL_FACTOR * R else R
+
+
+def expected_union(pool: int | None, per: float, sets: int) -> float:
+    """Expected size of the union of ``sets`` independent uniform ``per``-subsets of a pool of
+    ``pool`` members: each member is in one subset with probability per / N, so
+    ``N (1 − (1 − per/N)^sets)``; ``sets · per`` for an unknown pool."""
+    if pool is None:
+        return float(sets * per)
+    if pool <= 0 or per <= 0:
+        return 0.0
+    return pool * (1.0 - (1.0 - min(per, pool) / pool) ** sets)
 
 
 def spread(k: int, n_layers: int, n_heads: int, selection: str = "flat") -> list[int]:
@@ -98,7 +110,8 @@ def study_rows(cfg, main_k: int | None = None, heads: tuple[int, int] | None = N
         if pool_heads is None or k is None:
             return float(settings * per_setting)
         counts = spread(k, pool_heads[0], pool_heads[1], cfg.selection)
-        return expected_distinct(control_pool(name, counts, pool_heads[1]), settings * per_setting)
+        pool = control_pool(name, counts, pool_heads[1])
+        return expected_union(pool, compared_per_setting(pool, per_setting), settings)
 
     cers, ncs = bool(tests & {"cers", "cers-sym"}), "ncs" in tests
     k_points = [kk for kk in dict.fromkeys(cfg.k_sweep) if kk != main_k]  # S@k=main_k is S
