@@ -21,7 +21,7 @@ def compared_per_setting(pool: int | None, R: int) -> int:
     """Distinct head-sets one setting's control of R compares S with (the rule of
     :func:`vheads.evaluation.draw_controls`): the whole pool when it holds at most
     ``EXACT_POOL_FACTOR`` · R, else R."""
-    from vheads.evaluation._pools import EXACT_POOL_FACTOR
+    from vheads.evaluation import EXACT_POOL_FACTOR
 
     return pool if pool is not None and pool <= EXACT_POOL_FACTOR * R else R
 
