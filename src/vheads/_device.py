@@ -7,6 +7,9 @@ argument too, so each branch (the GPU's included) runs in the CPU tests.
 
 from __future__ import annotations
 
+#: accelerate's device maps (``device_map = ...``): the GPUs where there are any
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
 #: families whose activations overflow float16 (inf / NaN logits): Gemma's
 FP16_UNSAFE = ("gemma",)
 
@@ -15,9 +18,7 @@ def device_kind(device: str) -> str:
     """``"cuda"`` for ``cuda`` / ``cuda:N`` and a device map (``auto`` …: the GPUs where
     there are any), else the device's type (``cpu``, ``mps``)."""
     kind = str(device).split(":")[0]
-    if kind in ("auto", "balanced", "balanced_low_0", "sequential"):
-        return "cuda"
-    return kind
+    return "cuda" if kind in DEVICE_MAPS else kind
 
 
 def default_dtype(device: str, bf16_supported: bool | None = None) -> str:
@@ -31,7 +32,7 @@ def default_dtype(device: str, bf16_supported: bool | None = None) -> str:
     if bf16_supported is None:
         import torch
 
-        if not torch.cuda.is_available() and device_kind(device) != str(device).split(":")[0]:
+        if not torch.cuda.is_available() and str(device) in DEVICE_MAPS:
             return "float32"  # a device map on a machine without a GPU places every layer on the CPU
         bf16_supported = torch.cuda.is_bf16_supported() if torch.cuda.is_available() else True
     return "bfloat16" if bf16_supported else "float32"
