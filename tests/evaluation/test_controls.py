@@ -294,3 +294,36 @@ def test_parse_control_spec_reads_names_and_r():
 def test_parse_control_spec_errors_name_the_problem(spec, message):
     with pytest.raises(ValueError, match=message):
         parse_control_spec(spec)
+
+
+def test_the_common_any_layer_stream_is_uniform_over_the_heads_outside_s():
+    """``common=True`` draws over all heads and skips draws touching S: each draw must still be
+    a uniform |S|-subset of the heads outside S (chi-square against the enumerated pool)."""
+    from itertools import combinations
+
+    from scipy.stats import chisquare
+
+    from vheads.evaluation._controls import _any_layer_stream
+
+    S = HeadSet([(0, 1), (1, 2)], 2, 4)
+    outside = [(x, h) for x in range(2) for h in range(4) if (x, h) not in S.heads]
+    pool = {c: 0 for c in combinations(outside, 2)}  # C(6, 2) = 15 head-sets
+    stream = _any_layer_stream(S, np.random.default_rng(3), common=True)
+    n = 15_000
+    for _ in range(n):
+        pool[tuple(next(stream).heads)] += 1
+    assert sum(pool.values()) == n  # every draw misses S
+    assert chisquare(list(pool.values())).pvalue > 1e-3
+    # and the plain stream (heads outside S only) agrees with it in distribution
+    plain = _any_layer_stream(S, np.random.default_rng(4))
+    counts = {c: 0 for c in pool}
+    for _ in range(n):
+        counts[tuple(next(plain).heads)] += 1
+    assert chisquare(list(counts.values())).pvalue > 1e-3
+
+
+def test_draw_controls_common_any_layer_gives_distinct_head_sets_outside_s():
+    S = random_headset(1, k=5)
+    d = draw_controls("any-layer", S, 40, 9, common=True)
+    assert len(d) == len(set(d)) == 40 and d.mode == "sampled"
+    assert all(len(x) == 5 and not set(x.heads) & set(S.heads) for x in d)

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from vheads.evaluation import HeadSet, any_layer_controls, layer_matched_controls
+from vheads.evaluation import HeadSet, layer_matched_controls
 from vheads.store import Store
 from vheads.study import config_from_dict
 from vheads.study._runner import _headset_stage
@@ -47,13 +47,37 @@ def test_settings_with_the_same_heads_draw_the_same_controls(tmp_path):
 def test_the_seed_is_the_heads_and_the_control_name_and_the_draws_follow_from_it(tmp_path):
     d = _draws(tmp_path)
     S = HeadSet([(1, 0), (2, 0)], L, H)
-    lm_seed, am_seed = _seed("1.0,2.0", "layer-matched"), _seed("1.0,2.0", "any-layer")
-    assert d[("cm-ord-last", "layer-matched#0")][0] == lm_seed and d[("cm-ord-last", "any-layer#0")][0] == am_seed
+    lm_seed = _seed("1.0,2.0", "layer-matched")
+    assert d[("cm-ord-last", "layer-matched#0")][0] == lm_seed
     want = [[list(h) for h in x.heads] for x in layer_matched_controls(S, 6, lm_seed)]
     assert [d[("cm-ord-last", f"layer-matched#{i}")][1] for i in range(6)] == want
-    want = [[list(h) for h in x.heads] for x in any_layer_controls(S, 4, am_seed)]
-    assert [d[("cm-ord-last", f"any-layer#{i}")][1] for i in range(4)] == want
     assert d[("cm-ord-qsp", "layer-matched#0")][0] == _seed("0.1,3.2", "layer-matched")
+
+
+def _common_any_layer(S_heads, R, seed):
+    """The documented common any-layer rule, written out: |S| heads uniformly from all L·H
+    heads per draw (numpy's choice without replacement), draws touching S skipped, repeats
+    skipped, the first R kept."""
+    rng, out = np.random.default_rng(seed), []
+    while len(out) < R:
+        pick = sorted(divmod(int(i), H) for i in rng.choice(L * H, size=len(S_heads), replace=False))
+        if not set(pick) & set(S_heads) and pick not in out:
+            out.append(pick)
+    return [[list(h) for h in x] for x in out]
+
+
+def test_any_layer_draws_of_every_head_set_of_one_size_come_from_one_common_sequence(tmp_path):
+    d = _draws(tmp_path)
+    seed = _seed("common:2", "any-layer")  # the seed is the head-set's size, not its heads
+    for sid, heads in (("cm-ord-last", [(1, 0), (2, 0)]), ("cm-ord-qsp", [(0, 1), (3, 2)])):
+        assert all(d[(sid, f"any-layer#{i}")][0] == seed for i in range(4))
+        assert [d[(sid, f"any-layer#{i}")][1] for i in range(4)] == _common_any_layer(heads, 4, seed)
+    # the two settings' draws that miss both S's are the same draws
+    both = {(1, 0), (2, 0), (0, 1), (3, 2)}
+    last = [x for x in _common_any_layer([(1, 0), (2, 0)], 4, seed) if not {tuple(h) for h in x} & both]
+    qsp = [x for x in _common_any_layer([(0, 1), (3, 2)], 4, seed) if not {tuple(h) for h in x} & both]
+    n = min(len(last), len(qsp))
+    assert n and last[:n] == qsp[:n]
 
 
 def test_a_k_sweep_point_with_the_settings_heads_takes_the_first_main_draws(tmp_path):

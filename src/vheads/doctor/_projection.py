@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+from vheads.evaluation._controls import COMMON_DRAWS
+
 
 def compared_per_setting(pool: int | None, R: int) -> int:
     """Distinct head-sets one setting's control of R compares S with (the rule of
@@ -111,7 +113,13 @@ def study_rows(cfg, main_k: int | None = None, heads: tuple[int, int] | None = N
             return float(settings * per_setting)
         counts = spread(k, pool_heads[0], pool_heads[1], cfg.selection)
         pool = control_pool(name, counts, pool_heads[1])
-        return expected_union(pool, compared_per_setting(pool, per_setting), settings)
+        per = compared_per_setting(pool, per_setting)
+        if name in COMMON_DRAWS and pool is not None and per < pool:
+            # one common sequence over all heads, each setting its first `per` draws that miss
+            # its S: the union is about the prefix one setting needs, per / P(a draw misses S)
+            every = math.comb(pool_heads[0] * pool_heads[1], k)
+            return min(float(settings * per), per * every / pool, float(every))
+        return expected_union(pool, per, settings)
 
     cers, ncs = bool(tests & {"cers", "cers-sym"}), "ncs" in tests
     k_points = [kk for kk in dict.fromkeys(cfg.k_sweep) if kk != main_k]  # S@k=main_k is S

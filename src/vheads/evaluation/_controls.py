@@ -204,12 +204,31 @@ def layer_matched_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
     return _independent("layer-matched", S, R, seed)
 
 
-def _any_layer_stream(S: HeadSet, rng: np.random.Generator, borrowed=None) -> Iterator[HeadSet]:
+def _any_layer_stream(S: HeadSet, rng: np.random.Generator, borrowed=None, common: bool = False) -> Iterator[HeadSet]:
+    """Endless independent any-layer draws for S.
+
+    ``common=False``: |S| heads uniformly without replacement from the heads outside S.
+    ``common=True``: |S| heads uniformly from *all* the model's heads, the draws that touch
+    S skipped. A uniform |S|-subset of all heads given that it misses S is a uniform
+    |S|-subset of the heads outside S, so both streams draw from the same distribution;
+    the common one depends on S only through the filter, so every head-set of one size
+    drawn from one seed reads the same sequence (the study's settings then share most of
+    their any-layer draws, and the probe memo runs each shared row once; docs/controls.md).
+    """
     _check_nonempty(S, "any-layer")
     _check_disjoint_room(S, "any-layer")
-    pool = np.flatnonzero((S.head_mask() & ~S.as_mask()).ravel())  # flat (layer, head) indices outside S
-    return (S.like(divmod(int(i), S.n_heads) for i in rng.choice(pool, size=len(S), replace=False))
-            for _ in itertools.count())
+    outside = S.head_mask() & ~S.as_mask()
+    pool = np.flatnonzero((S.head_mask() if common else outside).ravel())  # flat (layer, head) indices
+    free = outside.ravel()
+
+    def draws() -> Iterator[HeadSet]:
+        for _ in itertools.count():
+            pick = rng.choice(pool, size=len(S), replace=False)
+            if common and not free[pick].all():
+                continue
+            yield S.like(divmod(int(i), S.n_heads) for i in pick)
+
+    return draws()
 
 
 def any_layer_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
@@ -421,7 +440,7 @@ def _text_heavy(S, **inputs):
 
 CONTROLS: dict[str, Control] = {
     "layer-matched": Control("layer-matched", lambda S, rng, borrowed, **_: _layer_matched_stream(S, rng, borrowed)),
-    "any-layer": Control("any-layer", lambda S, rng, borrowed, **_: _any_layer_stream(S, rng)),
+    "any-layer": Control("any-layer", lambda S, rng, borrowed, common=False, **_: _any_layer_stream(S, rng, common=common)),
     "attention-matched": Control("attention-matched", _attention_matched, needs=("image_mass",),
                                  notes=_attention_matched_notes),
     "sinks": Control("sinks", random=False, needs=("sink_mass",), fixed=_sinks,
@@ -433,6 +452,12 @@ CONTROLS: dict[str, Control] = {
     "random-n": Control("random-n", lambda S, rng, borrowed, **inputs: _random_n_stream(S, rng, n=inputs.get("n"))),
 }
 ALIASES = {"layer+attention-matched": "attention-matched"}
+
+#: controls every head-set of one size draws from one common sequence (``common=True`` of
+#: :func:`draw_controls`: draws over all heads, those touching S skipped),
+#: seeded by the size alone, so the settings share most of their draws and the probe memo
+#: runs each shared row once (issue 32; docs/controls.md says why the statistics stay right)
+COMMON_DRAWS = frozenset({"any-layer"})
 
 
 def get_control(name: str) -> Control:

@@ -25,7 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vheads import __version__
-from vheads.evaluation import HeadSet, draw_controls
+from vheads.evaluation import COMMON_DRAWS, HeadSet, draw_controls
 from vheads.evaluation import split_control_name
 from vheads.study._backends import make_backend
 from vheads._errors import VheadsError, check_output_path, path_inside, storage_error
@@ -180,11 +180,15 @@ def _heads_json(hs: HeadSet) -> str:
 
 def control_seed(seed: int, heads: HeadSet, name: str) -> int:
     """The seed of control ``name``'s draws for the head-set ``heads`` (docs/controls.md):
-    derived from the heads themselves, not from the setting's id, so two settings that
+    derived from the heads themselves (an any-layer draw: from their number, see
+    ``COMMON_DRAWS``), not from the setting's id, so two settings that
     select the same heads (``cm-ord-gaze`` and ``cm-ord-last`` on the tiny model), a k-sweep
     point and an algebra part with a setting's heads draw the same controls (R draws from
     one seed: the first R of a longer sequence), and the probe memo runs their rows once."""
+    if name in COMMON_DRAWS:
+        return derived_seed(seed, "control", f"common:{len(heads)}", name)
     return derived_seed(seed, "control", ",".join(f"{l}.{h}" for l, h in sorted(heads.heads)), name)
+
 
 
 def algebra_pairs(settings: list[str]) -> list[tuple[str, str]]:
@@ -251,7 +255,8 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
         for name, R in cfg.controls.items():
             seed = control_seed(cfg.seed, S, name)
             base, n = split_control_name(name)  # "random-n@200": 200 heads per draw
-            draws = draw_controls(base, S, R, seed, **({"n": n} if n else {}), **inputs)
+            draws = draw_controls(base, S, R, seed, **({"n": n} if n else {}), **({"common": True} if base in COMMON_DRAWS else {}),
+                                  **inputs)
             label = f"{base}(n={n})" if n else name
             record(sid, label, draws, R)
             for i, d in enumerate(draws):
