@@ -132,6 +132,8 @@ class RunData:
     score_settings: list[str] = field(default_factory=list)
     score_points: dict[str, dict[str, Any]] = field(default_factory=dict)  # setting -> its point's axes (meta 'score:<id>')
     score_overlap: list[dict[str, Any]] = field(default_factory=list)  # overlap rows with a score setting in them
+    # (cells, ksweep, arms, nonfinite) under every other metric the store holds, read in the same pass
+    other_metrics: dict[str, tuple] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def model_id(self) -> str:
@@ -260,7 +262,9 @@ def _load(store: Store, run_dir: Path, metric: str | None = None) -> RunData:
     if metric != "p4" and not store.has_metric(metric):  # p4 is the value every vheads stored
         raise VheadsError(f"this run's results store holds no {metric} values for some outcomes (written by a vheads "
                           f"from before the metric columns); report it with metric = \"p4\", or rerun the study")
-    cells, ksweep, arms, nonfinite = outcome_cells(store, metric, heads_of)
+    others = tuple(m for m in METRIC_COLUMNS if m != metric and (m == "p4" or store.has_metric(m)))
+    by_metric = outcome_cells_by_metric(store, (metric, *others), heads_of)  # one pass for every metric
+    cells, ksweep, arms, nonfinite = by_metric.pop(metric)
 
     headset_sizes: dict[tuple[str, str], int] = {}
     for setting, hid, control, heads in store.query(
@@ -309,6 +313,7 @@ def _load(store: Store, run_dir: Path, metric: str | None = None) -> RunData:
         score_settings=sorted(scored, key=lambda s: (s.rsplit("-", 1)[0], (meta.get(f"score:{s}") or {}).get("order", 0), s)),
         score_points={s: meta.get(f"score:{s}") or {} for s in scored},
         score_overlap=[r for r in overlap if r["a"] in scored or r["b"] in scored],
+        other_metrics=by_metric,
     )
 
 
@@ -372,55 +377,86 @@ def outcome_cells(store: Store, metric: str, heads_of: dict[tuple[str, str], str
     :data:`vheads.store.METRIC_COLUMNS`), as ``(cells, ksweep, arms, nonfinite)`` of
     :class:`RunData`; ``tests``: only these test ids (default: all). ``heads_of`` maps
     (setting, head-set id) to its heads, to tell repeated control draws apart."""
-    col = METRIC_COLUMNS[metric]
-    where = f" WHERE test IN ({', '.join('?' * len(tests))})" if tests else ""
-    # per-item values, grouped: (setting, test, headset_id) -> values in item order
-    per_item: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-    nonfinite = 0
-    for setting, test, hid, value in store.query(
-        f"SELECT setting, test, headset_id, {col} FROM outcomes{where} ORDER BY setting, test, headset_id, item_id", *(tests or ())
+    return outcome_cells_by_metric(store, (metric,), heads_of, tests)[metric]
+
+
+def outcome_cells_by_metric(store: Store, metrics: tuple[str, ...], heads_of: dict[tuple[str, str], str],
+                            tests: tuple[str, ...] | None = None) -> dict[str, tuple]:
+    """:func:`outcome_cells` under each of ``metrics``, read in one pass over the store (the
+    report reads every metric). S's (and S@k's) per-item values are read row by row; a
+    control draw needs only its mean over the items, which SQLite takes (``AVG`` over the
+    finite values, ``GROUP BY`` the draw), so the hundreds of thousands of control rows never
+    reach Python."""
+    cols = [METRIC_COLUMNS[m] for m in metrics]
+    finite = "abs({c}) < 1e308"  # NULL (NaN) and ±inf fail it
+    args = tuple(tests or ())
+    where = f" AND test IN ({', '.join('?' * len(tests))})" if tests else ""
+    is_s = "(headset_id = 'S' OR headset_id GLOB 'S@k=*')"
+    s_values: list[dict[tuple[str, str, str], list[float]]] = [defaultdict(list) for _ in metrics]
+    nonfinite = [0] * len(metrics)
+    for setting, test, hid, *values in store.query(
+        f"SELECT setting, test, headset_id, {', '.join(cols)} FROM outcomes WHERE {is_s}{where} "
+        "ORDER BY setting, test, headset_id, item_id", *args
     ):
         if "&" in setting:  # head-set algebra pseudo-settings: see vheads.report._extras
             continue
-        if value is None or not np.isfinite(float(value)):
-            nonfinite += 1
+        for n, value in enumerate(values):
+            if value is None or not np.isfinite(float(value)):
+                nonfinite[n] += 1
+            else:
+                s_values[n][(setting, test, hid)].append(float(value))
+    means: list[dict[tuple[str, str, str], float]] = [{} for _ in metrics]
+    stats = ", ".join(f"AVG(CASE WHEN {finite.format(c=c)} THEN {c} END), "
+                      f"SUM(CASE WHEN {finite.format(c=c)} THEN 0 ELSE 1 END)" for c in cols)
+    for setting, test, hid, *agg in store.query(
+        f"SELECT setting, test, headset_id, {stats} FROM outcomes WHERE NOT {is_s}{where} "
+        "GROUP BY setting, test, headset_id", *args
+    ):
+        if "&" in setting:
             continue
-        per_item[(setting, test, hid)].append(float(value))
+        for n in range(len(metrics)):
+            mean, bad = agg[2 * n], agg[2 * n + 1]
+            nonfinite[n] += int(bad or 0)
+            if mean is not None:
+                means[n][(setting, test, hid)] = float(mean)
+    arm_values: list[dict[tuple[str, str, str], list[float]]] = [defaultdict(list) for _ in metrics]
+    for setting, test, hid, arm, *values in store.query(
+        f"SELECT setting, test, headset_id, arm, {', '.join(cols)} FROM arms WHERE {is_s}{where} "
+        "ORDER BY setting, test, headset_id, arm, item_id", *args
+    ):  # S's arms under (setting, test, arm); a k-sweep set's under (setting, "test@k=K", arm)
+        k = parse_headset_id(hid).k
+        key = (setting, test if k is None else f"{test}@k={k}", arm)
+        for n, value in enumerate(values):
+            arm_values[n][key].append(float(value))
+    return {m: (*_cells(s_values[n], means[n], heads_of), {key: np.asarray(v, dtype=float) for key, v in arm_values[n].items()},
+                nonfinite[n]) for n, m in enumerate(metrics)}
 
+
+def _cells(s_values: dict[tuple[str, str, str], list[float]], means: dict[tuple[str, str, str], float],
+           heads_of: dict[tuple[str, str], str]):
+    """``(cells, ksweep)`` of :class:`RunData` from S's per-item values and each control draw's
+    mean, both by (setting, test, head-set id)."""
     cells: dict[tuple[str, str], Cell] = {}
     ksweep: dict[tuple[str, str], dict[int, Cell]] = defaultdict(dict)
     draws: dict[tuple[str, str, str, int | None], list[tuple[int, float, str]]] = defaultdict(list)
-    for (setting, test, hid), values in per_item.items():
+    for (setting, test, hid), values in s_values.items():
+        k = parse_headset_id(hid).k
+        cell = (ksweep[(setting, parse_test_id(test).base)].setdefault(k, Cell()) if k is not None
+                else cells.setdefault((setting, test), Cell()))
+        cell.s = np.asarray(values, dtype=float)
+    for (setting, test, hid), mean in sorted(means.items()):
         h = parse_headset_id(hid)
-        x = np.asarray(values, dtype=float)
-        if h.k is not None:  # a k-sweep set or one of its controls
-            cell = ksweep[(setting, parse_test_id(test).base)].setdefault(h.k, Cell())
-            if h.is_s:
-                cell.s = x
-            else:
-                draws[(setting, test, h.role, h.k)].append((h.draw or 0, float(x.mean()), heads_of.get((setting, hid), hid)))
-            continue
-        cell = cells.setdefault((setting, test), Cell())
-        if h.is_s:
-            cell.s = x
+        if h.k is not None:  # a k-sweep set's control
+            ksweep[(setting, parse_test_id(test).base)].setdefault(h.k, Cell())
         else:
-            draws[(setting, test, h.role, None)].append((h.draw or 0, float(x.mean()), heads_of.get((setting, hid), hid)))
+            cells.setdefault((setting, test), Cell())
+        draws[(setting, test, h.role, h.k)].append((h.draw or 0, mean, heads_of.get((setting, hid), hid)))
     for (setting, test, role, k), ts in draws.items():
         ts = sorted(ts)
         cell = cells[(setting, test)] if k is None else ksweep[(setting, parse_test_id(test).base)][k]
         cell.controls[role] = np.asarray([v for _, v, _ in ts], dtype=float)
         cell.draw_sets[role] = [key for _, _, key in ts]
-
-    arm_values: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-    for setting, test, hid, arm, value in store.query(
-        f"SELECT setting, test, headset_id, arm, {col} FROM arms WHERE (headset_id='S' OR headset_id LIKE 'S@k=%')"
-        + where.replace(" WHERE", " AND") + " ORDER BY setting, test, headset_id, arm, item_id", *(tests or ())
-    ):  # S's arms under (setting, test, arm); a k-sweep set's under (setting, "test@k=K", arm)
-        k = parse_headset_id(hid).k
-        arm_values[(setting, test if k is None else f"{test}@k={k}", arm)].append(float(value))
-    arms = {key: np.asarray(v, dtype=float) for key, v in arm_values.items()}
-
-    return cells, dict(ksweep), arms, nonfinite
+    return cells, dict(ksweep)
 
 
 def settings_text(run: RunData) -> str:

@@ -602,6 +602,9 @@ def metric_runs(run: RunData, tests: tuple[str, ...]) -> dict[str, RunData]:
         for m in METRICS:
             if m == run.metric:
                 out[m] = run
+            elif m in run.other_metrics:  # read with the run (every test: the tables look tests up by id)
+                cells, ksweep, arms, nonfinite = run.other_metrics[m]
+                out[m] = dataclasses.replace(run, cells=cells, ksweep=ksweep, arms=arms, nonfinite=nonfinite, metric=m)
             elif m == "p4" or store.has_metric(m):
                 cells, ksweep, arms, nonfinite = outcome_cells(store, m, run.heads_of, tests)
                 out[m] = dataclasses.replace(run, cells=cells, ksweep=ksweep, arms=arms, nonfinite=nonfinite, metric=m)
