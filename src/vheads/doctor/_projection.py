@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from vheads.evaluation._controls import COMMON_DRAWS
+from vheads.evaluation import COMMON_DRAWS
 
 
 def compared_per_setting(pool: int | None, R: int) -> int:
