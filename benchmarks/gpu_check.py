@@ -1,7 +1,13 @@
 """GPU check: the realistic widths of Qwen3-VL-2B and -8B (random init, bf16) on one GPU.
 
-    bash benchmarks/gpu_check.sh [--json PATH] [--only 2b|8b]      (≤ 8 minutes)
-    python benchmarks/gpu_check.py --smoke                           (CPU, tiny widths: checks the script runs)
+    bash benchmarks/gpu_check.sh [--out DIR] [--only 2b|8b]        (≤ 8 minutes; DIR default ./gpu_check/)
+    python benchmarks/gpu_check.py --smoke --out DIR                 (CPU, tiny widths: checks the script runs)
+
+Every timed row is warmed up first (one untimed run of the same shapes: kernels chosen,
+caches filled), timed between device synchronisations, and reports the peak GPU memory
+of that row alone (the peak statistics are reset before each row). ``DIR/gpu_check.json``
+holds every figure (written after each width, so a run stopped at the limit keeps what
+finished) and ``DIR/gpu_check.txt`` the printed summary.
 
 For each width, models are initialised at random directly on the GPU (no download, no
 model folder), language model and vision tower at the published layout (below), with the
@@ -16,6 +22,8 @@ word-level test tokenizer (so the vocabulary, and only the vocabulary, is small)
   pre-hooks) / vheads batched, question rows (prefix reused) and all rows, beside the limit
   (the same rows batched with no plan) and ablated / plain forward (``benchmarks/bench_ablation.py``);
 - bf16 vs fp32 agreement of P(option) under masking (2B only: the same weights cast);
+- a padded multi-item batch: items of different lengths (so different prefixes) in one
+  forward against one forward per item, mask at all rows; time and max |ΔP| between the two;
 - the projected GPU-hours of a paper-like study: the evaluation stage's batch rows counted
   from the study configuration (:func:`evaluation_rows`, 12 settings, 400 items per set,
   the default controls) × the measured time per row, 8B width. A projection until it is
@@ -98,6 +106,60 @@ def evaluation_rows(cfg) -> dict[str, int]:
     return {"settings": len(settings), "full_rows": full, "suffix_rows": suffix, "n_eval": n, "controls_R": R}
 
 
+class _Rows:
+    """Runs each row with its own peak-memory reading (reset before, read after)."""
+
+    def __init__(self, device: str):
+        self.device, self.peaks = device, {}
+
+    def __call__(self, name: str, fn, *args):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        out = fn(*args)
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            self.peaks[name] = torch.cuda.max_memory_allocated() / 2**30
+        return out
+
+
+def _warm_up(lm, eng, image_tokens: int, rows: int) -> None:
+    """One untimed batched run of every action the rows time (mask at question / all,
+    zero ablation), so the first timed row does not pay for kernel selection."""
+    from vheads.evaluation._probe import Action, Probe, run_probes
+
+    hs = bench_evaluation.random_headsets(lm.n_layers, lm.n_heads, n=rows)
+    prompt = _setup.prompt_of_length(lm, image_tokens)
+    probes = [Probe(prompt, Action("mask", rows=g), hs) for g in ("question", "all")] + [Probe(prompt, None)]
+    run_probes(eng, probes)
+
+
+def _padded(lm, eng, image_tokens: int, head_sets: int, repeats: int, device: str, log) -> dict:
+    """Items of four different lengths × ``head_sets`` masked head-sets (mask at all rows):
+    one call of the engine over all of them (padded batch) against one call per item."""
+    from vheads.evaluation._probe import Action, Probe, run_probes
+
+    hs = bench_evaluation.random_headsets(lm.n_layers, lm.n_heads, n=head_sets)
+    sizes = [max(4, int(image_tokens * f)) for f in (1.0, 0.8, 0.6, 0.45)]
+    prompts = [_setup.prompt_of_length(lm, n, seed=i) for i, n in enumerate(sizes)]
+    probes = [Probe(p, Action("mask", rows="all"), hs) for p in prompts]
+    together = lambda: run_probes(eng, probes, prefix_reuse=False)  # noqa: E731
+    alone = lambda: [run_probes(eng, [pr], prefix_reuse=False)[0] for pr in probes]  # noqa: E731
+    p_together, p_alone = np.concatenate(together()), np.concatenate(alone())  # warm-up, and the agreement
+    t = {"padded": [], "per_item": []}
+    for _ in range(repeats):
+        t["padded"].append(_setup.timed(together, device))
+        t["per_item"].append(_setup.timed(alone, device))
+    lengths = [p.layout.n_tokens for p in prompts]
+    r = {"lengths": lengths, "head_sets": head_sets, "padded_s": _setup.median(t["padded"]), "per_item_s": _setup.median(t["per_item"]),
+         "max_abs_dP": float(np.abs(p_together - p_alone).max())}
+    r["per-item / padded"] = r["per_item_s"] / r["padded_s"]
+    r["padded tokens/s"] = sum(lengths) * head_sets / r["padded_s"]
+    log(f"  padded batch {lengths} × {head_sets} head-sets: {r['padded_s']:.2f}s, per item {r['per_item_s']:.2f}s "
+        f"({r['per-item / padded']:.2f}×), max |ΔP| {r['max_abs_dP']:.1e}")
+    return r
+
+
 def _ratio_rows(lm, eng, image_tokens: int, rows: int, repeats: int, device: str, log) -> dict:
     over = bench_overhead.run(lm, eng, image_tokens, rows, repeats, device, log)
     out = {}
@@ -144,7 +206,7 @@ def _agreement(lm, eng, image_tokens: int, log) -> dict:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json", type=Path, default=Path("gpu_check.json"), help="where the results go (default ./gpu_check.json)")
+    ap.add_argument("--out", type=Path, default=Path("gpu_check"), help="folder of the results (default ./gpu_check/): gpu_check.json, gpu_check.txt")
     ap.add_argument("--only", choices=sorted(WIDTHS), help="one width only")
     ap.add_argument("--smoke", action="store_true", help="tiny widths on the CPU: checks that this script runs, measures nothing")
     args = ap.parse_args(argv)
@@ -152,6 +214,11 @@ def main(argv=None) -> dict:
         print("gpu_check: no CUDA device (torch.cuda.is_available() is False); this check needs a GPU. "
               "CPU figures: python benchmarks/run.py --quick", file=sys.stderr)
         sys.exit(2)
+    if args.out.exists() and not args.out.is_dir():
+        print(f"gpu_check: --out {args.out} is a file; give a folder", file=sys.stderr)
+        sys.exit(2)
+    args.out.mkdir(parents=True, exist_ok=True)
+    out_json = args.out / "gpu_check.json"
     device, dtype = ("cpu", "float32") if args.smoke else ("cuda", "bfloat16")
     t0 = time.perf_counter()
 
@@ -162,36 +229,42 @@ def main(argv=None) -> dict:
     from vheads.study._config import StudyConfig
 
     machine = torch.cuda.get_device_name() if device == "cuda" else "CPU (smoke run: no figure here means anything)"
-    results: dict = {"device": machine, "dtype": dtype, "torch": torch.__version__, "projection": True, "widths": {}}
+    import transformers
+
+    results: dict = {"device": machine, "dtype": dtype, "torch": torch.__version__, "transformers": transformers.__version__,
+                     "projection": True, "widths": {}}
     widths = {"smoke": SMOKE} if args.smoke else {k: v for k, v in WIDTHS.items() if args.only in (None, k)}
     image_tokens, rows, repeats = (16, 4, 1) if args.smoke else (1024, 64, 3)
     for name, spec in widths.items():
         log(f"[{name}] building a random Qwen3-VL ({spec['layers']} layers × {spec['heads']} heads / {spec['kv_heads']} KV, hidden {spec['hidden']}) on {device}")
         lm = build(spec, device, dtype)
         eng = Engine(lm)
+        row = _Rows(device)
         r = {"spec": spec}
-        r["forward"] = _ratio_rows(lm, eng, image_tokens, rows, repeats, device, log)
-        r["capture / plain"] = _capture_rows(lm, eng, [image_tokens, 4 * image_tokens], repeats, device)
+        row("warm-up", _warm_up, lm, eng, image_tokens, rows)
+        log("  warmed up")
+        r["forward"] = row("forward", _ratio_rows, lm, eng, image_tokens, rows, repeats, device, log)
+        r["capture / plain"] = row("capture", _capture_rows, lm, eng, [image_tokens, 4 * image_tokens], repeats, device)
         log(f"  capture / plain: {r['capture / plain']}")
-        ev = bench_evaluation.run(lm, eng, 1, image_tokens, 2 if args.smoke else 4, rows, rows, device, log)
+        ev = row("evaluation", bench_evaluation.run, lm, eng, 1, image_tokens, 2 if args.smoke else 4, rows, rows, device, log)
         r["evaluation per-head-set / batched"] = {"question (+reuse)": ev["question"]["baseline_s"] / ev["question"]["reuse_s"],
                                                   "all": ev["all"]["baseline_s"] / ev["all"]["batched_s"],
                                                   "max_abs_dP": max(ev["question"]["max_abs_dP"], ev["all"]["max_abs_dP"])}
+        r["padded batch"] = row("padded batch", _padded, lm, eng, image_tokens, 4 if args.smoke else 16, repeats, device, log)
         if name in ("2b", "smoke"):
-            ab = bench_ablation.run(lm, eng, 1, image_tokens, 2 if args.smoke else 4, rows, repeats, device, log)
+            ab = row("ablation zero", bench_ablation.run, lm, eng, 1, image_tokens, 2 if args.smoke else 4, rows, repeats, device, log)
             r["ablation zero"] = {g: {"per-head-set / batched": a["baseline_s"] / a["reuse_s"],
                                       "limit": a["baseline_s"] / a["items"] / a["plain_batched_s"],
                                       "ablated / plain": a["ablated_s"] / a["plain_s"], "max_abs_dP": a["max_abs_dP"]} for g, a in ab.items()}
             lm.model.to(torch.bfloat16)  # (the smoke run is fp32 until here)
-            r["bf16 vs fp32"] = _agreement(lm, eng, image_tokens, log)
+            r["bf16 vs fp32"] = row("bf16 vs fp32", _agreement, lm, eng, image_tokens, log)
         if device == "cuda":
-            r["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            r["peak_gib"] = dict(row.peaks)
         results["widths"][name] = r
         del eng, lm
         if device == "cuda":
             torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        args.json.write_text(json.dumps(results, indent=1, default=float))  # what is done so far survives a timeout
+        out_json.write_text(json.dumps(results, indent=1, default=float))  # what is done so far survives a timeout
     # projection: the paper-like study's evaluation rows × time per row at the largest width measured
     last = list(results["widths"])[-1]
     fwd = results["widths"][last]["forward"]
@@ -200,17 +273,22 @@ def main(argv=None) -> dict:
     simple = 12 * (1 + rows_count["controls_R"]) * 400 * 4
     results["projection_gpu_hours"] = {"width": last, "image_tokens": image_tokens, **rows_count, "gpu_hours": hours,
                                        "issue_formula_rows": simple, "issue_formula_gpu_hours": simple * fwd["all"]["masked s per row"] / 3600}
-    args.json.write_text(json.dumps(results, indent=1, default=float))
-    _print(results)
-    log(f"wrote {args.json}")
+    results["seconds"] = time.perf_counter() - t0
+    out_json.write_text(json.dumps(results, indent=1, default=float))
+    text = _print(results)
+    print(text)
+    (args.out / "gpu_check.txt").write_text(text + "\n")
+    log(f"wrote {out_json} and {args.out / 'gpu_check.txt'}")
     return results
 
 
-def _print(res: dict) -> None:
-    print(f"\nGPU check on {res['device']} ({res['dtype']}); all figures are measurements of random-init models, the GPU-hours a projection")
+def _print(res: dict) -> str:
+    lines: list[str] = []
+    print = lines.append  # noqa: A001 (the summary is returned, then printed and saved)
+    print(f"GPU check on {res['device']} ({res['dtype']}); all figures are measurements of random-init models, the GPU-hours a projection")
     for name, r in res["widths"].items():
         f = r["forward"]
-        print(f"\n[{name}]")
+        print(f"[{name}]")
         for g in ("question", "all"):
             print(f"  masked / plain forward, mask@{g}: {f[g]['masked / plain']:.2f}×  (target ≤ {1.15 if g == 'question' else 1.3}); "
                   f"plain {f[g]['plain tokens/s']:,.0f} tokens/s, masked {f[g]['masked tokens/s']:,.0f} tokens/s")
@@ -223,12 +301,18 @@ def _print(res: dict) -> None:
                   f"limit {a['limit']:.1f}×), ablated / plain {a['ablated / plain']:.2f}× (target ≤ 1.15); max |ΔP| {a['max_abs_dP']:.1e}")
         if isinstance(r.get("bf16 vs fp32"), dict):
             print(f"  bf16 vs fp32 P(option): max |ΔP| {r['bf16 vs fp32']['max_abs_dP']:.2e}")
+        pb = r.get("padded batch")
+        if pb:
+            print(f"  padded batch of {len(pb['lengths'])} items (T = {pb['lengths']}) × {pb['head_sets']} head-sets, mask@all: per item / padded "
+                  f"{pb['per-item / padded']:.2f}×, {pb['padded tokens/s']:,.0f} tokens/s; max |ΔP| {pb['max_abs_dP']:.1e}")
         if "peak_gib" in r:
-            print(f"  peak GPU memory {r['peak_gib']:.1f} GiB")
+            print("  peak GPU memory by row: " + ", ".join(f"{k} {v:.1f} GiB" for k, v in r["peak_gib"].items()))
     p = res["projection_gpu_hours"]
-    print(f"\nprojected evaluation GPU-hours, paper-like study ({p['settings']} settings, {p['n_eval']} items per set, R = {p['controls_R']}): "
+    print(f"projected evaluation GPU-hours, paper-like study ({p['settings']} settings, {p['n_eval']} items per set, R = {p['controls_R']}): "
           f"{p['gpu_hours']:.1f} h ({p['full_rows']:,} full rows + {p['suffix_rows']:,} suffix rows at the {p['width']} width); "
           f"issue's formula 12 × (1 + R) × 400 × 4 = {p['issue_formula_rows']:,} rows: {p['issue_formula_gpu_hours']:.1f} h")
+    print(f"({res.get('seconds', 0):.0f} s in all; torch {res['torch']}, transformers {res.get('transformers', '?')})")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

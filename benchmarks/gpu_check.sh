@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check: Qwen3-VL-2B and -8B widths (random init, bf16), one command, at most 8 minutes.
-# Usage: bash benchmarks/gpu_check.sh [--json PATH] [--only 2b|8b]    (PYTHON=... to pick the interpreter)
+# Usage: bash benchmarks/gpu_check.sh [--out DIR] [--only 2b|8b]    (PYTHON=... to pick the interpreter; DIR default ./gpu_check/)
 # See benchmarks/README.md, "GPU check". Without a CUDA device it stops at once, exit 2.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,6 @@ export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
 timeout 480 "$PY" benchmarks/gpu_check.py "$@"
 rc=$?
 if [ "$rc" = 124 ]; then
-  echo "gpu_check: stopped at the 8-minute limit; the widths finished so far are in the JSON (default ./gpu_check.json)" >&2
+  echo "gpu_check: stopped at the 8-minute limit; the widths finished so far are in DIR/gpu_check.json (default ./gpu_check/)" >&2
 fi
 exit "$rc"
