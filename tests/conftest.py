@@ -4,6 +4,9 @@ import pytest
 import torch
 
 torch.set_num_threads(2)
+# the report's sections in this process, so that tests spying on figures see every one
+# (tests/report/test_parallel_build.py checks the forked build against it)
+os.environ.setdefault("VHEADS_REPORT_WORKERS", "1")
 
 #: the first four families (one image = one grid of image tokens, plain softmax attention)
 BASE_FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava"]
