@@ -226,6 +226,7 @@ def report(
     run_dir: Annotated[Path, typer.Argument(help="a study's run directory")],
     out: Annotated[Optional[Path], typer.Option(help="write the report here (default: RUN_DIR; for a run on read-only media)")] = None,  # noqa: UP007
     metric: Annotated[Optional[str], typer.Option(help="the metric the tables lead with: p4, logprob or logit-diff (default: the run's config key metric)")] = None,  # noqa: UP007
+    screenshot: Annotated[bool, typer.Option("--screenshot", help="also write report.png, the top of the page in headless Chromium (where installed)")] = False,
 ) -> None:
     """Rebuild the report (Markdown + HTML) of a study run from its results store."""
     from vheads.store import METRIC_COLUMNS
@@ -240,7 +241,7 @@ def report(
         _fail_clearly(check_output_path, out, "--out")
     from vheads.study import build_report_if_available
 
-    path = _fail_clearly(build_report_if_available, run_dir, out, metric)
+    path = _fail_clearly(build_report_if_available, run_dir, out, metric, screenshot)
     typer.echo(f"report: {path}")
 
 
