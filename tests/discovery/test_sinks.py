@@ -229,3 +229,16 @@ def test_the_report_sets_each_sink_aware_head_set_beside_its_twin():
     shared = {(1, 2), (0, 1)}  # by hand
     assert row[6] == str(len(shared)) and row[7] == f"{len(shared) / 4:.2f}"  # union: 4 heads
     assert row[3] == "1/2 items, 2 tokens"
+
+
+def test_a_study_takes_the_sink_rule_in_a_scores_entry():
+    from vheads.study._config import config_from_dict
+    from vheads.study._scores import named_points
+
+    cfg = config_from_dict({"scores": ["gaze", "gaze_nosink", {"name": "mine", "sinks": "drop", "sink_factor": 5}]})
+    got = dict(named_points(cfg))
+    assert got["gaze_nosink"] == ScorePoint(sinks="drop") and got["mine"] == ScorePoint(sinks="drop", sink_factor=5.0)
+    for bad, fragment in (({"sinks": "drop", "sink_factor": 0}, "sink_factor"), ({"sinks": "drop", "sink_factor": "5"}, "a number")):
+        with pytest.raises(VheadsError, match=r"scores\[0\]") as e:
+            config_from_dict({"scores": [{"name": "mine", **bad}]})
+        assert fragment in str(e.value) and "\n" not in str(e.value)

@@ -20,11 +20,16 @@ query rows of one item, ``R`` its key region, ``I`` its image keys):
 - ``select`` — ``flat`` top-k; ``per-layer`` top-k of every layer; ``elbow``: every head
   ranked before the elbow of the SORTED (descending) score curve (:func:`elbow_count`; k
   unused); ``entropy``: of the ``elbow`` heads, the k with the lowest spatial entropy
-  (:func:`spatial_entropy`). Ties always by ``(layer, head)``.
+  (:func:`spatial_entropy`). Ties always by ``(layer, head)``;
+- ``sinks`` — ``keep`` (every key of ``R``) or ``drop``: the image's sink tokens ``S`` (an
+  image token whose hidden-state L2 norm at ``sink_layer`` exceeds ``sink_factor ×`` the
+  item's median image-token norm, :func:`sink_tokens`) leave the region, ``R' = R \\ S``
+  (:func:`sink_free_keys`); the norms are read in the same capture forward.
 
 The seed's settings are the points ``rows=<source>, region=target, norm=raw, keys=mass,
 across=mean`` (:func:`setting_point`); published methods are registered presets
-(:data:`SCORES`, ``@score("name")``): ``gaze``, ``localization``, ``vrh``, ``sparsemm``.
+(:data:`SCORES`, ``@score("name")``): ``gaze``, ``localization``, ``vrh``, ``sparsemm``, and
+``gaze_nosink`` (``gaze`` with the sinks dropped).
 One forward per item captures everything a point needs (:func:`point_statistics`), for
 the point's rows only: a ``[L, H, G]`` capture, with ``G = |I|`` single-key groups only when
 the point needs the spatial entropy; never a full attention map.
