@@ -41,9 +41,10 @@ def _text_model(lm):
 
 
 @torch.no_grad()
-def plant_region_heads(lm, items: list[Item], heads: list[tuple[int, int]], dim: int | None = None) -> None:
+def plant_region_heads(lm, items: list[Item], heads: list[tuple[int, int]], dim: int | None = None, keys=None) -> None:
     """Edit q/k weights so each chosen head attends, from every text row of the items'
-    prompts, to the image tokens of the asked panel (``item.target``) and nowhere else.
+    prompts, to the image tokens of the asked panel (``item.target``) and nowhere else
+    (``keys(item, layout)``, when given: to those image positions instead).
 
     For a chosen head the query is one coordinate ``dim`` (the slowest RoPE pair, so position
     barely matters) set to +1 on every text row; its KV head's key is +big on the asked
@@ -71,7 +72,7 @@ def plant_region_heads(lm, items: list[Item], heads: list[tuple[int, int]], dim:
             x = norm(hs[layer])[0].double()  # [T, D]
             lay = p.layout
             text = lay.text_positions()
-            tgt = set(lay.regions[it.target].positions.tolist())
+            tgt = set(lay.regions[it.target].positions.tolist()) if keys is None else set(keys(it, lay))
             xt.append(x[text])
             img = lay.image_positions.tolist()
             xi.append(x[img])

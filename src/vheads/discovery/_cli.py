@@ -35,7 +35,7 @@ def discover(
     corpus: Annotated[list[str], typer.Option(help="comics, photo, strips:FOLDER, coco:IMAGES[,ANN.json]; repeat for several")] = ["comics", "photo"],  # noqa: B006
     query: Annotated[list[str], typer.Option(help="ordinal and/or referring; repeat for several")] = ["ordinal", "referring"],  # noqa: B006
     source: Annotated[list[str], typer.Option(help="last, qspan and/or out; repeat for several")] = ["last", "qspan", "out"],  # noqa: B006
-    score: Annotated[Optional[list[str]], typer.Option(help="a score point instead of the --source grid: a preset (gaze, localization, vrh, sparsemm), 'rows=out,keys=hit,...' or 'NAME:rows=...'; repeat for several")] = None,  # noqa: UP007
+    score: Annotated[Optional[list[str]], typer.Option(help="a score point instead of the --source grid: a preset (gaze, localization, vrh, sparsemm, gaze_nosink), 'rows=out,keys=hit,...' or 'NAME:rows=...'; repeat for several")] = None,  # noqa: UP007
     k: Annotated[Optional[int], typer.Option(help="head-set size (per layer with --per-layer); default: scaled to the model")] = None,  # noqa: UP007
     per_layer: Annotated[bool, typer.Option("--per-layer", help="top-k of every layer instead of flat top-k")] = False,
     n: Annotated[int, typer.Option(help="discovery items per corpus and query type")] = 32,

@@ -20,7 +20,12 @@ Schema ``vheads.headset/1`` (all keys required unless marked optional)::
       "heads":       [[layer, head], …],     # by descending score, ties by (layer, head)
       "head_scores": [s, …],                 # s[l,h] of each head, same order
       "scores":      [[s[0,0], …], …],       # the full [L, H] discovery score
-      "per_item_file": "cm-ref-qsp.items.npz" | null   # optional: per-item mass [N, L, H]
+      "per_item_file": "cm-ref-qsp.items.npz" | null,  # optional: per-item mass [N, L, H]
+      "sinks": {"layer": 2, "factor": 10.0, "rule": "…", "n_items_with_sinks": 1, "n_dropped": 1,
+                "items": [{"item": "…", "threshold": 41.3, "dropped": [17]}, …]}
+                 # optional: a score point with sinks "drop" (its score record then also has
+                 # "sinks": "drop", "sink_layer", "sink_factor"); "dropped" indexes the item's
+                 # image tokens in position order
     }
 
 The same structure is shipped as a JSON Schema, ``vheads/schemas/headset.schema.json``
@@ -68,6 +73,9 @@ class HeadSetRecord:
     vheads_version: str = vheads.__version__
     per_item_file: str | None = None
     path: Path | None = None  # where it was read from / written to
+    #: a score point that drops sinks: its rule and, per item, the threshold and the image
+    #: tokens dropped (:func:`vheads.discovery._space.sink_record`); None otherwise
+    sinks: dict[str, Any] | None = None
 
     @property
     def ranked(self) -> list[tuple[int, int]]:
@@ -87,6 +95,7 @@ class HeadSetRecord:
             "head_scores": [float(self.scores[l, h]) for l, h in ranked],
             "scores": [[float(v) for v in row] for row in self.scores],
             "per_item_file": self.per_item_file,
+            **({"sinks": self.sinks} if self.sinks is not None else {}),
         }
 
 
@@ -194,6 +203,7 @@ def load_headset(path: str | Path, lm=None, force: bool = False) -> HeadSetRecor
             headset=hs, setting=setting_from_dict(d["setting"]), scores=np.asarray(d["scores"], dtype=np.float64),
             model=m, corpus=d["corpus"], seed=d["seed"], k=d["selection"]["k"], mode=d["selection"]["mode"],
             vheads_version=d.get("vheads_version", "?"), per_item_file=d.get("per_item_file"), path=path,
+            sinks=d.get("sinks"),
         )
     except (KeyError, TypeError, AttributeError, ValueError) as e:  # a hand-edited or foreign file
         msg = str(e) if isinstance(e, ValueError) else f"malformed ({type(e).__name__} {e})"

@@ -91,7 +91,7 @@ def discover_scores(lm, corpora: Sequence, named: Sequence[tuple[str, ScorePoint
         for st, res in zip(settings, results):
             corpus = {"id": c.id, "n_items": len(ids), "seed": seed, "item_ids": ids_hash(c.items), "n_empty_answers": n_empty}
             hs = HeadSet(res.heads, lm.n_layers, lm.n_heads, tuple(lm.attention_layers) if "attention_layers" in model else None)
-            records.append(HeadSetRecord(hs, st, res.scores, model, corpus, seed, record_k(res), st.point.select))
+            records.append(HeadSetRecord(hs, st, res.scores, model, corpus, seed, record_k(res), st.point.select, sinks=res.sinks))
             per_item[st.id] = (res.per_item, ids)
     if out is not None:
         out = Path(out)

@@ -20,11 +20,16 @@ query rows of one item, ``R`` its key region, ``I`` its image keys):
 - ``select`` — ``flat`` top-k; ``per-layer`` top-k of every layer; ``elbow``: every head
   ranked before the elbow of the SORTED (descending) score curve (:func:`elbow_count`; k
   unused); ``entropy``: of the ``elbow`` heads, the k with the lowest spatial entropy
-  (:func:`spatial_entropy`). Ties always by ``(layer, head)``.
+  (:func:`spatial_entropy`). Ties always by ``(layer, head)``;
+- ``sinks`` — ``keep`` (every key of ``R``) or ``drop``: the image's sink tokens ``S`` (an
+  image token whose hidden-state L2 norm at ``sink_layer`` exceeds ``sink_factor ×`` the
+  item's median image-token norm, :func:`sink_tokens`) leave the region, ``R' = R \\ S``
+  (:func:`sink_free_keys`); the norms are read in the same capture forward.
 
 The seed's settings are the points ``rows=<source>, region=target, norm=raw, keys=mass,
 across=mean`` (:func:`setting_point`); published methods are registered presets
-(:data:`SCORES`, ``@score("name")``): ``gaze``, ``localization``, ``vrh``, ``sparsemm``.
+(:data:`SCORES`, ``@score("name")``): ``gaze``, ``localization``, ``vrh``, ``sparsemm``, and
+``gaze_nosink`` (``gaze`` with the sinks dropped).
 One forward per item captures everything a point needs (:func:`point_statistics`), for
 the point's rows only: a ``[L, H, G]`` capture, with ``G = |I|`` single-key groups only when
 the point needs the spatial entropy; never a full attention map.
@@ -32,6 +37,7 @@ the point needs the spatial entropy; never a full attention map.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
@@ -54,7 +60,13 @@ AXES: dict[str, tuple[str, ...]] = {
     "keys": ("mass", "hit", "mean"),
     "across": ("mean", "frequency", "hit-frequency"),
     "select": ("flat", "per-layer", "elbow", "entropy"),
+    "sinks": ("keep", "drop"),
 }
+
+#: the sink rule's defaults (``sinks="drop"``): hidden states at transformers' index 2 (the
+#: output of decoder layer 1, where the massive activations of LLMs have appeared), a sink
+#: above 10 × the median image-token norm of its item
+SINK_LAYER, SINK_FACTOR = 2, 10.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,9 @@ class ScorePoint:
     across: str = "mean"
     select: str = "flat"
     k: int | None = None
+    sinks: str = "keep"
+    sink_layer: int | None = None  # sinks="drop": SINK_LAYER when unset
+    sink_factor: float | None = None  # sinks="drop": SINK_FACTOR when unset
 
     def __post_init__(self) -> None:
         for axis, values in AXES.items():
@@ -78,13 +93,38 @@ class ScorePoint:
             raise VheadsError(f"across 'hit-frequency' pools hits; it needs keys 'hit', got keys {self.keys!r}")
         if self.k is not None and (isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1):
             raise VheadsError(f"a score point's k must be an integer of at least 1 (or unset), got {self.k!r}: it would select nothing")
+        if self.sinks == "keep":
+            given = [n for n in ("sink_layer", "sink_factor") if getattr(self, n) is not None]
+            if given:
+                raise VheadsError(f"{given[0]} applies to the sink rule only; add sinks=drop, or leave {given[0]} out")
+            return
+        layer = SINK_LAYER if self.sink_layer is None else self.sink_layer
+        if isinstance(layer, bool) or not isinstance(layer, int) or layer < 0:
+            raise VheadsError(f"sink_layer must be an integer of at least 0 (an index of the hidden states: 0 = the "
+                              f"input embeddings, l = the output of decoder layer l-1), got {layer!r}")
+        factor = SINK_FACTOR if self.sink_factor is None else self.sink_factor
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 1:
+            raise VheadsError(f"sink_factor must be a finite number above 1 (a sink's hidden-state norm exceeds factor x the "
+                              f"median image-token norm; at most 1 would drop about half the image), got {factor!r}")
+        object.__setattr__(self, "sink_layer", layer)
+        object.__setattr__(self, "sink_factor", float(factor))
 
     @property
     def needs_entropy(self) -> bool:
         return self.select == "entropy"
 
+    @property
+    def drops_sinks(self) -> bool:
+        return self.sinks == "drop"
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The point's axes and k; the sink rule's keys only when it drops sinks (so a
+        sink-blind point's record is what it was before the rule existed)."""
+        d = asdict(self)
+        if not self.drops_sinks:
+            for key in ("sinks", "sink_layer", "sink_factor"):
+                d.pop(key)
+        return d
 
 
 # --- the registry ---------------------------------------------------------------------
@@ -140,6 +180,15 @@ def sparsemm() -> ScorePoint:
     return ScorePoint(rows="out", region="target", norm="raw", keys="hit", across="hit-frequency", select="flat")
 
 
+@score("gaze_nosink")
+def gaze_nosink() -> ScorePoint:
+    """Gaze heads with the image's sink tokens left out: ``gaze``, except that image tokens whose
+    hidden state has a massive norm (above 10 × the median image-token norm of the item, at the
+    output of decoder layer 1) leave the target region, so attention parked on a sink is not
+    read as looking at the panel. Its sink-blind twin is ``gaze``."""
+    return ScorePoint(rows="last", region="target", norm="raw", keys="mass", across="mean", select="flat", sinks="drop")
+
+
 for _source in SOURCES:
     def _seed(source: str = _source) -> ScorePoint:
         return ScorePoint(rows=source)
@@ -165,14 +214,20 @@ def parse_score(text: str) -> ScorePoint:
     for part in text.split(","):
         axis, _, value = part.partition("=")
         axis, value = axis.strip(), value.strip()
-        if axis == "k":
+        if axis in ("k", "sink_layer"):
             if not value.isdigit():
-                raise VheadsError(f"score point {text!r}: k must be a positive integer, got {value!r}")
-            values["k"] = int(value)
+                raise VheadsError(f"score point {text!r}: {axis} must be a {'positive' if axis == 'k' else 'non-negative'} "
+                                  f"integer, got {value!r}")
+            values[axis] = int(value)
+        elif axis == "sink_factor":
+            try:
+                values[axis] = float(value)
+            except ValueError:
+                raise VheadsError(f"score point {text!r}: sink_factor must be a number above 1, got {value!r}") from None
         elif axis in AXES:
             values[axis] = value
         else:
-            raise VheadsError(f"score point {text!r}: unknown axis {axis!r}; axes: {', '.join(AXES)}, k")
+            raise VheadsError(f"score point {text!r}: unknown axis {axis!r}; axes: {', '.join(AXES)}, k, sink_layer, sink_factor")
     return ScorePoint(**values)
 
 
@@ -183,12 +238,14 @@ def parse_score(text: str) -> ScorePoint:
 class PointStatistics:
     """What a point reads of each item: ``per_item [N, L, H]`` (``keys`` of the rows, mean
     over rows), ``n_rows [N]`` (|Q_i|), ``entropy [N, L, H]`` (normalized spatial entropy;
-    only when the point needs it)."""
+    only when the point needs it), ``sinks`` (a point that drops sinks: per item, the
+    threshold and the image tokens dropped, :func:`sink_tokens`)."""
 
     per_item: np.ndarray
     n_rows: np.ndarray
     item_ids: list[str]
     entropy: np.ndarray | None = None
+    sinks: list[dict] | None = None
 
 
 def query_rows(item: Item, layout, rows: str) -> list[int]:
@@ -205,15 +262,45 @@ def query_rows(item: Item, layout, rows: str) -> list[int]:
     return pos
 
 
+def sink_tokens(norms: np.ndarray, factor: float) -> tuple[np.ndarray, float]:
+    """The sink rule: of an item's image tokens, those with a massive hidden state.
+
+    ``norms [|I|]`` is the L2 norm of each image token's hidden state (at the point's
+    ``sink_layer``); a token is a sink when its norm exceeds ``factor × median(norms)``.
+    Returns ``(sink [|I|] bool, threshold)``."""
+    norms = np.asarray(norms, dtype=float)
+    threshold = float(factor * np.median(norms))
+    return norms > threshold, threshold
+
+
+def sink_free_keys(per_key: np.ndarray, region: np.ndarray, sink: np.ndarray, keys: str) -> np.ndarray:
+    """A sink-aware point's per-item statistic from its single-key capture: ``per_key [L, H, |I|]``
+    (``mass`` or ``hit`` of each image key, the point's norm) summed over ``R' = R \\ S``, the
+    region's image keys (``region [|I|]``) that are no sink (``sink [|I|]``); ``mean`` divides by
+    ``|R'|`` (0 when every region key is a sink). The norm and the argmax still see every key:
+    attention on a sink stays in the denominator, a row whose argmax is a sink is no hit."""
+    keep = np.asarray(region, bool) & ~np.asarray(sink, bool)
+    got = per_key[..., keep].sum(-1)
+    if keys == "mean":
+        got = got / keep.sum() if keep.any() else np.zeros_like(got)
+    return got
+
+
 def point_statistics(engine: Engine, items: Sequence[Item], answers: Sequence[str | None], point: ScorePoint) -> PointStatistics:
     """Capture every item's statistics of ``point`` (``answers`` teacher-forced after the
-    assistant prefix: the ``out`` rows; None where the point does not read them)."""
+    assistant prefix: the ``out`` rows; None where the point does not read them). A point that
+    drops sinks reads, in the same forward, each image key alone (``[L, H, |I|]``) and the
+    hidden-state norms at its ``sink_layer``, and sums the keys that are no sink
+    (:func:`sink_free_keys`); its spatial entropy leaves the sinks out too."""
     import torch
 
     from vheads.engine import Capture, positions_mask
 
     lm = engine.lm
-    requests, n_rows, n_region = [], [], []
+    if point.drops_sinks and point.sink_layer > lm.n_layers:
+        raise VheadsError(f"sink_layer {point.sink_layer} is past this model's hidden states: 0 (input embeddings) … "
+                          f"{lm.n_layers} (output of its last decoder layer)")
+    requests, n_rows, n_region, regions = [], [], [], []
     for item, answer in zip(items, answers):
         if point.region == "target" and (item.target is None or item.target not in item.regions):
             raise VheadsError(f"item {item.id!r} has no target region among its regions {sorted(item.regions)}")
@@ -226,18 +313,34 @@ def point_statistics(engine: Engine, items: Sequence[Item], answers: Sequence[st
             raise VheadsError(f"item {item.id!r}: region {point.region!r} covers no image token of this model's token grid")
         rows = positions_mask(T, query_rows(item, lay, point.rows))
         norm = image if point.norm == "image" else None
-        caps = [Capture(rows, region[None], "score", norm, "hit" if point.keys == "hit" else "mass")]
+        stat = "hit" if point.keys == "hit" else "mass"
+        single = torch.eye(T, dtype=torch.bool)[lay.image_positions]  # [|I|, T]: each image key alone
+        caps = [Capture(rows, single, "keys", norm, stat) if point.drops_sinks else Capture(rows, region[None], "score", norm, stat)]
         if point.needs_entropy:
-            caps.append(Capture(rows, torch.eye(T, dtype=torch.bool)[lay.image_positions], "image", image))  # [|I|, T]
+            caps.append(Capture(rows, single, "image", image))
         requests.append((prompt, caps))
         n_rows.append(int(rows.sum()))
         n_region.append(int(region.sum()))
-    caps = engine.capture_prompts(requests)
-    per_item = np.stack([c["score"][:, :, 0].double().cpu().numpy() for c in caps])  # [N, L, H]
-    if point.keys == "mean":
-        per_item = per_item / np.asarray(n_region, dtype=float)[:, None, None]
-    entropy = np.stack([spatial_entropy(c["image"].double().cpu().numpy()) for c in caps]) if point.needs_entropy else None
-    return PointStatistics(per_item, np.asarray(n_rows), [it.id for it in items], entropy)
+        regions.append(region[lay.image_positions].numpy())  # [|I|]
+    caps = engine.capture_prompts(requests, point.sink_layer if point.drops_sinks else None)
+    entropy = sinks = None
+    if point.drops_sinks:
+        sinks, per_item, ents = [], [], []
+        for c, (prompt, _), region in zip(caps, requests, regions):
+            sink, threshold = sink_tokens(c["hidden_norm"][prompt.layout.image_positions].double().numpy(), point.sink_factor)
+            sinks.append({"threshold": threshold, "dropped": np.flatnonzero(sink).tolist()})
+            per_item.append(sink_free_keys(c["keys"].double().cpu().numpy(), region, sink, point.keys))
+            if point.needs_entropy:
+                ents.append(spatial_entropy(c["image"].double().cpu().numpy()[..., ~sink]))
+        per_item = np.stack(per_item)  # [N, L, H]
+        entropy = np.stack(ents) if point.needs_entropy else None
+    else:
+        per_item = np.stack([c["score"][:, :, 0].double().cpu().numpy() for c in caps])  # [N, L, H]
+        if point.keys == "mean":
+            per_item = per_item / np.asarray(n_region, dtype=float)[:, None, None]
+        if point.needs_entropy:
+            entropy = np.stack([spatial_entropy(c["image"].double().cpu().numpy()) for c in caps])
+    return PointStatistics(per_item, np.asarray(n_rows), [it.id for it in items], entropy, sinks)
 
 
 def spatial_entropy(image_attention: np.ndarray) -> np.ndarray:
@@ -302,13 +405,27 @@ class PointResult:
     to the model when the point leaves it unset; unused by ``elbow``) and ``per_item [N, L, H]``,
     each item's share of the score: ``scores`` is its mean over items (``mean``: ``m_i``;
     ``frequency``: 1 where item i's own selection holds the head; ``hit-frequency``:
-    ``N·|Q_i|·m_i / Σ_j |Q_j|``), so a half of the items ranks heads as the point would."""
+    ``N·|Q_i|·m_i / Σ_j |Q_j|``), so a half of the items ranks heads as the point would.
+    ``sinks``: for a point that drops sinks, its rule and what it dropped (:func:`sink_record`)."""
 
     point: ScorePoint
     scores: np.ndarray
     heads: list[tuple[int, int]]
     k: int
     per_item: np.ndarray
+    sinks: dict | None = None
+
+
+def sink_record(point: ScorePoint, stats: PointStatistics) -> dict | None:
+    """What a sink-aware head-set records of its sink rule (None for a sink-blind point): the
+    layer and factor, and per item the threshold (factor × median image-token norm) and the
+    image tokens dropped (0-based indices into the item's image tokens, in position order)."""
+    if not point.drops_sinks or stats.sinks is None:
+        return None
+    items = [{"item": iid, **s} for iid, s in zip(stats.item_ids, stats.sinks)]
+    return {"layer": point.sink_layer, "factor": point.sink_factor, "rule": "norm > factor x median image-token norm",
+            "n_items_with_sinks": sum(bool(s["dropped"]) for s in stats.sinks),
+            "n_dropped": sum(len(s["dropped"]) for s in stats.sinks), "items": items}
 
 
 def aggregate(stats: PointStatistics, point: ScorePoint, n_heads: int, attention_layers: tuple[int, ...],
@@ -342,7 +459,7 @@ def aggregate(stats: PointStatistics, point: ScorePoint, n_heads: int, attention
     if not heads:
         raise VheadsError(f"selection {point.select!r} of score point {point.to_dict()} selects no head on these items "
                           "(no elbow in the sorted scores, or no item selects any head); choose select 'flat'")
-    return PointResult(point, scores, heads, k, per_item)
+    return PointResult(point, scores, heads, k, per_item, sink_record(point, stats))
 
 
 def score_point(lm, items: Sequence[Item], point: ScorePoint, max_new_tokens: int = 4, engine: Engine | None = None) -> tuple[PointResult, PointStatistics]:

@@ -115,6 +115,11 @@ class ProbePlan:
     #: head-output ablations and records (:mod:`vheads.engine._ablate`)
     ablations: list[HeadAblation] = field(default_factory=list)
     records: list[OutputRecord] = field(default_factory=list)
+    #: record the L2 norm of every row's hidden state at this index of transformers'
+    #: ``hidden_states`` (0: the language model's input embeddings, the image tokens' as the
+    #: vision tower and projector made them; ℓ ≥ 1: the output of decoder layer ℓ − 1, before
+    #: any final norm) under ``"hidden_norm"``: ``[B, T]`` float32. None: nothing recorded.
+    hidden_norm_layer: int | None = None
 
     def __post_init__(self) -> None:
         for iv in [*self.interventions, *self.ablations]:
@@ -133,6 +138,9 @@ class ProbePlan:
         for r in self.records:
             if r.role.shape[0] != self.batch_size:
                 raise ValueError(f"record {r.name!r} has batch {r.role.shape[0]}, plan has {self.batch_size}")
+        if self.hidden_norm_layer is not None and not 0 <= self.hidden_norm_layer <= self.n_layers:
+            raise ValueError(f"hidden-state norms at layer {self.hidden_norm_layer}: this model's hidden states are "
+                             f"numbered 0 (input embeddings) … {self.n_layers} (the last decoder layer's output)")
 
     @property
     def actions(self) -> list:
@@ -142,15 +150,15 @@ class ProbePlan:
 
     @property
     def reads_every_row(self) -> bool:
-        """A capture or a record reads every row of every layer (no layer-prefix sharing,
-        no last-layer row cut)."""
-        return bool(self.captures or self.records)
+        """A capture, a record or the hidden-state norms read every row of every layer (no
+        layer-prefix sharing, no last-layer row cut)."""
+        return bool(self.captures or self.records) or self.hidden_norm_layer is not None
 
     def first_row(self) -> int:
         """The first absolute position any action can change (for prefix reuse): a row it
         acts at, at or after the first key it biases in that batch row (the language model
         is causal outside image blocks: an earlier row sees none of the biased keys); a row
-        an ablation replaces a head's output at; 0 with a record."""
+        an ablation replaces a head's output at; 0 with a record or hidden-state norms."""
         first = []
         for iv in self.interventions:
             after = torch.arange(iv.rows.shape[1])[None] >= first_biased_key(iv.key_bias)[:, None]  # [B, T]
@@ -162,7 +170,7 @@ class ProbePlan:
                 first.append(ab.first_row())
         for c in self.captures:
             first.append(int(c.rows.any(0).nonzero()[0]))
-        if self.records:
+        if self.records or self.hidden_norm_layer is not None:
             first.append(0)
         return min(first) if first else 10**9
 

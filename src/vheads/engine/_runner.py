@@ -250,6 +250,36 @@ class Engine:
             return contextlib.nullcontext()
         return read_rows_only(layers[-1], keep, n_positions)
 
+    @contextlib.contextmanager
+    def _hidden_norms(self, plan: ProbePlan | None, results: dict):
+        """Record ``results["hidden_norm"] [B, T]``, the L2 norm of each row's hidden state at
+        ``plan.hidden_norm_layer`` (:class:`ProbePlan`), by a hook on a decoder layer of the
+        same forward: the input of layer 0 (ℓ = 0), else the output of layer ℓ − 1."""
+        layer = None if plan is None else plan.hidden_norm_layer
+        if layer is None:
+            yield
+            return
+        layers = decoder_layers(self.lm.model)
+        if layers is None:
+            raise ValueError(f"{self.lm.model_id}: the language model does not expose its decoder layers "
+                             "(get_decoder().layers): hidden-state norms cannot be recorded")
+
+        def keep(h: torch.Tensor) -> None:
+            results["hidden_norm"] = h.detach().float().norm(dim=-1)  # [B, T]
+
+        if layer == 0:
+            def pre(module, args, kwargs):
+                keep(args[0] if args else kwargs["hidden_states"])
+            handle = layers[0].register_forward_pre_hook(pre, with_kwargs=True)
+        else:
+            def post(module, args, output):
+                keep(output[0] if isinstance(output, (tuple, list)) else output)
+            handle = layers[layer - 1].register_forward_hook(post)
+        try:
+            yield
+        finally:
+            handle.remove()
+
     @torch.no_grad()
     def run(self, batch: RowBatch, plan: ProbePlan | None = None, logits_at: list[int] | None = None) -> ForwardResult:
         """One forward of ``batch`` under ``plan`` (padded coordinates, batch = ``batch.n_rows``).
@@ -265,6 +295,8 @@ class Engine:
         P, T, B = batch.prefix, batch.length, batch.n_rows
         if plan is not None and plan.batch_size != B:
             raise ValueError(f"plan of batch {plan.batch_size} for a row batch of {B} rows")
+        if P > 0 and plan is not None and plan.hidden_norm_layer is not None:
+            raise ValueError("hidden-state norms are recorded on full forwards only (a prefix pass runs without the plan)")
         if P > 0:
             # the prefix pass only fills the cache: of its last layer's rows, the one row its logits read
             with active_plan(None), self._read_rows(torch.tensor([P - 1]), P, None):
@@ -278,7 +310,7 @@ class Engine:
         else:
             keep = _keep(logits_at, 0, T)
             with (active_plan(plan, self.lm.device) as results, self._shared_vision(batch), self._shared_layers(batch, plan),
-                  self._read_rows(keep, T, plan), fp32_logits(model)):
+                  self._read_rows(keep, T, plan), fp32_logits(model), self._hidden_norms(plan, results)):
                 out = model(**self._inputs(batch, "full"), use_cache=False, logits_to_keep=keep)
         logits = out.logits
         if logits_at is not None:
@@ -328,21 +360,25 @@ class Engine:
         (one row each, left-padded) within the batching limits; no logits are computed."""
         return self.capture_prompts([(pr, [Capture(r, groups, name) for name, r in rows.items()]) for pr, rows, groups in requests])
 
-    def capture_prompts(self, requests: list[tuple[Prompt, list[Capture]]]) -> list[dict[str, torch.Tensor]]:
+    def capture_prompts(self, requests: list[tuple[Prompt, list[Capture]]], hidden_norm_layer: int | None = None) -> list[dict[str, torch.Tensor]]:
         """:meth:`capture_many` with any :class:`Capture` (``norm``, ``stat``): ``requests[i] =
         (prompt, captures)``, each capture's tensors in prompt coordinates without the batch
         dimension (rows [T_i], groups [G, T_i], norm [T_i]); the same names in every request,
         G may differ (padded with empty groups, cut back in the result). Returns, per request,
-        ``{name: [L, H, G_i]}``."""
+        ``{name: [L, H, G_i]}``; with ``hidden_norm_layer`` (see :class:`ProbePlan`) also
+        ``"hidden_norm": [T_i]``, the L2 norm of each position's hidden state there, read in
+        the same forward."""
         out: list[dict[str, torch.Tensor]] = []
         for group in pack([(pr, 1, 0) for pr, _ in requests], self.batching if self.cross_item else dataclasses.replace(self.batching, max_rows=1)):
             # a forward out of device memory is split in half and retried (rows do not depend on their batch)
-            out += split_on_oom(lambda g: self._capture_group(requests, g), group, len, lambda g, k: (g[:k], g[k:]),
+            out += split_on_oom(lambda g: self._capture_group(requests, g, hidden_norm_layer), group, len, lambda g, k: (g[:k], g[k:]),
                                 lambda a, b: a + b, self.lm.model_id, self.memory)
         return out
 
-    def _capture_group(self, requests: list[tuple[Prompt, list[Capture]]], group: list[int]) -> list[dict[str, torch.Tensor]]:
-        """One capture forward of ``requests[i]`` for ``i`` in ``group`` (one row each): per request, ``{name: [L, H, G_i]}``."""
+    def _capture_group(self, requests: list[tuple[Prompt, list[Capture]]], group: list[int],
+                       hidden_norm_layer: int | None = None) -> list[dict[str, torch.Tensor]]:
+        """One capture forward of ``requests[i]`` for ``i`` in ``group`` (one row each): per request,
+        ``{name: [L, H, G_i]}`` (and ``"hidden_norm": [T_i]`` with ``hidden_norm_layer``)."""
         prompts = [requests[i][0] for i in group]
         batch = RowBatch(prompts, [1] * len(group), [0] * len(group))
         caps, sizes = [], {}
@@ -355,8 +391,13 @@ class Engine:
                                   for u, c in enumerate(each)])  # [B, G, T]
             norm = None if first.norm is None else torch.stack([batch.place(u, c.norm.bool(), False) for u, c in enumerate(each)])  # [B, T]
             caps.append(Capture(rows, groups, first.name, norm, first.stat))
-        res = self.run(batch, self.plan(len(group), captures=caps), logits_at=[])
-        return [{name: res.captures[name][u][..., : sizes[name][u]] for name in res.captures} for u in range(len(group))]
+        plan = dataclasses.replace(self.plan(len(group), captures=caps), hidden_norm_layer=hidden_norm_layer)
+        res = self.run(batch, plan, logits_at=[])
+        out = [{name: res.captures[name][u][..., : sizes[name][u]] for name in sizes} for u in range(len(group))]
+        if hidden_norm_layer is not None:
+            for u, d in enumerate(out):
+                d["hidden_norm"] = res.captures["hidden_norm"][u][batch.index(u)]  # [T_u]
+        return out
 
 
 def pack(requests: list[tuple[Prompt, int, int]], batching: Batching) -> list[list[int]]:

@@ -6,6 +6,9 @@ custom point; :mod:`vheads.study._scores`) is set beside the grid's settings:
 - :func:`methods_overlap_table` / :func:`methods_overlap_figure` — ``|S_p ∩ S_s|``, the heads
   the point's head-set shares with each grid setting's, and where both scored the same items
   the half-size overlap as a fraction of their geometric-mean noise ceiling (as Table 20);
+- :func:`sink_twins_table` — each sink-aware point (``sinks=drop``, e.g. ``gaze_nosink``) beside
+  its sink-blind twin (the same point with sinks kept, on the same corpus and query): the
+  heads they share and their Jaccard index, the sink rule and how many tokens it dropped;
 - :func:`methods_tests_table` — each point's NCS and CERS against its own layer-matched
   controls (drawn as for any setting): ``T_S`` with its interval, the controls' mean ± SD,
   z, the rank p and the Holm-adjusted p over the family of the study's score settings (one
@@ -25,7 +28,9 @@ from vheads.report._doc import Figure, Table
 from vheads.report._tables import ALPHA, TEST_NAMES, compare, fmt, fmt_ci, fmt_p, s_interval
 
 CONTROL = "layer-matched"
-AXIS_ORDER = ("rows", "region", "norm", "keys", "across", "select", "k")
+AXIS_ORDER = ("rows", "region", "norm", "keys", "across", "select", "k", "sinks", "sink_layer", "sink_factor")
+#: the keys of a point's record that make up the sink rule (absent: sinks kept)
+SINK_KEYS = ("sinks", "sink_layer", "sink_factor")
 
 HOW = ("Each score point is a published method's definition of a visual head (presets: gaze = last-token mass on "
        "the queried panel; localization = elbow and spatial-entropy selection frequency of the last token's image "
@@ -82,6 +87,51 @@ def methods_overlap_table(run: RunData) -> Table | None:
                  "items). In parentheses, where both scored the same items: the overlap at half size as a fraction of "
                  "the two split-half noise ceilings' geometric mean (as the seed's Table 20; near 1 = the same heads up "
                  "to sampling noise; a ratio of noisy overlaps, it can exceed 1)." + chance, text_cols=2)
+
+
+def sink_twins(run: RunData) -> list[tuple[str, str]]:
+    """``(sink-aware setting, its sink-blind twin)`` pairs among the run's score settings: the
+    twin has the same corpus and query and the same point on every axis but the sink rule."""
+    def axes(s: str) -> dict:
+        return {a: run.score_points.get(s, {}).get(a) for a in AXIS_ORDER if a not in SINK_KEYS}
+
+    def drops(s: str) -> bool:
+        return run.score_points.get(s, {}).get("sinks") == "drop"
+
+    scored = [s for s in run.score_settings if s in run.discovery]
+    pairs = []
+    for s in scored:
+        if drops(s):
+            twins = [t for t in scored if not drops(t) and t.rsplit("-", 1)[0] == s.rsplit("-", 1)[0] and axes(t) == axes(s)]
+            pairs += [(s, t) for t in twins[:1]]
+    return pairs
+
+
+def sink_twins_table(run: RunData) -> Table | None:
+    """Each sink-aware head-set against its sink-blind twin: ``|S ∩ S'|`` and Jaccard
+    ``|S ∩ S'| / |S ∪ S'|``, with the rule's layer and factor and the tokens it dropped."""
+    pairs = sink_twins(run)
+    if not pairs:
+        return None
+    rows = []
+    for s, t in pairs:
+        a, b = _heads(run, s), _heads(run, t)
+        union = len(a | b)
+        pt = run.score_points.get(s, {})
+        dropped = pt.get("sinks_dropped") or {}
+        n_items = len(dropped.get("items", [])) if dropped else None
+        where = (f"{dropped.get('n_items_with_sinks', 0)}/{n_items} items, {dropped.get('n_dropped', 0)} tokens"
+                 if dropped else "–")
+        rows.append([s, t, f"layer {pt.get('sink_layer')}, > {fmt(pt.get('sink_factor'), 1)} × median", where,
+                     str(len(a)), str(len(b)), str(len(a & b)), fmt(len(a & b) / union, 2) if union else "–"])
+    return Table("Published methods vs the seed's settings: sinks left out",
+                 ["Sink-aware setting", "Sink-blind twin", "Sink rule", "Sinks dropped", "|S|", "|S'|", "|S ∩ S'|", "Jaccard"],
+                 rows,
+                 "A sink-aware point leaves out of the key region every image token whose hidden-state L2 norm (at the "
+                 "rule's layer: 0 = input embeddings, l = output of decoder layer l-1) exceeds the factor × its item's "
+                 "median image-token norm (massive activations: attention parked on such a token is not looking at the "
+                 "region). Its twin is the same point with sinks kept, on the same items. Jaccard = |S ∩ S'| / |S ∪ S'| "
+                 "(1: the sinks change no head; low: the sink-blind head-set was partly sink heads).", text_cols=4)
 
 
 def methods_tests(run: RunData, test: str, alpha: float = ALPHA) -> dict[str, object]:
@@ -168,7 +218,7 @@ def methods_blocks(run: RunData) -> list:
     notes: list = [f"Left out: {sid} — {why}." for sid, why in left_out]  # paragraphs
     if not run.score_settings:
         return notes
-    blocks: list = notes + [t for t in (methods_overlap_table(run),) if t]
+    blocks: list = notes + [t for t in (methods_overlap_table(run), sink_twins_table(run)) if t]
     png = methods_overlap_figure(run)
     if png:
         blocks.append(Figure("methods_overlap", png, "Heads each score point shares with each grid setting (number), "

@@ -37,7 +37,9 @@ LOG = logging.getLogger("vheads.study")
 DEFAULT_SCORES = ["gaze", "localization", "vrh", "sparsemm"]
 SCORE_ON = ("first", "all")
 #: the keys of a ``scores`` table entry
-ENTRY_KEYS = ("name", "rows", "region", "norm", "keys", "across", "select", "k")
+ENTRY_KEYS = ("name", "rows", "region", "norm", "keys", "across", "select", "k", "sinks", "sink_layer", "sink_factor")
+#: the entry keys that hold numbers (the others are text)
+NUMBER_KEYS = {"k": "an integer", "sink_layer": "an integer", "sink_factor": "a number"}
 
 
 def named_points(cfg) -> list[tuple[str, Any]]:
@@ -58,8 +60,9 @@ def named_points(cfg) -> list[tuple[str, Any]]:
                 raise VheadsError(f"{where}: needs a 'name' (the last part of its setting id, e.g. {{ name = \"outhit\", rows = \"out\" }})")
             name = check_score_name(e["name"], where)
             for key, v in e.items():
-                if key != "name" and (not isinstance(v, str) if key != "k" else (isinstance(v, bool) or not isinstance(v, int))):
-                    raise VheadsError(f"{where}: key {key!r} must be {'an integer' if key == 'k' else 'text'}, got {v!r:.80}")
+                kinds = (int, float) if key == "sink_factor" else int
+                if key != "name" and (not isinstance(v, str) if key not in NUMBER_KEYS else (isinstance(v, bool) or not isinstance(v, kinds))):
+                    raise VheadsError(f"{where}: key {key!r} must be {NUMBER_KEYS.get(key, 'text')}, got {v!r:.80}")
             try:
                 point = ScorePoint(**{k: v for k, v in e.items() if k != "name"})
             except VheadsError as err:
@@ -139,6 +142,7 @@ def compute_score_unit(computer, unit: dict) -> dict:
         rows["discovery"].append((st.id, st.query, "score", corpus.name, len(ids), record_k(res), json.dumps(res.scores.tolist()),
                                   json.dumps([list(h) for h in res.heads])))
         rows["item_scores"] += [(st.id, iid, json.dumps(m.tolist())) for iid, m in zip(ids, res.per_item)]
+        sinks = {} if res.sinks is None else {"sinks_dropped": {k: v for k, v in res.sinks.items() if k in ("n_items_with_sinks", "n_dropped", "items")}}
         rows["meta"].append((f"score:{st.id}", json.dumps({**st.to_dict()["score"], "order": sum(m[0].startswith("score:") for m in rows["meta"]),
-                                                           "n_empty_answers": n_empty})))
+                                                           "n_empty_answers": n_empty, **sinks})))
     return {"rows": rows}
