@@ -368,13 +368,22 @@ _QUESTION_MARK = "\ue000vheads-question\ue001"
 def render_chat(tokenizer: Any, template: str, text: str, image: bool, system_prompt: str | None = None) -> str:
     """``template`` rendered for one user message holding an image (when ``image``) and then
     ``text``, with the generation prompt and the template's own defaults; a system turn
-    first when ``system_prompt`` is given."""
+    first when ``system_prompt`` is given.
+
+    The system turn's content is a list of text blocks, as the user turn's; a template that
+    writes a system turn's content as a string (Gemma 4's ``messages[0]['content'] | trim``)
+    would write the list's Python repr, so there it is the plain string."""
     content = ([{"type": "image"}] if image else []) + [{"type": "text", "text": text}]
     messages = [{"role": "user", "content": content}]
+    blocks = [{"type": "text", "text": system_prompt}]
     if system_prompt:
-        messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system_prompt}]})
+        messages.insert(0, {"role": "system", "content": blocks})
     try:
-        return tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False, add_generation_prompt=True)
+        out = tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False, add_generation_prompt=True)
+        if system_prompt and str(blocks) in out:
+            messages[0]["content"] = system_prompt
+            out = tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False, add_generation_prompt=True)
+        return out
     except VheadsError:
         raise
     except Exception as e:  # noqa: BLE001 - a template's own raise_exception, an undefined name...

@@ -40,6 +40,8 @@ from vheads.models._adapter import register_adapter
 from vheads.models._layout import grid_token_boxes
 from vheads.models.gemma3 import Gemma3Adapter
 
+BOI, EOI = "<|image>", "<image|>"
+
 
 @register_adapter
 class Gemma4Adapter(Gemma3Adapter):
@@ -47,11 +49,14 @@ class Gemma4Adapter(Gemma3Adapter):
     model_types = ("gemma4",)
     rows_independent_layers = False  # KV-shared layers read an earlier layer's keys / values of every row
     image_token = "<|image|>"
+    # the hand-written pieces render what the released chat template renders (thinking off:
+    # an empty thought channel opens the model turn); tests/models/test_published_templates_v4.py
     user_prefix = "<bos><|turn>user\n"
-    image_prefix = "<|image>"
-    image_suffix = "<image|>"
-    assistant_prefix = "<turn|>\n<|turn>model\n"
+    image_prefix = "\n\n" + BOI
+    image_suffix = EOI + "\n\n"
+    assistant_prefix = "<turn|>\n<|turn>model\n<|channel>thought\n<channel|>"
     template_image = "<|image|>"  # the processor expands it to <|image> + tokens + <image|>
+    template_wrap = (BOI, EOI)  # the template writes the newlines around its placeholder
     pixel_keys = ("pixel_values", "image_position_ids")
     image_structure = "<|image> + rows x cols <|image|> soft tokens (row-major; aspect-preserving grid, k x k patches pooled per token) + <image|>; one image"
     box_mapping = "image resized (aspect kept, no crop) to a multiple of k*patch; token (r, c) pools a k x k patch block, covering a (W/cols) x (H/rows) cell of the original image"
@@ -70,7 +75,7 @@ class Gemma4Adapter(Gemma3Adapter):
     def image_grid(self, processor: Any, image):
         cfg = processor.config
         tok = self.tokenizer(processor)
-        for name, token in (("boi_token_id", self.image_prefix), ("image_token_id", self.image_token), ("eoi_token_id", self.image_suffix)):
+        for name, token in (("boi_token_id", BOI), ("image_token_id", self.image_token), ("eoi_token_id", EOI)):
             if tok.convert_tokens_to_ids(token) != getattr(cfg, name):
                 raise ValueError(f"Gemma 4: the tokenizer's id of {token!r} is not the config's {name} "
                                  f"({getattr(cfg, name)}); this checkpoint's image tokens differ from the adapter's")

@@ -324,7 +324,8 @@ def build_gemma3(words: list[str] = (), hidden: int = 64, layers: int = 2, heads
     return model.eval(), tok, ip
 
 
-GEMMA4_TOKENS = ("<bos>", "<|turn>", "<turn|>", "<|image>", "<image|>", "<|image|>", "<|audio>", "<audio|>", "<|audio|>")
+GEMMA4_TOKENS = ("<bos>", "<|turn>", "<turn|>", "<|image>", "<image|>", "<|image|>", "<|audio>", "<audio|>", "<|audio|>",
+                 "<|channel>", "<channel|>")
 
 
 def build_gemma4(words: list[str] = (), hidden: int = 64, layers: int = 6, heads: int = 4, kv_heads: int = 2,
@@ -347,7 +348,7 @@ def build_gemma4(words: list[str] = (), hidden: int = 64, layers: int = 6, heads
     from transformers.models.gemma4.configuration_gemma4 import Gemma4Config
     from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
 
-    tok = build_word_tokenizer([*words, "model"], GEMMA4_TOKENS)  # "model": the role word of <|turn>model
+    tok = build_word_tokenizer([*words, "model", "thought"], GEMMA4_TOKENS)  # role word of <|turn>model, channel of <|channel>thought
     ids = {t: tok.convert_tokens_to_ids(t) for t in GEMMA4_TOKENS}
     text = _text_kwargs(tok, hidden, layers, heads, kv_heads, head_dim, 10000.0)
     text.pop("max_position_embeddings")
