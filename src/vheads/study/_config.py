@@ -29,7 +29,7 @@ _DEFAULT_TOML = '''\
 model = "tiny"            # "tiny" (built-in), a local folder, or a hub id
 revision = ""             # hub revision (commit or tag); "" = main
 dtype = "auto"            # auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | float16
-device = "cpu"            # cpu | cuda | cuda:N
+device = "cpu"            # cpu | cuda | cuda:N (on Ray: cuda, each replica gets a GPU of its own)
 device_map = ""           # "" = all on `device`; auto | balanced | sequential (needs accelerate)
 quantization = ""         # "" = none; 4bit | 8bit (bitsandbytes, CUDA only)
 trust_remote_code = false # let the checkpoint run its own Python code
@@ -96,12 +96,12 @@ attention-matched = 20    # layer- and image-attention-matched draws (Table 9, c
 [run]
 backend = "local"         # local | ray
 ray_address = ""          # or the RAY_ADDRESS environment variable; "" = start a local cluster
-ray_workers = 2           # model replicas (actors); one per GPU where there are GPUs
+ray_workers = 2           # model replicas (actors); with GPUs: one GPU and cores / GPUs each
 shard_size = 8            # evaluation items per work unit
 batch_size = 512          # rows (head-sets x items) per batched forward
 token_budget = 524288     # and at most rows x padded prompt length positions per forward
 cross_item = true         # rows of different items share a forward (false: one item per forward)
-torch_threads = 0         # CPU threads per model replica; 0 = all cores (same on every backend)
+torch_threads = 0         # CPU threads per model replica; 0 = all cores, on Ray its cores (same on every backend)
 
 [templates]               # question wording; [..] marks the query span (default: the placeholder's value)
 {templates}'''
@@ -546,10 +546,16 @@ def _validate_loading(cfg: StudyConfig, bad) -> None:
     else:
         import torch
 
+        from vheads.study._backends import check_ray_device
+
         try:
             torch.device(cfg.device)
         except (RuntimeError, ValueError, TypeError):
-            bad("device", f"{cfg.device!r} is not a torch device; use cpu, cuda, cuda:N or mps")
+            bad("device", f"{cfg.device!r} is not a torch device; use cpu, cuda or mps (on Ray: no cuda:N)")
+        try:
+            check_ray_device(cfg.device)
+        except VheadsError as e:
+            bad("device", str(e))
 
 
 # ---- several models in one study -------------------------------------------------------------
