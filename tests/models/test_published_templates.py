@@ -49,11 +49,66 @@ def _llava_next_processor(folder: Path, template: str):
                                          vision_feature_select_strategy=cfg.vision_feature_select_strategy, chat_template=template)
 
 
+def _mistral3_processor(folder: Path, template: str):
+    """PixtralProcessor (transformers' own code: it expands ``[IMG]`` into rows of ``[IMG]`` with
+    ``[IMG_BREAK]`` and a final ``[IMG_END]``) from the tiny model's files, with the model's patch size
+    and merge. Its module imports one resize helper from the torchvision image processor's module;
+    where torchvision is missing (here) it gets the PIL image processor's module instead, which
+    defines the same function with the same code."""
+    import importlib.util
+    import sys
+    from unittest import mock
+
+    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer
+
+    stub = {}
+    if importlib.util.find_spec("torchvision") is None:
+        import transformers.models.pixtral.image_processing_pil_pixtral as pil
+
+        stub = {"transformers.models.pixtral.image_processing_pixtral": pil}
+    with mock.patch.dict(sys.modules, stub):
+        from transformers.models.pixtral.processing_pixtral import PixtralProcessor
+
+    cfg = AutoConfig.from_pretrained(folder)
+    return PixtralProcessor(image_processor=AutoImageProcessor.from_pretrained(folder), tokenizer=AutoTokenizer.from_pretrained(folder),
+                            patch_size=cfg.vision_config.patch_size, spatial_merge_size=cfg.spatial_merge_size, chat_template=template)
+
+
+def _gemma4_processor(folder: Path, template: str):
+    """Gemma4Processor (transformers' own code: it expands ``<|image|>`` into the image's soft
+    tokens between ``<|image>`` and ``<image|>``) from the tiny model's files. The released
+    tokenizer names its image and audio tokens (``image_token``, ``boi_token``, ...) as the
+    processor reads them; the tiny one is given the same names. Built without its video processor,
+    which needs torchvision (only its type check is skipped; images take the processor's own path)."""
+    from transformers import AutoImageProcessor, AutoTokenizer
+    from transformers.models.gemma4.processing_gemma4 import Gemma4Processor
+    from transformers.processing_utils import ProcessorMixin
+
+    names = {"image_token": "<|image|>", "boi_token": "<|image>", "eoi_token": "<image|>", "audio_token": "<|audio|>",
+             "boa_token": "<|audio>", "eoa_token": "<audio|>"}
+    tok = AutoTokenizer.from_pretrained(folder, extra_special_tokens=names)
+    check = ProcessorMixin.check_argument_for_proper_class
+    ProcessorMixin.check_argument_for_proper_class = lambda self, name, arg: None if arg is None else check(self, name, arg)
+    try:
+        return Gemma4Processor(feature_extractor=None, image_processor=AutoImageProcessor.from_pretrained(folder), tokenizer=tok,
+                               video_processor=None, chat_template=template)
+    finally:
+        ProcessorMixin.check_argument_for_proper_class = check
+
+
 #: template file -> (tiny random family, the family's processor built with that template)
 CASES = {
     "smolvlm_256m_instruct.chat_template.json": ("idefics3", _smolvlm_processor),
     "llava_v1_6_mistral_7b_hf.chat_template.json": ("llava_next", _llava_next_processor),
+    "mistral_small_3_2_24b_instruct_2506.chat_template.jinja": ("mistral3", _mistral3_processor),
+    "gemma_4_31b_it.chat_template.jinja": ("gemma4", _gemma4_processor),
 }
+
+
+def _template(name: str) -> str:
+    """The template text of a file: a ``.jinja`` as it is, a ``chat_template.json``'s key."""
+    text = (TEMPLATES / name).read_text(encoding="utf-8")
+    return text if name.endswith(".jinja") else json.loads(text)["chat_template"]
 
 
 def _items():
@@ -86,6 +141,13 @@ def _bpe_folder(tiny: Path, out: Path) -> Path:
     tok = AutoTokenizer.from_pretrained(qwen)
     tok.add_tokens([t for t in tiny_tok.all_special_tokens if t not in tok.get_vocab()], special_tokens=True)
     tok.save_pretrained(out)
+    # the config's image token ids follow their tokens to the new ids (Gemma 4's adapter checks them)
+    special = {tiny_tok.convert_tokens_to_ids(t): t for t in tiny_tok.all_special_tokens}
+    cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    for k, v in cfg.items():
+        if k.endswith(("_token_id", "_token_index")) and isinstance(v, int) and v in special:
+            cfg[k] = tok.convert_tokens_to_ids(special[v])
+    (out / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
     return out
 
 
@@ -113,7 +175,7 @@ def test_the_published_template_renders_one_image_placeholder_of_the_adapter(nam
 def test_prompt_ids_equal_the_family_processor_on_the_published_template(name, bpe_folders):
     family, make = CASES[name]
     folder = bpe_folders[name]
-    template = json.loads((TEMPLATES / name).read_text(encoding="utf-8"))["chat_template"]
+    template = _template(name)
     adapter, bundle = adapter_for(family), _bundle(folder, name)
     proc = make(folder, template)
     image_id = proc.tokenizer.convert_tokens_to_ids(adapter.image_token)
