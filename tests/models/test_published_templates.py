@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import lzma
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,108 @@ def test_prompt_ids_equal_the_family_processor_on_the_published_template(name, b
         # processor wrote (LLaVA-NeXT's newline slots are slots without pixels)
         slots = {p for p, t in enumerate(ref) if t == image_id}
         assert slots and set(prompt.layout.image_positions.tolist()) <= slots
+
+
+# ---- Mistral 3 on a published Tekken vocabulary ----------------------------------------------------
+
+TEKKEN = Path(__file__).parent.parent / "fixtures" / "published" / "mistral_tekken" / "tekken_240911.json.xz"
+#: the special tokens of a tekken file that lists none: mistral-common 1.13.1's
+#: ``Tekkenizer.DEPRECATED_SPECIAL_TOKENS`` (ranks 0-19, the strings of its ``SpecialTokens``); transformers'
+#: conversion puts them at ids 0-19 and ``<SPECIAL_i>`` up to 999, the BPE ranks after
+TEKKEN_SPECIALS = ("<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+                   "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]", "[IMG_END]", "[PREFIX]", "[MIDDLE]",
+                   "[SUFFIX]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CONTENT]")
+MISTRAL_TEMPLATE = "mistral_small_3_2_24b_instruct_2506.chat_template.jinja"
+
+
+def _tekken_raw() -> dict:
+    raw = json.loads(lzma.decompress(TEKKEN.read_bytes()))
+    raw["special_tokens"] = [{"rank": i, "token_str": t, "is_control": True} for i, t in enumerate(TEKKEN_SPECIALS)]
+    return raw
+
+
+@pytest.fixture(scope="module")
+def tekken_folder(tiny_random_dirs, tmp_path_factory):
+    """The tiny random Mistral 3 folder with the Hugging Face tokenizer transformers converts from the
+    published Tekken file (``AutoTokenizer`` on a folder holding ``tekken.json``; BOS / EOS / UNK / PAD
+    named as transformers' Mistral integration maps them), its config's ``image_token_index`` the
+    converted ``[IMG]`` id (10 in the released Mistral 3 configs)."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    root = tmp_path_factory.mktemp("tekken")
+    (root / "src").mkdir()
+    (root / "src" / "tekken.json").write_text(json.dumps(_tekken_raw()), encoding="utf-8")
+    tok = AutoTokenizer.from_pretrained(root / "src", bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>")
+    out = root / "mistral3"
+    shutil.copytree(Path(tiny_random_dirs["mistral3"]), out)
+    for f in out.glob("tokenizer*"):
+        f.unlink()
+    tok.save_pretrained(out)
+    cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    cfg["image_token_index"] = tok.convert_tokens_to_ids("[IMG]")
+    (out / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
+    return out, _tekken_raw()
+
+
+def _bpe_reference(text: str, raw: dict) -> list[int]:
+    """Tekken's byte-level BPE written out (tiktoken's rule): the text split by the file's pattern,
+    each piece's bytes merged pair by pair, the merge whose result has the lowest rank first
+    (leftmost on a tie), until no adjacent pair is a token; id = rank + the special-token count."""
+    import base64
+
+    import regex
+
+    n_special = raw["config"]["default_num_special_tokens"]
+    ranks = {base64.b64decode(v["token_bytes"]): v["rank"] for v in raw["vocab"][: raw["config"]["default_vocab_size"] - n_special]}
+    ids = []
+    for piece in regex.findall(raw["config"]["pattern"], text):
+        parts = [bytes([b]) for b in piece.encode("utf-8")]
+        while len(parts) > 1:
+            merged = [ranks.get(parts[i] + parts[i + 1]) for i in range(len(parts) - 1)]
+            best = min((r, i) for i, r in enumerate(merged) if r is not None) if any(r is not None for r in merged) else None
+            if best is None:
+                break
+            i = best[1]
+            parts[i: i + 2] = [parts[i] + parts[i + 1]]
+        ids += [ranks[p] + n_special for p in parts]
+    return ids
+
+
+def test_the_converted_tekken_tokenizer_is_bpe_over_the_published_ranks(tekken_folder):
+    from transformers import AutoTokenizer
+
+    folder, raw = tekken_folder
+    tok = AutoTokenizer.from_pretrained(folder)
+    template = _template(MISTRAL_TEMPLATE)
+    system = template.split('default_system_message = "', 1)[1].split('" + today', 1)[0]
+    assert len(system) > 100  # the template's default system message (the text before its date)
+    texts = [system.replace('\\"', '"'), " A. dog\n B. cat", *(it.question + (format_options(it.options) if it.options else "") for it in _items())]
+    for text in texts:
+        assert tok(text, add_special_tokens=False)["input_ids"] == _bpe_reference(text, raw), text[:80]
+    # the tokens the adapter and the template name are single special tokens at their released ids
+    assert tok.convert_tokens_to_ids(["[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"]) == \
+        [3, 4, 10, 12, 13, 17, 18]
+
+
+def test_mistral3_prompt_ids_equal_the_pixtral_processor_with_the_tekken_tokenizer(tekken_folder):
+    """The published Mistral Small 3.2 template on the published Tekken vocabulary: vheads' prompt
+    ids (default system turn with today's date, ``[INST]``, the image block, the question,
+    ``[/INST]``) equal transformers' PixtralProcessor's, and the option letters are single tokens."""
+    from transformers import AutoConfig
+
+    folder, _ = tekken_folder
+    adapter = adapter_for("mistral3")
+    bundle = load_processor(str(folder), None, AutoConfig.from_pretrained(folder), chat_template=str(TEMPLATES / MISTRAL_TEMPLATE))
+    proc = _mistral3_processor(folder, _template(MISTRAL_TEMPLATE))
+    assert len(set(adapter.letter_token_ids(bundle))) == 4
+    for item in _items():
+        text = item.question + (format_options(item.options) if item.options else "")
+        msgs = [{"role": "user", "content": [{"type": "image", "image": item.image}, {"type": "text", "text": text}]}]
+        ref = [int(t) for t in proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"][0]]
+        prompt = adapter.build(item, bundle)
+        assert prompt.inputs["input_ids"][0].tolist() == ref, (item.id, proc.tokenizer.decode(ref)[-300:])
+        assert ref[:2] == [1, 17]  # <s>[SYSTEM_PROMPT]: the template's BOS and default system turn
+        slots = {p for p, t in enumerate(ref) if t == 10}
+        assert slots and set(prompt.layout.image_positions.tolist()) == slots
