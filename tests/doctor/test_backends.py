@@ -50,7 +50,8 @@ def _hand_probs(ctx: Context, setting: dict[str, str]) -> torch.Tensor:
 
 
 def _hand_largest(ctx: Context, tower_subs: list[str], backends: tuple[str, ...]) -> float:
-    subs = list(ctx.lm.model.config.sub_configs)
+    cfg = ctx.lm.model.config
+    subs = [s for s in cfg.sub_configs if getattr(cfg, s, None) is not None]
     probs = [_hand_probs(ctx, {s: (b if s in tower_subs else "sdpa") for s in subs}) for b in backends]
     return max(float((a - b).abs().max()) for a, b in combinations(probs, 2))
 
@@ -91,7 +92,7 @@ def test_the_check_runs_on_the_tiny_model_and_names_the_engines_backend(ctx):
 def test_the_printed_difference_equals_a_hand_run_of_each_backend(ctx, planted_sdpa):
     c = check_backends(ctx)
     assert planted_sdpa  # the planted kernel ran
-    subs = list(ctx.lm.model.config.sub_configs)
+    subs = [s for s in ctx.lm.model.config.sub_configs if getattr(ctx.lm.model.config, s, None) is not None]
     for tower, tower_subs in (("language model", ["text_config"]), ("vision tower", [s for s in subs if s != "text_config"])):
         want = _hand_largest(ctx, tower_subs, ("eager", "sdpa"))
         got = c.numbers[tower]["max_diff"]
@@ -112,9 +113,27 @@ def test_a_planted_disagreement_is_a_warning_naming_the_tower(ctx, planted_sdpa)
 def test_a_backend_that_cannot_run_is_named_with_its_reason(ctx):
     c = check_backends(ctx, backends=("eager", "sdpa", "flash_attention_2"))
     assert c.ok is True  # the two that ran agree
-    assert "flash_attention_2" in c.numbers["skipped"]
-    assert any(d.startswith("flash_attention_2 not run:") for d in c.details)
+    assert set(c.numbers["skipped"]) == {"language model", "vision tower"}  # tried on each tower
+    assert all("flash_attention_2" in by for by in c.numbers["skipped"].values())
+    assert any(d.startswith("flash_attention_2 not run on the language model:") for d in c.details)
     assert ctx.lm.model.config.text_config._attn_implementation != "flash_attention_2"
+
+
+def test_a_backend_one_tower_refuses_is_still_compared_on_the_other(ctx, monkeypatch):
+    model = ctx.lm.model
+    plain = model.set_attn_implementation
+
+    def no_eager_vision(setting, *a, **k):
+        if isinstance(setting, dict) and setting.get("vision_config") == "eager":
+            raise ValueError("this vision tower does not support eager")
+        return plain(setting, *a, **k)
+
+    monkeypatch.setattr(model, "set_attn_implementation", no_eager_vision)
+    c = check_backends(ctx)
+    assert c.numbers["skipped"] == {"vision tower": {"eager": "this vision tower does not support eager"}}
+    assert c.numbers["language model"]["backends"] == ["eager", "sdpa"]
+    assert c.numbers["vision tower"]["backends"] == ["sdpa"] and "vision tower 0.00e+00 (one backend ran)" in c.summary
+    assert "eager not run on the vision tower: this vision tower does not support eager" in c.details
 
 
 @pytest.mark.parametrize("device,installed,want", [

@@ -52,7 +52,7 @@ def available_backends(device: torch.device) -> tuple[str, ...]:
 
 def towers(model) -> dict[str, list[str]]:
     """The model's sub-configs by tower: ``{"language model": ["text_config"], "vision tower": [...]}``."""
-    subs = list(getattr(model.config, "sub_configs", {}) or {})
+    subs = [s for s in getattr(model.config, "sub_configs", {}) or {} if getattr(model.config, s, None) is not None]
     return {"language model": [s for s in subs if s == LLM], "vision tower": [s for s in subs if s != LLM]}
 
 
@@ -86,24 +86,23 @@ def _engine_probs(ctx: Context, kinds: Sequence[str]) -> torch.Tensor:
 
 
 def backend_probs(ctx: Context, backends: Sequence[str], kinds: Sequence[str] = BACKEND_KINDS
-                  ) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, str]]:
+                  ) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, dict[str, str]]]:
     """P(option) [items, 4] per tower and backend (the other tower on sdpa), and why a backend
-    did not run (``{backend: first line of the error}``: not supported by the model, not
-    installed, a kernel without this dtype)."""
+    did not run on a tower (``{tower: {backend: first line of the error}}``: not supported by
+    that tower, not installed, a kernel without this dtype, out of memory)."""
     model = ctx.lm.model
     groups = towers(model)
     probs: dict[str, dict[str, torch.Tensor]] = {t: {} for t in groups if groups[t]}
-    skipped: dict[str, str] = {}
+    skipped: dict[str, dict[str, str]] = {}
+    subs = [s for g in groups.values() for s in g]
     for tower in probs:
         for b in backends:
-            if b in skipped:
-                continue
-            setting = {s: (b if s in groups[tower] else "sdpa") for s in model.config.sub_configs}
+            setting = {s: (b if s in groups[tower] else "sdpa") for s in subs}
             try:
                 model.set_attn_implementation(setting)
                 probs[tower][b] = option_probs(ctx, kinds)
             except (ImportError, ValueError, RuntimeError, NotImplementedError) as e:
-                skipped[b] = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+                skipped.setdefault(tower, {})[b] = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
             finally:
                 ctx.reinstall()
     return probs, skipped
@@ -142,7 +141,7 @@ def check_backends(ctx: Context, backends: Sequence[str] | None = None, kinds: S
             details.append("max |ΔP(option)| of the engine's empty plan vs the language model on "
                            + ", ".join(f"{b} {v:.2e}" for b, v in to_engine.items()) + f" (the engine's: {ours[tower]})")
     numbers["max_diff"] = worst
-    details += [f"{b} not run: {why}" for b, why in skipped.items()]
+    details += [f"{b} not run on the {tower}: {why}" for tower, by in skipped.items() for b, why in by.items()]
     if "flash_attention_2" not in backends:
         details.append("flash_attention_2 not compared: " + ("the flash_attn package is not installed" if lm.device.type == "cuda"
                                                           else f"CUDA only (the model is on {lm.device})"))
