@@ -101,7 +101,7 @@ shard_size = 8            # evaluation items per work unit
 batch_size = 512          # rows (head-sets x items) per batched forward
 token_budget = 524288     # and at most rows x padded prompt length positions per forward
 cross_item = true         # rows of different items share a forward (false: one item per forward)
-torch_threads = 0         # CPU threads per model replica; 0 = all cores, on Ray its cores (same on every backend)
+torch_threads = 0         # CPU threads per model replica; 0 = all cores (on Ray: the replica's); set: the same everywhere
 
 [templates]               # question wording; [..] marks the query span (default: the placeholder's value)
 {templates}'''
