@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from vheads._errors import VheadsError
+from vheads.study._config import check_ray_device
 from vheads.study._units import UnitComputer
 
 LOG = logging.getLogger("vheads")
@@ -47,14 +48,6 @@ def actor_options(nodes: Sequence[tuple[float, float]], workers: int) -> dict[st
     while sum(int(c) // (n + 1) for c, _ in nodes) >= max(1, workers):
         n += 1
     return {"num_cpus": n, "num_gpus": 0}
-
-
-def check_ray_device(device: str) -> None:
-    """A Ray replica sees only the GPU Ray gave it, as ``cuda:0`` (``CUDA_VISIBLE_DEVICES``):
-    ``cuda:N`` would name a GPU it cannot see, or every replica's own GPU by accident."""
-    if device.startswith("cuda:"):
-        raise VheadsError(f"device {device!r} names one GPU, but on Ray each replica gets a GPU of its own (Ray picks it); "
-                          'set device = "cuda"')
 
 
 def _cluster_nodes(ray) -> list[tuple[float, float]]:

@@ -529,6 +529,14 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
                 bad("corpora", f"{seen[a]} and {c} share the setting-id abbreviation {a!r}; set 'abbrev' in a strips.json")
 
 
+def check_ray_device(device: str) -> None:
+    """A Ray replica sees only the GPU Ray gave it, as ``cuda:0`` (``CUDA_VISIBLE_DEVICES``):
+    ``cuda:N`` would name a GPU it cannot see, or every replica's own GPU by accident."""
+    if device.startswith("cuda:"):
+        raise VheadsError(f"device {device!r} names one GPU, but on Ray each replica gets a GPU of its own (Ray picks it); "
+                          'set device = "cuda"')
+
+
 def _validate_loading(cfg: StudyConfig, bad) -> None:
     """Device and loading options: the one check that imports torch (it asks torch what this
     machine has), so it runs after every other check and a typo elsewhere is refused at once."""
@@ -545,8 +553,6 @@ def _validate_loading(cfg: StudyConfig, bad) -> None:
             bad("quantization" if cfg.quantization else "device_map", str(e))
     else:
         import torch
-
-        from vheads.study._backends import check_ray_device
 
         try:
             torch.device(cfg.device)
