@@ -57,7 +57,7 @@ def test_doctor_passes_on_the_tiny_model():
     assert all(marks[n] is True for n in INVARIANTS if n != "template")
     prompts = next(c for c in rep["checks"] if c["name"] == "prompt")["details"]
     assert any("<|image_pad|>×" in line for line in prompts)  # the image block summarised
-    assert {"bf16 vs fp32", "baseline", "speed"} <= set(marks)
+    assert {"bf16 vs fp32", "attention backends", "baseline", "speed"} <= set(marks)
 
 
 def test_doctor_prints_one_screen_with_a_mark_per_check():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from vheads.doctor._backends import check_backends
 from vheads.doctor._checks import (
     Context, check_batched, check_capture, check_empty_plan, check_image_tokens, check_mask, check_prefix_reuse, check_prompts,
     check_region_tokens, check_steer, check_template,
@@ -65,7 +66,7 @@ def doctor(model: str = "tiny", device: str = "cpu", dtype: str = "auto", revisi
            study=None, trust_remote_code: bool = False, lm=None, device_map: str | None = None,
            quantization: str | None = None) -> DoctorReport:
     """Every check of the doctor on ``model`` (loaded here, or ``lm`` if given): the invariants,
-    then bf16 vs fp32 P(option), the baseline audit on a few items, and the speed, with the
+    then bf16 vs fp32 P(option), P(option) under each attention backend per tower, the baseline audit on a few items, and the speed, with the
     projected time of ``study`` (a :class:`vheads.study.StudyConfig`, whose question templates
     the items are asked with; None: the tiny model's questions and no projection).
 
@@ -84,6 +85,7 @@ def doctor(model: str = "tiny", device: str = "cpu", dtype: str = "auto", revisi
     ctx = _context(lm, Engine(lm), study.question_templates if study is not None else None, study.seed if study is not None else 0)
     checks = run_checks(ctx)
     checks.append(_guarded("bf16 vs fp32", lambda: check_dtypes(ctx, model, device_map, quantization), ctx, invariant=False))
+    checks.append(_guarded("attention backends", lambda: check_backends(ctx), ctx, invariant=False))
     got: dict = {}
 
     def baseline() -> Check:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from vheads._errors import VheadsError
+from vheads.study._config import check_ray_device
 from vheads.study._units import UnitComputer
 
 LOG = logging.getLogger("vheads")
@@ -31,9 +32,33 @@ class LocalBackend:
         pass
 
 
+def actor_options(nodes: Sequence[tuple[float, float]], workers: int) -> dict[str, int]:
+    """Ray resources of one replica, from the ``(cores, GPUs)`` of each node of the cluster.
+
+    With GPUs: one GPU and its share of its node's cores (``cores ÷ GPUs``, the smallest share
+    over the nodes that have GPUs, at least 1), so the replicas of one node split its cores.
+    Without: the most cores each of the ``workers`` replicas can have with all of them fitting
+    on the nodes (a replica lives on one node), at least 1. Ray sets a replica's thread count
+    (``OMP_NUM_THREADS``) to its cores, and :class:`RayBackend` sets torch's threads to them
+    too, so ``num_cpus = 1`` would leave every replica one thread."""
+    gpu_nodes = [(c, int(g)) for c, g in nodes if g >= 1]
+    if gpu_nodes:
+        return {"num_cpus": max(1, min(int(c) // g for c, g in gpu_nodes)), "num_gpus": 1}
+    n = 1
+    while sum(int(c) // (n + 1) for c, _ in nodes) >= max(1, workers):
+        n += 1
+    return {"num_cpus": n, "num_gpus": 0}
+
+
+def _cluster_nodes(ray) -> list[tuple[float, float]]:
+    """``(cores, GPUs)`` of every live node of the cluster."""
+    return [(n["Resources"].get("CPU", 0), n["Resources"].get("GPU", 0)) for n in ray.nodes() if n.get("Alive")]
+
+
 class RayBackend:
-    """``ray_workers`` actors (one GPU each when the cluster has GPUs), each fed a unit
-    when it is free.
+    """``ray_workers`` actors, each fed a unit when it is free; each actor has the resources of
+    :func:`actor_options` (one GPU and ``cores ÷ GPUs`` cores when the cluster has GPUs) and runs
+    torch on that many threads (``run.torch_threads`` where set: the same on every backend).
 
     Connects to ``run.ray_address`` or ``RAY_ADDRESS``; with neither, starts a local
     cluster. The ordering of results does not matter: every unit's rows carry its keys.
@@ -57,14 +82,18 @@ class RayBackend:
             import ray
         except ImportError:
             raise RuntimeError("the ray backend needs Ray: pip install 'vheads[ray]'") from None
+        check_ray_device(cfg.get("device", "cpu"))
         self.ray = ray
-        self.cfg = cfg
+        workers = cfg["run"]["ray_workers"]
         address = cfg["run"].get("ray_address") or os.environ.get("RAY_ADDRESS") or None
-        if not ray.is_initialized():
+        if not ray.is_initialized():  # a local cluster: every core (at least one per replica)
             ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
-                     num_cpus=None if address else max(2, cfg["run"]["ray_workers"]))
-        self.gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-        self.Actor = ray.remote(num_gpus=self.gpus, num_cpus=1, max_restarts=0)(computer)
+                     num_cpus=None if address else max(2, os.cpu_count() or 1, workers))
+        self.options = actor_options(_cluster_nodes(ray), workers)
+        self.gpus = self.options["num_gpus"]
+        # the replica's torch threads: its cores, unless the study fixes them
+        self.cfg = {**cfg, "run": {**cfg["run"], "torch_threads": cfg["run"].get("torch_threads") or self.options["num_cpus"]}}
+        self.Actor = ray.remote(**self.options, max_restarts=0)(computer)
         self.actors: list = []  # every replica not known dead
         self.starting: dict = {}  # ready ref -> replica not started yet
         self.free: list = []  # started replicas without a unit
@@ -105,8 +134,8 @@ class RayBackend:
             done, _ = ray.wait(list(pending) + list(self.starting), num_returns=1, timeout=None if pending else self.START_TIMEOUT)
             if not done:
                 raise VheadsError(f"no Ray replica started within {self.START_TIMEOUT:.0f} s and none is running, with "
-                                  f"{len(queue)} work unit(s) left: the cluster has no room for one (each needs 1 CPU"
-                                  f"{' and 1 GPU' if self.gpus else ''}); see `ray status`")
+                                  f"{len(queue)} work unit(s) left: the cluster has no room for one (each needs "
+                                  f"{self.options['num_cpus']} CPU{' and 1 GPU' if self.gpus else ''}); see `ray status`")
             for ref in done:
                 if ref in self.starting:
                     a = self.starting.pop(ref)

@@ -29,7 +29,7 @@ _DEFAULT_TOML = '''\
 model = "tiny"            # "tiny" (built-in), a local folder, or a hub id
 revision = ""             # hub revision (commit or tag); "" = main
 dtype = "auto"            # auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | float16
-device = "cpu"            # cpu | cuda | cuda:N
+device = "cpu"            # cpu | cuda | cuda:N (on Ray: cuda, each replica gets a GPU of its own)
 device_map = ""           # "" = all on `device`; auto | balanced | sequential (needs accelerate)
 quantization = ""         # "" = none; 4bit | 8bit (bitsandbytes, CUDA only)
 trust_remote_code = false # let the checkpoint run its own Python code
@@ -96,12 +96,12 @@ attention-matched = 20    # layer- and image-attention-matched draws (Table 9, c
 [run]
 backend = "local"         # local | ray
 ray_address = ""          # or the RAY_ADDRESS environment variable; "" = start a local cluster
-ray_workers = 2           # model replicas (actors); one per GPU where there are GPUs
+ray_workers = 2           # model replicas (actors); with GPUs: one GPU and cores / GPUs each
 shard_size = 8            # evaluation items per work unit
 batch_size = 512          # rows (head-sets x items) per batched forward
 token_budget = 524288     # and at most rows x padded prompt length positions per forward
 cross_item = true         # rows of different items share a forward (false: one item per forward)
-torch_threads = 0         # CPU threads per model replica; 0 = all cores (same on every backend)
+torch_threads = 0         # CPU threads per model replica; 0 = all cores (on Ray: the replica's); set: the same everywhere
 
 [templates]               # question wording; [..] marks the query span (default: the placeholder's value)
 {templates}'''
@@ -529,6 +529,14 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
                 bad("corpora", f"{seen[a]} and {c} share the setting-id abbreviation {a!r}; set 'abbrev' in a strips.json")
 
 
+def check_ray_device(device: str) -> None:
+    """A Ray replica sees only the GPU Ray gave it, as ``cuda:0`` (``CUDA_VISIBLE_DEVICES``):
+    ``cuda:N`` would name a GPU it cannot see, or every replica's own GPU by accident."""
+    if device.startswith("cuda:"):
+        raise VheadsError(f"device {device!r} names one GPU, but on Ray each replica gets a GPU of its own (Ray picks it); "
+                          'set device = "cuda"')
+
+
 def _validate_loading(cfg: StudyConfig, bad) -> None:
     """Device and loading options: the one check that imports torch (it asks torch what this
     machine has), so it runs after every other check and a typo elsewhere is refused at once."""
@@ -549,7 +557,11 @@ def _validate_loading(cfg: StudyConfig, bad) -> None:
         try:
             torch.device(cfg.device)
         except (RuntimeError, ValueError, TypeError):
-            bad("device", f"{cfg.device!r} is not a torch device; use cpu, cuda, cuda:N or mps")
+            bad("device", f"{cfg.device!r} is not a torch device; use cpu, cuda or mps (on Ray: no cuda:N)")
+        try:
+            check_ray_device(cfg.device)
+        except VheadsError as e:
+            bad("device", str(e))
 
 
 # ---- several models in one study -------------------------------------------------------------

@@ -50,11 +50,11 @@ class UnitComputer:
             from vheads.engine import Batching, Engine
             from vheads.models import load_model
 
-            if self.cfg.device == "cpu":
-                # the same thread count on every backend gives the same float reductions
-                # (per-item results then differ only where a replica's probe memo served a
-                # row from another batch: ≤ 1e-5)
-                torch.set_num_threads(self.cfg.run.torch_threads or os.cpu_count() or 1)
+            # on every device (a GPU replica still runs its image processing and host-side
+            # work on the CPU); the same thread count on every backend gives the same float
+            # reductions on CPU (per-item results then differ only where a replica's probe
+            # memo served a row from another batch: ≤ 1e-5). A Ray replica gets its cores here.
+            torch.set_num_threads(self.cfg.run.torch_threads or os.cpu_count() or 1)
             cfg = self.cfg
             lm = load_model(cfg.model, cfg.revision or None, cfg.dtype, cfg.device, device_map=cfg.device_map or None,
                             quantization=cfg.quantization or None, trust_remote_code=cfg.trust_remote_code,
