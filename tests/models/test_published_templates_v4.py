@@ -106,22 +106,22 @@ CASES = {
 def _released_tokens(tiny: Path, folder: Path, bos: str, markers: tuple[str, ...]) -> Path:
     """The BPE tokenizer of ``folder`` with ``bos`` as its BOS token, written first when special
     tokens are asked for (as the released Mistral and Gemma tokenizers do), and ``markers`` added
-    as special tokens; the config's token ids (``image_token_id``, ``boi_token_id``...) renamed
-    from the tiny tokenizer's ids to this one's."""
+    as special tokens; the config's token ids (``image_token_id``, ``boi_token_id``...) follow
+    their tokens to this tokenizer's ids."""
     from tokenizers.processors import TemplateProcessing
     from transformers import AutoTokenizer
 
+    before = AutoTokenizer.from_pretrained(folder)  # _bpe_folder already moved the config's ids to this tokenizer's
     tok = AutoTokenizer.from_pretrained(folder)
     tok.add_tokens([t for t in (bos, *markers) if t not in tok.get_vocab()], special_tokens=True)
     tok.bos_token = bos
     tok.backend_tokenizer.post_processor = TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
                                                               special_tokens=[(bos, tok.convert_tokens_to_ids(bos))])
     tok.save_pretrained(folder)
-    tiny_tok = AutoTokenizer.from_pretrained(tiny)
     cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     for key, value in cfg.items():
         if key.endswith(("_token_id", "_token_index")) and isinstance(value, int):
-            cfg[key] = tok.convert_tokens_to_ids(tiny_tok.convert_ids_to_tokens(value))
+            cfg[key] = tok.convert_tokens_to_ids(before.convert_ids_to_tokens(value))
     (folder / "config.json").write_text(json.dumps(cfg, indent=2), encoding="utf-8")
     return folder
 
