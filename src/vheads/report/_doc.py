@@ -2,8 +2,8 @@
 renderings: Markdown (``report.md``, figures as files) and one self-contained HTML page
 (``report.html``: CSS inline, figures as ``data:`` URIs, no external reference).
 
-Cell text may carry ``**bold**`` (a significant or flagged value); Markdown keeps it,
-HTML turns it into ``<strong>``.
+Cell text may carry ``**bold**`` (a significant or flagged value) and in-page links
+``[text](#section-id)``; Markdown keeps both, HTML turns them into ``<strong>`` and ``<a>``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
+_ANCHOR_LINK = re.compile(r"\[([^\]]+)\]\((#[A-Za-z0-9_-]+)\)")  # [text](#section-id): an in-page link
 
 
 @dataclass
@@ -145,7 +146,9 @@ table.check td.w { color: #a11b0c; } tr.warn td { background: #fff4e5; }
 
 
 def _h(text: str) -> str:
-    return _BOLD.sub(r"<strong>\1</strong>", html.escape(str(text)))
+    """Cell or paragraph text as HTML: escaped, ``**bold**`` and in-page ``[text](#id)`` links kept."""
+    out = _BOLD.sub(r"<strong>\1</strong>", html.escape(str(text)))
+    return _ANCHOR_LINK.sub(r'<a href="\2">\1</a>', out)
 
 
 def table_html(t: Table) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from vheads.evaluation import holm
-from vheads.report._data import RunData, fallback_note
+from vheads.report._data import RunData, fallback_note, identical_to
 from vheads.report._doc import Figure, Table
 from vheads.report._tables import ALPHA, TEST_NAMES, compare, fmt, fmt_ci, fmt_p, s_interval
 
@@ -68,20 +68,23 @@ def methods_overlap_table(run: RunData) -> Table | None:
     frac = _fractions(run)
     L, H = run.shape
     n_heads = (len(run.attention_layers) if run.attention_layers is not None else (L or 0)) * (H or 0)
+    same = identical_to(run)
     rows = []
     for i, s in enumerate(rows_s):
-        row = [s, point_text(run.score_points.get(s, {})), str(len(_heads(run, s)))]
+        row = [s, point_text(run.score_points.get(s, {})), ", ".join(same.get(s, [])) or "–", str(len(_heads(run, s)))]
         for j, c in enumerate(cols):
             f = frac.get(frozenset((s, c)))
             row.append(f"{m[i, j]}" + (f" ({fmt(f, 2)})" if f is not None else ""))
         rows.append(row)
     chance = (f" A random head-set shares |S_p|·|S_s| / {n_heads} heads with a setting on average." if n_heads else "")
     return Table("Published methods vs the seed's settings: shared heads",
-                 ["Score setting", "Point", "|S|", *cols], rows,
+                 ["Score setting", "Point", "Identical S", "|S|", *cols], rows,
                  "|S_p ∩ S_s|: heads the score point's head-set shares with each grid setting's (discovered on all "
                  "items). In parentheses, where both scored the same items: the overlap at half size as a fraction of "
                  "the two split-half noise ceilings' geometric mean (as the seed's Table 20; near 1 = the same heads up "
-                 "to sampling noise; a ratio of noisy overlaps, it can exceed 1)." + chance, text_cols=2)
+                 "to sampling noise; a ratio of noisy overlaps, it can exceed 1). Identical S: the settings (grid or "
+                 "score points) whose head-set holds exactly the same heads: their tests measure one head-set again."
+                 + chance, text_cols=3)
 
 
 def methods_tests(run: RunData, test: str, alpha: float = ALPHA) -> dict[str, object]:
