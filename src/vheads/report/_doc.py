@@ -26,6 +26,7 @@ class Table:
     groups: list[tuple[str, int]] | None = None  # header groups over the columns: (label, span)
     flagged_rows: set[int] = field(default_factory=set)  # rows drawn highlighted (a warning)
     text_cols: int = 1  # leading columns that hold names (left-aligned), the rest numbers
+    folded: bool = False  # a long list of cases: closed under its title in the HTML (<details>)
 
 
 @dataclass
@@ -43,7 +44,8 @@ class Check:
 
     item: str
     value: str
-    warning: str | None = None
+    warning: str | None = None  # one line: what, how many, which key to change
+    cases: Table | None = None  # a long list of cases, shown as a (folded) table after the checklist
 
 
 @dataclass
@@ -134,6 +136,7 @@ td:first-child, th:first-child { text-align: left; font-family: ui-monospace, Me
 tr.flag td { background: #fdecea; } tr.gs td { border-top: 2px solid #c9ced4; } td strong { color: #0b5a2a; }
 tr.flag td strong { color: #a11b0c; }
 .cap { font-size: 12.5px; color: #56616d; max-width: 1100px; margin: 2px 0 14px; }
+details.cases { margin: 8px 0; } details.cases summary { cursor: pointer; font-weight: 600; font-size: 14px; }
 figure { margin: 14px 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eceef1; }
 figcaption { font-size: 12.5px; color: #56616d; max-width: 1100px; }
 .grid { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 8px 20px; }
@@ -169,6 +172,9 @@ def table_html(t: Table) -> str:
     parts.append("</tbody></table></div>")
     if t.caption:
         parts.append(f'<div class="cap">{_h(t.caption)}</div>')
+    if t.folded:
+        return (f'<details class="cases"><summary>{_h(t.title)} ({len(t.rows)} rows)</summary>'
+                + "".join(parts) + "</details>")
     return "".join(parts)
 
 
