@@ -30,7 +30,8 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
              overlap: bool = True, audit: str | None = "ok", strips: bool = True, any_layer: bool = True,
              config_R: int | None = None, seed: int = 0, meta_extra: dict | None = None, metrics: bool = True,
              config_extra: dict | None = None, causal: bool = False, atp: bool = False, ablations: tuple[str, ...] = (),
-             score_points: dict[str, str | None] | None = None) -> Path:
+             score_points: dict[str, str | None] | None = None, k_sweep_tests: tuple[str, ...] = ("cers",),
+             k_points: tuple[int, ...] = (2, 8)) -> Path:
     """Write a store into ``run_dir``. ``audit``: 'ok', 'bad' (oracle out of range) or None.
     ``metrics=False``: no logprob / logit-diff columns (a store of an older vheads).
     ``causal``: an exact causal map (NCS, per item and arm, every head and layer) and the
@@ -118,9 +119,16 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
                 for arm, vals in arm_vals.items():
                     rows["arms"] += [(f"u-{s}-{test}", s, test, "S", it, arm, float(v)) for it, v in zip(items, vals)]
         if sweeps:
-            for k in (2, 8):
-                rows["outcomes"] += [(f"u-{s}-k{k}", s, "cers", f"S@k={k}", it, float(rng.normal(0.01 * k, 0.05)))
-                                     for it in items]
+            for t in k_sweep_tests[:1]:
+                for k in k_points:
+                    rows["outcomes"] += [(f"u-{s}-k{k}", s, t, f"S@k={k}", it, float(rng.normal(0.01 * k, 0.05)))
+                                         for it in items]
+    if sweeps:
+        for s in settings:
+            for t in k_sweep_tests[1:]:
+                for k in k_points:
+                    rows["outcomes"] += [(f"u-{s}-{t}-k{k}", s, t, f"S@k={k}", it, float(rng.normal(0.01 * k, 0.05)))
+                                         for it in items]
     if overlap:
         for a, b in itertools.combinations(settings, 2):
             ov = len(heads[a] & heads[b])

@@ -159,7 +159,7 @@ def methods_overlap_figure(run: RunData) -> bytes | None:
     ax.set_yticks(range(len(rows)), rows, fontsize=7.5, family="monospace")
     cb = fig.colorbar(im, ax=ax, shrink=0.9)
     cb.set_label("shared / smaller set", fontsize=8)
-    cb.ax.tick_params(labelsize=7)
+    cb.ax.tick_params(labelsize=7.5)
     return _png(fig)
 
 
@@ -175,7 +175,7 @@ def methods_blocks(run: RunData) -> list:
     png = methods_overlap_figure(run)
     if png:
         blocks.append(Figure("methods_overlap", png, "Heads each score point shares with each grid setting (number), "
-                             "as a share of the smaller of the two head-sets (colour).", max_width=820))
+                             "as a share of the smaller of the two head-sets (colour)."))
     t = methods_tests_table(run)
     if t:
         blocks.append(t)
