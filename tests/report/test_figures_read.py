@@ -32,12 +32,19 @@ def page_widths() -> tuple[float, float]:
     max_w = float(re.search(r"max-width:\s*(\d+)px", main).group(1))
     pad = [float(v) for v in re.search(r"padding:\s*([\d\spx]+);", main).group(1).replace("px", "").split()]
     side = pad[1] if len(pad) > 1 else pad[0]
-    content = min(WINDOW, max_w) - 2 * side
+    content = min(WINDOW - 2 * side, max_w)  # content-box: max-width bounds the content, padding outside it
     grid = re.search(r"\.grid\s*\{([^}]*)\}", CSS).group(1)
     gaps = [float(v) for v in re.search(r"gap:\s*([\d\spx]+);", grid).group(1).replace("px", "").split()]
     col_gap = gaps[1] if len(gaps) > 1 else gaps[0]
-    assert "repeat(2," in grid
+    assert "repeat(2," in grid and "box-sizing" not in main
     return content, (content - col_gap) / 2
+
+
+def shown_width(block: Figure, png_px: int) -> float:
+    """The CSS px a figure is shown at: a wide one at most the content width, a narrow one at
+    most a grid column, neither more than its own pixels nor its ``max_width``."""
+    content, column = page_widths()
+    return min(png_px, content if block.wide else column, block.max_width or png_px)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +82,7 @@ def figures(tmp_path_factory):
     return list(zip(blocks, saved))
 
 
-def _png_width(png: bytes) -> int:
+def png_width(png: bytes) -> int:
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     return int.from_bytes(png[16:20], "big")  # IHDR width
 
@@ -91,11 +98,10 @@ def test_every_png_is_at_most_300_kb(figures):
 
 
 def test_every_text_is_at_least_8_pt_as_the_page_shows_it(figures):
-    content, column = page_widths()
     small = []
     for block, rec in figures:
-        px = _png_width(block.png)
-        shown = min(px, content if block.wide else column, block.max_width or px)
+        px = png_width(block.png)
+        shown = shown_width(block, px)
         # a text of s pt is s·dpi/72 image px; shown at shown/px of its size, in CSS pt (96 px = 72 pt)
         pt = rec["min_pt"] * rec["dpi"] / CSS_PX_PER_INCH * shown / px
         if pt < MIN_PT - 1e-6:

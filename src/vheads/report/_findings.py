@@ -96,7 +96,8 @@ def findings(run: RunData, alpha: float = ALPHA) -> Findings | None:
     columns = [Column(t, kind, a, m) for t, kind, a in tests for m in metrics]
     listed = holm_family(run)
     grid = [s for s in run.settings if listed is None or s in listed]
-    out = Findings(control, columns, [*run.settings, *run.score_settings], grid=grid)
+    rows = [*grid, *(s for s in run.settings if s not in grid), *run.score_settings]  # the family, the causal setting, the points
+    out = Findings(control, columns, rows, grid=grid)
     for col in columns:
         r = runs[col.metric]
         for st in significance(r, col.test, alpha=alpha, controls=(control,)):

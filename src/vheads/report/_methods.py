@@ -101,11 +101,16 @@ def methods_tests(run: RunData, test: str, alpha: float = ALPHA) -> dict[str, ob
     return stats
 
 
-def methods_tests_table(run: RunData) -> Table | None:
+def methods_tested(run: RunData) -> list[str]:
+    """The tests the score points store: the seed's two first, then symmetric CERS and the ablations."""
     ncs = "ncs-all" if any((s, "ncs-all") in run.cells for s in run.score_settings) else "ncs"
     stored = {t for (s, t) in run.cells if s in run.score_settings}
-    # the seed's two tests first, then every other outcome the score points store (symmetric CERS, the ablations)
-    tests = [t for t in ("cers", ncs, "cers-sym") if t in stored] + sorted(t for t in stored if "@ablation=" in t)
+    return [t for t in ("cers", ncs, "cers-sym") if t in stored] + sorted(t for t in stored if "@ablation=" in t)
+
+
+def methods_tests_table(run: RunData, tests: list[str] | None = None) -> Table | None:
+    """The score points' tests (``tests``, default every one of :func:`methods_tested`) on one table."""
+    tests = methods_tested(run) if tests is None else tests
     if not tests:
         return None
     per = {t: methods_tests(run, t) for t in tests}
@@ -128,7 +133,9 @@ def methods_tests_table(run: RunData) -> Table | None:
                     f"{fmt_p(cs.rank.p)} (**{ph}**)" if cs.reject else f"{fmt_p(cs.rank.p)} ({ph})"]
         rows.append(row)
     note = fallback_note(run.meta, CONTROL, run.score_settings)
-    return Table("Published methods vs the seed's settings: necessity and steerability", columns, rows,
+    title = ("Published methods vs the seed's settings: necessity and steerability" if len(tests) > 1 else
+             f"Published methods vs the seed's settings: {TEST_NAMES.get(tests[0], tests[0])}")
+    return Table(title, columns, rows,
                  "Each score point's head-set S against its own layer-matched controls (same per-layer counts as S, "
                  "uniform within each layer, S excluded), as the grid's settings in Table 3. S: mean over items with "
                  "its 95% interval (NCS: Welch over the two arms). p: one-sided rank p (1 + #{controls ≥ S}) / (n + 1) over "
@@ -150,16 +157,16 @@ def methods_overlap_figure(run: RunData) -> bytes | None:
     rows, cols, m = got
     size = np.array([[min(len(_heads(run, a)), len(_heads(run, b))) for b in cols] for a in rows], dtype=float)
     share = np.divide(m, size, out=np.zeros(m.shape), where=size > 0)
-    fig, ax = plt.subplots(figsize=(max(3.6, 2.2 + 0.55 * len(cols)), max(2.2, 1.4 + 0.42 * len(rows))), layout="constrained")
+    fig, ax = plt.subplots(figsize=(max(3.6, 2.2 + 0.45 * len(cols)), max(2.2, 1.4 + 0.42 * len(rows))), layout="constrained")
     im = ax.imshow(share, cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for i in range(len(rows)):
         for j in range(len(cols)):
             ax.text(j, i, str(m[i, j]), ha="center", va="center", fontsize=8, color="white" if share[i, j] < 0.6 else "black")
-    ax.set_xticks(range(len(cols)), cols, rotation=60, ha="right", fontsize=7.5, family="monospace")
-    ax.set_yticks(range(len(rows)), rows, fontsize=7.5, family="monospace")
+    ax.set_xticks(range(len(cols)), cols, rotation=60, ha="right", fontsize=8, family="monospace")
+    ax.set_yticks(range(len(rows)), rows, fontsize=8, family="monospace")
     cb = fig.colorbar(im, ax=ax, shrink=0.9)
     cb.set_label("shared / smaller set", fontsize=8)
-    cb.ax.tick_params(labelsize=7.5)
+    cb.ax.tick_params(labelsize=8)
     return _png(fig)
 
 
@@ -175,8 +182,7 @@ def methods_blocks(run: RunData) -> list:
     png = methods_overlap_figure(run)
     if png:
         blocks.append(Figure("methods_overlap", png, "Heads each score point shares with each grid setting (number), "
-                             "as a share of the smaller of the two head-sets (colour)."))
-    t = methods_tests_table(run)
-    if t:
-        blocks.append(t)
+                             "as a share of the smaller of the two head-sets (colour).", max_width=820))
+    for test in methods_tested(run):  # one table per test: each fits the page
+        blocks.append(methods_tests_table(run, [test]))
     return blocks
