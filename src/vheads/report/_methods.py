@@ -108,6 +108,12 @@ def methods_tested(run: RunData) -> list[str]:
     return [t for t in ("cers", ncs, "cers-sym") if t in stored] + sorted(t for t in stored if "@ablation=" in t)
 
 
+def _test_name(test: str) -> str:
+    """``ncs-all@ablation=zero`` → "NCS (necessity), zero ablation"; other ids as Table 3 names them."""
+    base, _, abl = test.partition("@ablation=")
+    return f"{TEST_NAMES.get(base, base)}, {abl} ablation" if abl else TEST_NAMES.get(test, test)
+
+
 def methods_tests_table(run: RunData, tests: list[str] | None = None) -> Table | None:
     """The score points' tests (``tests``, default every one of :func:`methods_tested`) on one table."""
     tests = methods_tested(run) if tests is None else tests
@@ -118,7 +124,7 @@ def methods_tests_table(run: RunData, tests: list[str] | None = None) -> Table |
     for t in tests:
         Rs = [st.controls[CONTROL].R for st in per[t].values() if CONTROL in st.controls]
         columns += ["S [95% CI]", f"{CONTROL} (R={max(Rs) if Rs else 0}) mean ± SD [distinct]", "z", "p (Holm)"]
-        groups.append((TEST_NAMES.get(t, t), 4))
+        groups.append((_test_name(t), 4))
     rows = []
     for s in run.score_settings:
         row = [s]
@@ -134,7 +140,7 @@ def methods_tests_table(run: RunData, tests: list[str] | None = None) -> Table |
         rows.append(row)
     note = fallback_note(run.meta, CONTROL, run.score_settings)
     title = ("Published methods vs the seed's settings: necessity and steerability" if len(tests) > 1 else
-             f"Published methods vs the seed's settings: {TEST_NAMES.get(tests[0], tests[0])}")
+             f"Published methods vs the seed's settings: {_test_name(tests[0])}")
     return Table(title, columns, rows,
                  "Each score point's head-set S against its own layer-matched controls (same per-layer counts as S, "
                  "uniform within each layer, S excluded), as the grid's settings in Table 3. S: mean over items with "
