@@ -29,7 +29,9 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
              row_groups: bool = True, text: bool = True, extra_controls: bool = True, sweeps: bool = True,
              overlap: bool = True, audit: str | None = "ok", strips: bool = True, any_layer: bool = True,
              config_R: int | None = None, seed: int = 0, meta_extra: dict | None = None, metrics: bool = True,
-             config_extra: dict | None = None, causal: bool = False, atp: bool = False) -> Path:
+             config_extra: dict | None = None, causal: bool = False, atp: bool = False, ablations: tuple[str, ...] = (),
+             score_points: dict[str, str | None] | None = None, k_sweep_tests: tuple[str, ...] = ("cers",),
+             k_points: tuple[int, ...] = (2, 8)) -> Path:
     """Write a store into ``run_dir``. ``audit``: 'ok', 'bad' (oracle out of range) or None.
     ``metrics=False``: no logprob / logit-diff columns (a store of an older vheads).
     ``causal``: an exact causal map (NCS, per item and arm, every head and layer) and the
@@ -67,6 +69,15 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
                     m = rng.dirichlet(np.ones(6)) * 0.5
                     rows["strip_attention"].append((s, f"strip{it}", l, h, json.dumps(m.tolist())))
 
+    for p, copy in (score_points or {}).items():
+        c, q, _ = p.split("-")
+        scores = rng.uniform(0, 0.2, size=(L, H))
+        hs = ([list(h) for h in sorted(heads[copy])] if copy else
+              [[int(i // H), int(i % H)] for i in np.argsort(-scores, axis=None)[:K]])
+        heads[p] = {tuple(h) for h in hs}
+        rows["discovery"].append((p, QUERIES[q], "score", CORPORA[c], 50, K, json.dumps(scores.tolist()), json.dumps(hs)))
+        rows["headsets"].append((p, "S", "S", 0, 0, json.dumps(hs)))
+
     items = [f"item{i:03d}" for i in range(n_items)]
     distinct_sets = list(itertools.islice(itertools.combinations(range(L * H), K), max(R, 1)))  # K flat head indices
     all_controls = dict(controls)
@@ -79,6 +90,7 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
         test_list += ["text"]
     if sweeps:
         test_list += [f"cers@beta={b}" for b in (1, 10, 100)]
+    test_list += [f"ncs-all@ablation={a}" for a in ablations]
     if causal:
         true = rng.normal(0, 0.05, size=(L, H))
         units = [(f"L{l}H{h}", true[l, h]) for l in range(L) for h in range(H)] + [(f"L{l}", true[l].sum()) for l in range(L)]
@@ -88,11 +100,11 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
                                        for i, v in enumerate(mean + rng.normal(0, 0.02, 8))]
         top = np.argsort(-true, axis=None)[:K]
         rows["headsets"].append(("causal-ncs", "S", "S", 0, 0, json.dumps([[int(i // H), int(i % H)] for i in top])))
-    for si, s in enumerate([*settings, *(["causal-ncs"] if causal else [])]):
+    for si, s in enumerate([*settings, *(["causal-ncs"] if causal else []), *(score_points or {})]):
         for test in test_list:
             effect = 0.02 * si
             s_vals = effect + rng.normal(0, 0.05, n_items)
-            if test == "ncs-all":  # as the study stores NCS: matched drops minus the mismatched mean
+            if test.startswith("ncs-all"):  # as the study stores NCS: matched drops minus the mismatched mean
                 arm_vals = {"matched": 0.05 + effect + rng.normal(0, 0.03, n_items), "mismatched": rng.normal(0, 0.03, n_items)}
                 s_vals = arm_vals["matched"] - arm_vals["mismatched"].mean()
             rows["outcomes"] += [(f"u-{s}-{test}", s, test, "S", it, float(v)) for it, v in zip(items, s_vals)]
@@ -103,13 +115,20 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
                     rows["outcomes"] += [(f"u-{s}-{test}", s, test, hid, it, float(x)) for it, x in zip(items, v)]
                     if test == test_list[0]:  # every draw a head-set of its own (real draws rarely repeat)
                         rows["headsets"].append((s, hid, c, d, 7, json.dumps([list(divmod(i, H)) for i in distinct_sets[d]])))
-            if test == "ncs-all":
+            if test.startswith("ncs-all"):
                 for arm, vals in arm_vals.items():
                     rows["arms"] += [(f"u-{s}-{test}", s, test, "S", it, arm, float(v)) for it, v in zip(items, vals)]
         if sweeps:
-            for k in (2, 8):
-                rows["outcomes"] += [(f"u-{s}-k{k}", s, "cers", f"S@k={k}", it, float(rng.normal(0.01 * k, 0.05)))
-                                     for it in items]
+            for t in k_sweep_tests[:1]:
+                for k in k_points:
+                    rows["outcomes"] += [(f"u-{s}-k{k}", s, t, f"S@k={k}", it, float(rng.normal(0.01 * k, 0.05)))
+                                         for it in items]
+    if sweeps:
+        for s in settings:
+            for t in k_sweep_tests[1:]:
+                for k in k_points:
+                    rows["outcomes"] += [(f"u-{s}-{t}-k{k}", s, t, f"S@k={k}", it, float(rng.normal(0.01 * k, 0.05)))
+                                         for it in items]
     if overlap:
         for a, b in itertools.combinations(settings, 2):
             ov = len(heads[a] & heads[b])

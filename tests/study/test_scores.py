@@ -135,9 +135,9 @@ def test_the_methods_tables_recompute_from_the_store(run_dir):
     run = load_run(run_dir)
     heads = {s: {tuple(h) for h in json.loads(x)} for s, x in _q(run_dir, "SELECT setting, headset FROM discovery")}
     ov = methods_overlap_table(run)
-    assert ov.columns[3:] == ["cm-ord-last"]
+    assert ov.columns[4:] == ["cm-ord-last"]  # after the setting, its point, its identical settings, |S|
     for row in ov.rows:
-        assert int(row[3].split()[0]) == len(heads[row[0]] & heads["cm-ord-last"]) and int(row[2]) == len(heads[row[0]])
+        assert int(row[4].split()[0]) == len(heads[row[0]] & heads["cm-ord-last"]) and int(row[3]) == len(heads[row[0]])
 
     def T(s, test, hid):  # a head-set's statistic, from the per-item rows
         if test == "ncs-all":

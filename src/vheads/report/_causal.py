@@ -188,7 +188,7 @@ def score_effect_figure(run: RunData, cmap: CausalMap, metric: str = "p4") -> by
     rho = score_map_rho(run, effect)
     ncol = min(4, len(settings))
     nrow = -(-len(settings) // ncol)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(ncol * 3.0, nrow * 2.6 + 0.3), squeeze=False, sharey=True,
+    fig, axes = plt.subplots(nrow, ncol, figsize=(ncol * 2.8, nrow * 2.6 + 0.3), squeeze=False, sharey=True,
                              layout="constrained")
     for ax in axes.flat[len(settings):]:
         ax.set_visible(False)
@@ -205,8 +205,8 @@ def score_effect_figure(run: RunData, cmap: CausalMap, metric: str = "p4") -> by
         ax.set_title(f"{s}   ρ = {fmt(r[0], 2)}" if r else s, fontsize=9)
         ax.set_xlabel("discovery score")
         ax.set_ylabel(f"causal NCS effect ({metric})")
-        ax.tick_params(labelsize=7)
-    axes.flat[0].legend(fontsize=7, loc="best")
+        ax.tick_params(labelsize=7.5)
+    axes.flat[0].legend(fontsize=7.5, loc="best")
     return _png(fig)
 
 

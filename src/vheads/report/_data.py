@@ -506,3 +506,31 @@ def sweep_points(run: RunData, param: str) -> dict[tuple[str, str], dict[float, 
         if isinstance(main, (int, float)) and (s, base) in run.cells and float(main) not in d:
             d[float(main)] = run.cells[(s, base)]
     return {key: d for key, d in pts.items() if len(d) >= 2}
+
+
+def headset_key(run: RunData, setting: str) -> str | None:
+    """S's heads of ``setting`` as one comparable text (sorted ``[layer, head]`` pairs): the
+    stored head-set row, else the discovery's; ``None`` when the store has neither."""
+    key = run.heads_of.get((setting, "S"))
+    if key is None and setting in run.discovery:
+        key = json.dumps(sorted(map(tuple, run.discovery[setting]["headset"])))
+    return key if key not in (None, "[]") else None
+
+
+def identical_headsets(run: RunData) -> list[list[str]]:
+    """Groups of settings (grid, score points and the causal setting alike) whose S holds
+    exactly the same heads, each group in the report's setting order, groups in the order
+    of their first member. Their tests are one result measured again, not independent
+    evidence: on a small model several discovery scores often pick the same top-k."""
+    order = [*run.settings, *run.score_settings]
+    by_key: dict[str, list[str]] = {}
+    for s in order:
+        key = headset_key(run, s)
+        if key is not None:
+            by_key.setdefault(key, []).append(s)
+    return [group for group in by_key.values() if len(group) > 1]
+
+
+def identical_to(run: RunData) -> dict[str, list[str]]:
+    """setting -> the other settings whose S is identical to its (settings in no group absent)."""
+    return {s: [o for o in group if o != s] for group in identical_headsets(run) for s in group}

@@ -2,8 +2,8 @@
 renderings: Markdown (``report.md``, figures as files) and one self-contained HTML page
 (``report.html``: CSS inline, figures as ``data:`` URIs, no external reference).
 
-Cell text may carry ``**bold**`` (a significant or flagged value); Markdown keeps it,
-HTML turns it into ``<strong>``.
+Cell text may carry ``**bold**`` (a significant or flagged value) and in-page links
+``[text](#section-id)``; Markdown keeps both, HTML turns them into ``<strong>`` and ``<a>``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
+WRAP_AT = 40  # a table cell longer than this many characters wraps (a reading, a list), numbers never do
+_ANCHOR_LINK = re.compile(r"\[([^\]]+)\]\((#[A-Za-z0-9_-]+)\)")  # [text](#section-id): an in-page link
 
 
 @dataclass
@@ -25,6 +27,7 @@ class Table:
     groups: list[tuple[str, int]] | None = None  # header groups over the columns: (label, span)
     flagged_rows: set[int] = field(default_factory=set)  # rows drawn highlighted (a warning)
     text_cols: int = 1  # leading columns that hold names (left-aligned), the rest numbers
+    folded: bool = False  # a long list of cases: closed under its title in the HTML (<details>)
 
 
 @dataclass
@@ -42,7 +45,8 @@ class Check:
 
     item: str
     value: str
-    warning: str | None = None
+    warning: str | None = None  # one line: what, how many, which key to change
+    cases: Table | None = None  # a long list of cases, shown as a (folded) table after the checklist
 
 
 @dataclass
@@ -128,12 +132,14 @@ nav ul { columns: 3; font-size: 14px; } nav a { color: #2457a6; text-decoration:
 table { border-collapse: collapse; font-size: 12.5px; font-variant-numeric: tabular-nums; }
 caption { caption-side: top; text-align: left; font-weight: 600; font-size: 14px; padding: 4px 0 6px; }
 th, td { padding: 3px 8px; border-bottom: 1px solid #e6e8eb; white-space: nowrap; text-align: right; }
-th { background: #f3f4f6; font-weight: 600; } th.l, td.l { text-align: left; } th.grp { text-align: center; border-bottom: 2px solid #c9ced4; }
+th { background: #f3f4f6; font-weight: 600; white-space: normal; vertical-align: bottom; min-width: 3em; }
+td.l { white-space: normal; min-width: 8em; } td.w { white-space: normal; min-width: 16em; text-align: left; } th.l, td.l { text-align: left; } th.grp { text-align: center; border-bottom: 2px solid #c9ced4; }
 td:first-child, th:first-child { text-align: left; font-family: ui-monospace, Menlo, Consolas, monospace; }
 tr.flag td { background: #fdecea; } tr.gs td { border-top: 2px solid #c9ced4; } td strong { color: #0b5a2a; }
 tr.flag td strong { color: #a11b0c; }
 .cap { font-size: 12.5px; color: #56616d; max-width: 1100px; margin: 2px 0 14px; }
-figure { margin: 14px 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eceef1; }
+details.cases { margin: 8px 0; } details.cases summary { cursor: pointer; font-weight: 600; font-size: 14px; }
+figure { margin: 14px 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eceef1; box-sizing: border-box; }
 figcaption { font-size: 12.5px; color: #56616d; max-width: 1100px; }
 .grid { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 8px 20px; }
 .grid figure { margin: 6px 0; }
@@ -145,7 +151,9 @@ table.check td.w { color: #a11b0c; } tr.warn td { background: #fff4e5; }
 
 
 def _h(text: str) -> str:
-    return _BOLD.sub(r"<strong>\1</strong>", html.escape(str(text)))
+    """Cell or paragraph text as HTML: escaped, ``**bold**`` and in-page ``[text](#id)`` links kept."""
+    out = _BOLD.sub(r"<strong>\1</strong>", html.escape(str(text)))
+    return _ANCHOR_LINK.sub(r'<a href="\2">\1</a>', out)
 
 
 def table_html(t: Table) -> str:
@@ -156,7 +164,11 @@ def table_html(t: Table) -> str:
         cells += ["<th></th>"] * (len(t.columns) - used)
         parts.append("<tr>" + "".join(cells) + "</tr>")
     def cell(tag: str, j: int, text: str) -> str:
-        return f'<{tag} class="l">{_h(text)}</{tag}>' if j < t.text_cols else f"<{tag}>{_h(text)}</{tag}>"
+        if j < t.text_cols:
+            return f'<{tag} class="l">{_h(text)}</{tag}>'
+        if len(str(text)) > WRAP_AT:  # a sentence in a column of numbers: wraps
+            return f'<{tag} class="w">{_h(text)}</{tag}>'
+        return f"<{tag}>{_h(text)}</{tag}>"
 
     parts.append("<tr>" + "".join(cell("th", j, c) for j, c in enumerate(t.columns)) + "</tr></thead><tbody>")
     for i, row in enumerate(t.rows):
@@ -166,6 +178,9 @@ def table_html(t: Table) -> str:
     parts.append("</tbody></table></div>")
     if t.caption:
         parts.append(f'<div class="cap">{_h(t.caption)}</div>')
+    if t.folded:
+        return (f'<details class="cases"><summary>{_h(t.title)} ({len(t.rows)} rows)</summary>'
+                + "".join(parts) + "</details>")
     return "".join(parts)
 
 

@@ -103,24 +103,25 @@ def band_figure(settings: list[str], cells: dict[tuple[str, str], Cell], tests: 
 
 def sweep_figure(run: RunData, param: str) -> bytes | None:
     """One heat-map panel per test (at most a handful, whatever the number of settings):
-    rows are the settings with a sweep, columns the sweep's values (β or k); a cell's colour
+    rows are the settings with a sweep (the same rows in every panel, labelled once), columns
+    the sweep's values (β or k); a cell's colour
     is S − the mean of that point's first main control (layer-matched where drawn), its text
     that gap, ``*`` where S is above every draw of that control (rank p at its floor);
-    grey: a point without that control."""
+    grey: a point without that control (or that the setting does not have)."""
     pts = sweep_points(run, param)
     if not pts:
         return None
     bases = list(dict.fromkeys(base for _, base in sorted(pts, key=lambda k: k[1])))
     order = {s: i for i, s in enumerate(run.settings)}
     panels = []
+    rows = sorted({s for s, _ in pts}, key=lambda s: (order.get(s, len(order)), s))  # every panel: the same rows
     for base in bases:
-        rows = sorted({s for s, b in pts if b == base}, key=lambda s: (order.get(s, len(order)), s))
-        xs = sorted({x for s in rows for x in pts[(s, base)]})
+        xs = sorted({x for s in rows for x in pts.get((s, base), {})})
         gap = np.full((len(rows), len(xs)), np.nan)  # [settings, sweep values]
         top = np.zeros(gap.shape, dtype=bool)
         for i, s in enumerate(rows):
             for j, x in enumerate(xs):
-                cell = pts[(s, base)].get(x)
+                cell = pts.get((s, base), {}).get(x)
                 c = next((c for c in MAIN_CONTROLS if cell is not None and c in cell.controls and len(cell.controls[c])), None)
                 if c is None or cell.s is None or not len(cell.s):
                     continue
@@ -129,10 +130,14 @@ def sweep_figure(run: RunData, param: str) -> bytes | None:
                 top[i, j] = bool((draws < t_s).all())
         panels.append((base, rows, xs, gap, top))
     vmax = max((float(np.nanmax(np.abs(g))) for *_, g, _ in panels if np.isfinite(g).any()), default=0.0) or 1.0
-    widths = [1.6 + 0.62 * len(xs) for _, _, xs, _, _ in panels]
-    n_rows = max(len(r) for _, r, _, _, _ in panels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(sum(widths) + 1.6, max(2.2, 1.3 + 0.3 * n_rows)), squeeze=False,
-                             width_ratios=widths)
+    # geometry in inches: the panels' cells, the setting labels left of the first panel only (every
+    # panel has the same rows), the colour bar on the right; the figure stays within the page's
+    # width where the sweep allows it, so its text is shown at the size drawn
+    widths = [0.55 * len(xs) for _, _, xs, _, _ in panels]
+    left, right, space = 0.5 + 0.07 * max(len(r) for r in rows), 1.3, 0.3  # monospace 8 pt: about 0.067 in a character
+    n_rows = len(rows)
+    fig, axes = plt.subplots(1, len(panels), figsize=(left + sum(widths) + space * (len(panels) - 1) + right,
+                                                      max(2.2, 1.3 + 0.3 * n_rows)), squeeze=False, width_ratios=widths)
     cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#d9d9d9")
     im = None
     for ax, (base, rows, xs, gap, top) in zip(axes[0], panels):
@@ -143,13 +148,17 @@ def sweep_figure(run: RunData, param: str) -> bytes | None:
                     ax.text(j, i, fmt(float(gap[i, j]), 2) + ("*" if top[i, j] else ""), ha="center", va="center", fontsize=8,
                             color="white" if abs(gap[i, j]) > 0.6 * vmax else "black")
         ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs], fontsize=8)
-        ax.set_yticks(range(len(rows)), rows, fontsize=8, family="monospace")
         ax.set_xlabel("β" if param == "beta" else "k (heads)", fontsize=9)
-        ax.set_ylabel("setting", fontsize=9)
+        if ax is not axes[0][0]:
+            ax.set_yticks(range(len(rows)), [""] * len(rows))
+        else:
+            ax.set_yticks(range(len(rows)), rows, fontsize=8, family="monospace")
+            ax.set_ylabel("setting", fontsize=9)
         ax.set_title(TEST_NAMES.get(base, base), fontsize=9)
     # fixed margins (inches) for the labels and the colour bar: no layout engine to run
     w, h = fig.get_figwidth(), fig.get_figheight()
-    fig.subplots_adjust(left=1.45 / w, right=1 - 1.3 / w, top=1 - 0.35 / h, bottom=0.55 / h, wspace=1.3 / (w / len(panels)))
+    fig.subplots_adjust(left=left / w, right=1 - right / w, top=1 - 0.35 / h, bottom=0.55 / h,
+                        wspace=space / (sum(widths) / len(panels)))
     cb = fig.colorbar(im, cax=fig.add_axes((1 - 1.1 / w, 0.55 / h, 0.15 / w, 1 - 0.9 / h)))
     cb.set_label("S − control mean", fontsize=8)
     cb.ax.tick_params(labelsize=8)
@@ -168,7 +177,7 @@ def top_strip_heads(run: RunData, setting: str, n_heads: int) -> list[tuple[int,
     return heads[:n_heads]
 
 
-def strip_figure(run: RunData, setting: str, n_heads: int = 3, n_items: int = 3) -> bytes | None:
+def strip_figure(run: RunData, setting: str, n_heads: int = 3, n_items: int = 2) -> bytes | None:
     """For up to ``n_items`` strips: the strip image (or six empty panels where
     ``strips/<item>.png`` is missing) and, under it, one row of six bars per top head — the
     head's attention mass from the source rows on each panel, aligned with the panels
@@ -185,7 +194,8 @@ def strip_figure(run: RunData, setting: str, n_heads: int = 3, n_items: int = 3)
     scores = run.discovery.get(setting, {}).get("scores")
     ymax = max(max(by_head[h][i], default=0.0) for h in heads for i in items) or 1.0
     row_h, gap, img_h = 1.0, 0.35, 1.0  # bar-row height, gap between rows, strip height (panel = 1 x 1)
-    fig, ax = plt.subplots(figsize=(0.3 * (7 * len(items)) + 1.0, 0.3 * (img_h + 1.0 + len(heads) * (row_h + gap)) + 0.4))
+    lab = 3.4  # data units left of the first strip for the head labels ("L3 H2  s=0.199", 7.5 pt: about 1 in)
+    fig, ax = plt.subplots(figsize=(0.3 * (7 * len(items) - 0.8 + lab) + 0.3, 0.3 * (img_h + 1.0 + len(heads) * (row_h + gap)) + 0.4))
     for j, item in enumerate(items):
         x0 = 7 * j
         png = run.strip_png(item)
@@ -214,7 +224,7 @@ def strip_figure(run: RunData, setting: str, n_heads: int = 3, n_items: int = 3)
             if j == 0:
                 sc = f"  s={scores[h]:.3f}" if scores is not None and scores.ndim == 2 else ""
                 ax.text(-0.25, base + row_h / 2, f"L{h[0]} H{h[1]}{sc}", ha="right", va="center", fontsize=7.5)
-    ax.set_xlim(-0.2, 7 * len(items) - 0.8)
+    ax.set_xlim(-lab, 7 * len(items) - 0.8)
     ax.set_ylim(-len(heads) * (row_h + gap) - 0.1, img_h + 1.0)
     ax.set_aspect("equal")
     ax.axis("off")
@@ -259,11 +269,11 @@ def score_map_figure(run: RunData) -> bytes | None:
         ax.set_title(f"{s}", fontsize=8.5, family="monospace")
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)
-        ax.tick_params(labelsize=7.5)
+        ax.tick_params(labelsize=8)
     label = "discovery score\n(region mass)" + ("\ngrey: linear-attention\nlayers, no heads" if no_heads else "")
     cb = fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8)
     cb.set_label(label, fontsize=8.5)
-    cb.ax.tick_params(labelsize=7.5)
+    cb.ax.tick_params(labelsize=8)
     return _png(fig)
 
 

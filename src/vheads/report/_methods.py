@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from vheads.evaluation import holm
-from vheads.report._data import RunData, fallback_note
+from vheads.report._data import RunData, fallback_note, identical_to
 from vheads.report._doc import Figure, Table
 from vheads.report._tables import ALPHA, TEST_NAMES, compare, fmt, fmt_ci, fmt_p, s_interval
 
@@ -73,20 +73,23 @@ def methods_overlap_table(run: RunData) -> Table | None:
     frac = _fractions(run)
     L, H = run.shape
     n_heads = (len(run.attention_layers) if run.attention_layers is not None else (L or 0)) * (H or 0)
+    same = identical_to(run)
     rows = []
     for i, s in enumerate(rows_s):
-        row = [s, point_text(run.score_points.get(s, {})), str(len(_heads(run, s)))]
+        row = [s, point_text(run.score_points.get(s, {})), ", ".join(same.get(s, [])) or "–", str(len(_heads(run, s)))]
         for j, c in enumerate(cols):
             f = frac.get(frozenset((s, c)))
             row.append(f"{m[i, j]}" + (f" ({fmt(f, 2)})" if f is not None else ""))
         rows.append(row)
     chance = (f" A random head-set shares |S_p|·|S_s| / {n_heads} heads with a setting on average." if n_heads else "")
     return Table("Published methods vs the seed's settings: shared heads",
-                 ["Score setting", "Point", "|S|", *cols], rows,
+                 ["Score setting", "Point", "Identical S", "|S|", *cols], rows,
                  "|S_p ∩ S_s|: heads the score point's head-set shares with each grid setting's (discovered on all "
                  "items). In parentheses, where both scored the same items: the overlap at half size as a fraction of "
                  "the two split-half noise ceilings' geometric mean (as the seed's Table 20; near 1 = the same heads up "
-                 "to sampling noise; a ratio of noisy overlaps, it can exceed 1)." + chance, text_cols=2)
+                 "to sampling noise; a ratio of noisy overlaps, it can exceed 1). Identical S: the settings (grid or "
+                 "score points) whose head-set holds exactly the same heads: their tests measure one head-set again."
+                 + chance, text_cols=3)
 
 
 def sink_twins(run: RunData) -> list[tuple[str, str]]:
@@ -148,11 +151,22 @@ def methods_tests(run: RunData, test: str, alpha: float = ALPHA) -> dict[str, ob
     return stats
 
 
-def methods_tests_table(run: RunData) -> Table | None:
+def methods_tested(run: RunData) -> list[str]:
+    """The tests the score points store: the seed's two first, then symmetric CERS and the ablations."""
     ncs = "ncs-all" if any((s, "ncs-all") in run.cells for s in run.score_settings) else "ncs"
     stored = {t for (s, t) in run.cells if s in run.score_settings}
-    # the seed's two tests first, then every other outcome the score points store (symmetric CERS, the ablations)
-    tests = [t for t in ("cers", ncs, "cers-sym") if t in stored] + sorted(t for t in stored if "@ablation=" in t)
+    return [t for t in ("cers", ncs, "cers-sym") if t in stored] + sorted(t for t in stored if "@ablation=" in t)
+
+
+def _test_name(test: str) -> str:
+    """``ncs-all@ablation=zero`` → "NCS (necessity), zero ablation"; other ids as Table 3 names them."""
+    base, _, abl = test.partition("@ablation=")
+    return f"{TEST_NAMES.get(base, base)}, {abl} ablation" if abl else TEST_NAMES.get(test, test)
+
+
+def methods_tests_table(run: RunData, tests: list[str] | None = None) -> Table | None:
+    """The score points' tests (``tests``, default every one of :func:`methods_tested`) on one table."""
+    tests = methods_tested(run) if tests is None else tests
     if not tests:
         return None
     per = {t: methods_tests(run, t) for t in tests}
@@ -160,7 +174,7 @@ def methods_tests_table(run: RunData) -> Table | None:
     for t in tests:
         Rs = [st.controls[CONTROL].R for st in per[t].values() if CONTROL in st.controls]
         columns += ["S [95% CI]", f"{CONTROL} (R={max(Rs) if Rs else 0}) mean ± SD [distinct]", "z", "p (Holm)"]
-        groups.append((TEST_NAMES.get(t, t), 4))
+        groups.append((_test_name(t), 4))
     rows = []
     for s in run.score_settings:
         row = [s]
@@ -175,7 +189,9 @@ def methods_tests_table(run: RunData) -> Table | None:
                     f"{fmt_p(cs.rank.p)} (**{ph}**)" if cs.reject else f"{fmt_p(cs.rank.p)} ({ph})"]
         rows.append(row)
     note = fallback_note(run.meta, CONTROL, run.score_settings)
-    return Table("Published methods vs the seed's settings: necessity and steerability", columns, rows,
+    title = ("Published methods vs the seed's settings: necessity and steerability" if len(tests) > 1 else
+             f"Published methods vs the seed's settings: {_test_name(tests[0])}")
+    return Table(title, columns, rows,
                  "Each score point's head-set S against its own layer-matched controls (same per-layer counts as S, "
                  "uniform within each layer, S excluded), as the grid's settings in Table 3. S: mean over items with "
                  "its 95% interval (NCS: Welch over the two arms). p: one-sided rank p (1 + #{controls ≥ S}) / (n + 1) over "
@@ -197,16 +213,16 @@ def methods_overlap_figure(run: RunData) -> bytes | None:
     rows, cols, m = got
     size = np.array([[min(len(_heads(run, a)), len(_heads(run, b))) for b in cols] for a in rows], dtype=float)
     share = np.divide(m, size, out=np.zeros(m.shape), where=size > 0)
-    fig, ax = plt.subplots(figsize=(max(3.6, 2.2 + 0.55 * len(cols)), max(2.2, 1.4 + 0.42 * len(rows))), layout="constrained")
+    fig, ax = plt.subplots(figsize=(max(3.6, 2.2 + 0.45 * len(cols)), max(2.2, 1.4 + 0.42 * len(rows))), layout="constrained")
     im = ax.imshow(share, cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for i in range(len(rows)):
         for j in range(len(cols)):
             ax.text(j, i, str(m[i, j]), ha="center", va="center", fontsize=8, color="white" if share[i, j] < 0.6 else "black")
-    ax.set_xticks(range(len(cols)), cols, rotation=60, ha="right", fontsize=7.5, family="monospace")
-    ax.set_yticks(range(len(rows)), rows, fontsize=7.5, family="monospace")
+    ax.set_xticks(range(len(cols)), cols, rotation=60, ha="right", fontsize=8, family="monospace")
+    ax.set_yticks(range(len(rows)), rows, fontsize=8, family="monospace")
     cb = fig.colorbar(im, ax=ax, shrink=0.9)
     cb.set_label("shared / smaller set", fontsize=8)
-    cb.ax.tick_params(labelsize=7)
+    cb.ax.tick_params(labelsize=8)
     return _png(fig)
 
 
@@ -223,7 +239,6 @@ def methods_blocks(run: RunData) -> list:
     if png:
         blocks.append(Figure("methods_overlap", png, "Heads each score point shares with each grid setting (number), "
                              "as a share of the smaller of the two head-sets (colour).", max_width=820))
-    t = methods_tests_table(run)
-    if t:
-        blocks.append(t)
+    for test in methods_tested(run):  # one table per test: each fits the page
+        blocks.append(methods_tests_table(run, [test]))
     return blocks

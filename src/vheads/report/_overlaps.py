@@ -70,7 +70,7 @@ def overlap_curve_figure(run: RunData) -> bytes | None:
     ax.set_ylim(0, 1.02)
     ax.tick_params(labelsize=7.5)
     ax.grid(alpha=0.25)
-    ax.legend(fontsize=6.5, frameon=False, ncol=2)
+    ax.legend(fontsize=7, frameon=False, ncol=2)
     fig.tight_layout()
     return _png(fig)
 
@@ -106,7 +106,7 @@ def overlap_bars_figure(groups: list[tuple[str, int, list[str], list[float], lis
     """One panel of bars per ``(title, k, labels, values, lo, hi)`` (see :func:`native_overlap_bars`)."""
     if not groups:
         return None
-    fig, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 2.9), squeeze=False)
+    fig, axes = plt.subplots(1, len(groups), figsize=(2.9 * len(groups), 2.9), squeeze=False)
     for ax, (corpus, k, labels, vals, lo, hi) in zip(axes.flat, groups):
         x = np.arange(len(labels))
         colors = ["#2e6fb7" if "random" not in lab else "#7f8c8d" for lab in labels]

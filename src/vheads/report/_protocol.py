@@ -21,10 +21,34 @@ import math
 from vheads.report._data import (
     RunData, cfg_get, control_fallbacks, control_pools, headline_beta, settings_text, sweep_points,
 )
-from vheads.report._doc import Check
+from vheads.report._doc import Check, Table
 from vheads.report._tables import ALPHA, MAIN_CONTROLS, ROW_GROUP_TESTS, audit_flags, compare, holm_family, s_interval
 
 MAIN_TESTS = ("cers", "ncs-all")
+CASES_TITLE = "Protocol cases: {item}"  # the table of a check's long list of cases
+FOLD_AT = 4  # a check lists at most this many cases in its line; more go to a table of their own
+WARNING_CHARS = 200  # a warning at the top of the report, "item: warning", is one line of at most this many characters
+
+
+def fit(head: str, parts: list[str], tail: str = "", limit: int = WARNING_CHARS, sep: str = ", ") -> str:
+    """``head`` + as many of ``parts`` as fit (then "+N more") + ``tail``, within ``limit``
+    characters where the parts allow it (the head and tail are never cut)."""
+    for n in range(len(parts), -1, -1):
+        more = f"{sep if n else ''}+{len(parts) - n} more" if n < len(parts) else ""
+        text = head + sep.join(parts[:n]) + more + tail
+        if len(text) <= limit or n == 0:
+            return text
+    return head + tail
+
+
+def listed(item: str, columns: list[str], rows: list[list[str]], inline, summary: str,
+           text_cols: int = 1) -> tuple[str, Table | None]:
+    """A check's value for a list of cases: the cases in the line (``inline(row)`` each) when
+    there are at most :data:`FOLD_AT`, else ``summary`` and the cases as a table of their own."""
+    if len(rows) <= FOLD_AT:
+        return "; ".join(inline(r) for r in rows), None
+    return (f"{summary}; the {len(rows)} cases: table \"{CASES_TITLE.format(item=item)}\" below",
+            Table(CASES_TITLE.format(item=item), columns, rows, folded=True, text_cols=text_cols))
 
 
 def min_holm_p(m: int, R: int) -> float:
@@ -61,11 +85,20 @@ def _configured_R(run: RunData, control: str) -> int | None:
     return None
 
 
-def _fallbacks(run: RunData) -> list[str]:
+def _fallbacks_check(run: RunData) -> Check:
     """Every control draw's fallbacks, by setting and control label (main draws, k-sweep
     points, head-set algebra parts): ``"cm-ref-out, layer-matched@k=8: layer 3: ..."``."""
-    return [f"{s}, {label}: {f}" if label else f"{s}: {f}"
-            for s, by in control_fallbacks(run.meta).items() for label, fbs in by.items() for f in fbs]
+    rows = [[s, label or "", f] for s, by in control_fallbacks(run.meta).items() for label, fbs in by.items() for f in fbs]
+    item = "Layer-matched fallbacks"
+    if not rows:
+        return Check(item, "none recorded (every control draw: main, row groups, k and β sweeps, algebra, pointing suite)")
+    where = sorted({(s, label) for s, label, _ in rows})
+    value, cases = listed(item, ["Setting", "Control draws", "Fallback"], rows,
+                          lambda r: f"{r[0]}, {r[1]}: {r[2]}" if r[1] else f"{r[0]}: {r[2]}",
+                          f"{len(rows)} fallback(s) in {len(where)} setting × control draw(s)", text_cols=3)
+    warn = (f"{len(rows)} fallback(s) in {len(where)} setting × control draw(s) do not keep S's per-layer counts: a smaller "
+            "k (key k), or the any-layer control, avoids them")
+    return Check(item, value, warn, cases)
 
 
 def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
@@ -143,20 +176,14 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
         warn = None
         if out:
             worst = max(ns[(s, t)] for t, members in per_test.items() for s in members if s in out)
-            warn = (f"Holm over {m} settings cannot reach {alpha} for {len(out)} of them ({c}: at most {worst} distinct "
-                    f"head-sets, floor m/(n+1) ≥ {min_holm_p(m, worst + 0):.3f}); a larger pool (k, model) or R ≥ "
-                    f"{required_R(m, alpha)} is needed")
+            warn = (f"Holm over {m} settings cannot reach {alpha} for {len(out)} of them (n ≤ {worst} head-sets, "
+                    f"floor m/(n+1) ≥ {min_holm_p(m, worst):.3f}): needs R ≥ {required_R(m, alpha)} (key controls.{c}) "
+                    "and a pool as large")
         checks.append(Check(f"Holm family ({c})", f"{m} of the {settings_text(run)} per test (score points and a causal "
                             "setting stay outside); smallest possible adjusted p m/(n+1) = "
                             f"{min_holm_p(m, max(ns.values())):.4f} at the largest n"
                             + (f"; out of reach (floor > {alpha}): {', '.join(out)}" if out else ""), warn))
-    fallbacks = _fallbacks(run)
-    where = sorted({f"{s} ({label})" for s, by in control_fallbacks(run.meta).items() for label in by})
-    checks.append(Check("Layer-matched fallbacks", "; ".join(fallbacks) if fallbacks else
-                        "none recorded (every control draw: main, row groups, k and β sweeps, algebra, pointing suite)",
-                        (f"{len(fallbacks)} fallback(s) in {', '.join(where)}: those draws do not keep S's per-layer "
-                         "counts (the tables that use them say so); a smaller k, or the any-layer control, avoids them"
-                         if fallbacks else None)))
+    checks.append(_fallbacks_check(run))
     checks.append(_distinct_check(run))
     checks.append(_floors_check(run, alpha))
     other = sorted({c for cell in run.cells.values() for c in cell.controls if c not in MAIN_CONTROLS})
@@ -186,9 +213,9 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
     else:
         bad = audit_flags(run)
         checks.append(Check("Baseline audit", ", ".join(f"{r['name']} {r['mean_p_key']:.3f}" for r in run.audit),
-                            ("outside the expected range: " + ", ".join(
-                                f"{r['name']} = {r['mean_p_key']:.3f} (expected [{r['lo']:.2f}, {r['hi']:.2f}])"
-                                for r in bad)) if bad else None))
+                            fit(f"{len(bad)} evaluation set(s) outside the expected range: ",
+                                [f"{r['name']} = {r['mean_p_key']:.3f} (expected [{r['lo']:.2f}, {r['hi']:.2f}])" for r in bad],
+                                limit=WARNING_CHARS - len("Baseline audit: ")) if bad else None))
     if run.overlap or run.ceilings:
         splits = _join(sorted({c["splits"] for c in run.ceilings.values()}))
         checks.append(Check("Overlap noise ceilings", f"{len(run.ceilings)} of the {settings_text(run)} (every discovered "
@@ -236,22 +263,38 @@ def _floors_check(run: RunData, alpha: float = ALPHA) -> Check:
         for k, cell in by_k.items():
             for c in cell.controls:
                 add(f"k sweep ({base})", c, len(cell.distinct(c)), None, "k_sweep_controls")
-    lines, warns = [], []
+    rows, warns = [], []
     for (table, c), e in sorted(found.items()):
         R, m = e["R"], e["m"]
         floor = 1 / (R + 1)
-        text = f"{table}, {c}: n={R}, rank-p floor {floor:.3f}" + (f", Holm floor {min_holm_p(m, R):.3f} (m={m})" if m else "")
-        lines.append(text)
-        if table.startswith("Table 3") and c in MAIN_CONTROLS:  # warned above, under "Holm family"
-            continue
+        need, why = None, None
         if floor > alpha:
-            warns.append(f"{table}, {c}: with n={R} distinct head-sets no rank p can fall below 1/(n+1) = {floor:.3f}; "
-                         f"use {e['key']} ≥ {required_R(1, alpha)} (and a pool that holds them)")
+            need = required_R(1, alpha)
+            why = (f"{table}, {c}: with n={R} distinct head-sets no rank p can fall below 1/(n+1) = {floor:.3f}; "
+                   f"use {e['key']} ≥ {need} (and a pool that holds them)")
         elif m and min_holm_p(m, R) > alpha:
-            warns.append(f"{table}, {c}: Holm over {m} settings cannot fall below {m}/(n+1) = {min_holm_p(m, R):.3f}; "
-                         f"use {e['key']} ≥ {required_R(m, alpha)}")
-    return Check("Rank-p and Holm floors by table", "; ".join(lines) if lines else "no control draws stored",
-                 "; ".join(warns) if warns else None)
+            need = required_R(m, alpha)
+            why = f"{table}, {c}: Holm over {m} settings cannot fall below {m}/(n+1) = {min_holm_p(m, R):.3f}; use {e['key']} ≥ {need}"
+        if why and not (table.startswith("Table 3") and c in MAIN_CONTROLS):  # those: warned under "Holm family"
+            warns.append((why, e["key"]))
+        rows.append([table, c, str(R), f"{floor:.3f}", f"{min_holm_p(m, R):.3f} (m={m})" if m else "–",
+                     f"{e['key']} ≥ {need}" if need else "–"])
+    item = "Rank-p and Holm floors by table"
+    if not rows:
+        return Check(item, "no control draws stored")
+    value, cases = listed(item, ["Table", "Control", "n compared", "rank-p floor 1/(n+1)", "Holm floor m/(n+1)",
+                                 f"to reach {alpha}"], rows,
+                          lambda r: f"{r[0]}, {r[1]}: n={r[2]}, rank-p floor {r[3]}" + (f", Holm floor {r[4]}" if r[4] != "–" else ""),
+                          f"rank-p floors {min(r[3] for r in rows)}–{max(r[3] for r in rows)} over {len(rows)} table × control pairs",
+                          text_cols=2)
+    warn = None
+    if len(warns) == 1 and len(f"{item}: {warns[0][0]}") <= WARNING_CHARS:
+        warn = warns[0][0]
+    elif warns:
+        keys = sorted({k for _, k in warns})
+        warn = fit(f"{len(warns)} table × control pairs cannot reach {alpha}: raise ", keys, " (see the floors table)",
+                   limit=WARNING_CHARS - len(item) - 2)
+    return Check(item, value, warn, cases)
 
 
 def headline_text(run: RunData) -> str:
@@ -307,13 +350,15 @@ def sweep_change_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
         changes = sweep_changes(run, param)
         if not sweep_points(run, param):
             continue
-        cases = [f"{s} ({t}: " + ", ".join(f"{x:g}: {m:+.2f}{'' if st == '0' else '*'}" for x, m, st in pts) + ")"
-                 for t, rows in changes.items() for s, pts in rows]
-        n = sum(len(v) for v in changes.values())
-        warn = (f"S's {'/'.join(changes)} changes sign or significance across the {name} sweep in {n} setting(s): the "
-                f"headline {name} ({key}) decides the reading; see the sweep table") if n else None
-        checks.append(Check(f"{name} sweep: S across points (*: 95% interval excludes 0)",
-                            "; ".join(cases) if cases else "no change of sign or significance", warn))
+        rows = [[t, s, ", ".join(f"{x:g}: {m:+.2f}{'' if st == '0' else '*'}" for x, m, st in pts)]
+                for t, rows_t in changes.items() for s, pts in rows_t]
+        item = f"{name} sweep: S across points (*: 95% interval excludes 0)"
+        value, cases = (listed(item, ["Test", "Setting", f"S at each {name} (*: interval excludes 0)"], rows,
+                               lambda r: f"{r[1]} ({r[0]}: {r[2]})", f"{len(rows)} change(s)", text_cols=2)
+                        if rows else ("no change of sign or significance", None))
+        warn = (f"S's {'/'.join(changes)} changes sign or significance across the {name} sweep in {len(rows)} setting(s): "
+                f"the headline {name} (key {key}) decides the reading") if rows else None
+        checks.append(Check(item, value, warn, cases))
     return checks
 
 
@@ -347,7 +392,12 @@ def _distinct_check(run: RunData) -> Check:
                    f"{_range(sizes)}), the rest R drawn without repeats" if exact else
                    "distinct head-sets only: every control R drawn without repeats")
         warn = (f"{len(small)} control pool(s) hold fewer head-sets than the R asked (n = {_range(e['n'] for *_, e in small)}): "
-                "S was compared with all of each (exact p, floor 1/(n+1)); a larger k or model widens them") if small else None
+                "each compared whole (floor 1/(n+1)); a larger k (key k) or model widens them") if small else None
+        rows = [[s, label, str(e["n"]), str(e["R"])] for s, label, e in small]
+        if rows:
+            more, cases = listed("Distinct control head-sets", ["Setting", "Control", "Pool (compared whole)", "R asked"], rows,
+                                 lambda r: f"{r[0]}, {r[1]}: pool {r[2]} < R={r[3]}", "pools smaller than R", text_cols=2)
+            return Check("Distinct control head-sets", f"{summary}; {more}", warn, cases)
         return Check("Distinct control head-sets", summary, warn)
     short, seen, odd = [], set(), []
     cells = [(s, None, c) for (s, _), c in run.cells.items()]
@@ -369,10 +419,13 @@ def _distinct_check(run: RunData) -> Check:
                 odd.append(where)
     if not short:
         return Check("Distinct control head-sets", "every control draw is a distinct head-set")
-    return Check("Distinct control head-sets", "; ".join(short),
-                 f"{len(odd)} control(s) repeat head-sets more than R draws from their pool predict, or have a pool "
-                 "smaller than R: every statistic is taken over the distinct head-sets (floor 1/(n+1)); rerun with this "
-                 "vheads, which compares a small pool whole" if odd else None)
+    value, cases = listed("Distinct control head-sets", ["Setting, control", "Distinct head-sets"],
+                          [t.split(": ", 1) for t in short], lambda r: f"{r[0]}: {r[1]}",
+                          f"{len(short)} control(s) repeat head-sets", text_cols=1)
+    return Check("Distinct control head-sets", value,
+                 f"{len(odd)} control(s) repeat head-sets more than R draws from their pool predict, or have a pool smaller "
+                 "than R: statistics use the distinct head-sets; rerun with this vheads (it compares a small pool whole)"
+                 if odd else None, cases)
 
 
 def _templates_text(config: dict | None, model: str) -> str:

@@ -29,11 +29,12 @@ def overlap(run: RunData) -> list:
         labels, matrix, k = om
         blocks.append(figure("overlap", F.overlap_figure(run, labels, matrix, k),
                              "Figure 2 layout: top-k overlap between all settings (diagonal: split-half noise ceiling where "
-                             "stored).", max_width=820))
+                             "stored).", max_width=900))
     blocks += [T.overlap_table(run), T.ceilings_table(run)]
     blocks.append(figure("overlap_curves", O.overlap_curve_figure(run), "Figure 6 layout: shared heads / k between settings "
                          "that differ only in corpus, over k (dotted: the study's k).", wide=False))
+    # one panel per corpus: two fit a grid column, more take the page's width
     blocks.append(figure("random_overlap", O.random_overlap_figure(run), "Figure 7 layout: top-k overlap of the native "
                          "head-sets with each other (blue) and with uniform random draws of k heads (grey: mean, bar: "
-                         "min–max over draws).", wide=False))
+                         "min–max over draws).", wide=len(O.native_overlap_bars(run)) > 2))
     return blocks + [O.random_overlap_table(run), O.crossover_table(run)]

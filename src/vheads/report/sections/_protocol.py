@@ -4,7 +4,7 @@ where the run falls short (its warnings open the report)."""
 from __future__ import annotations
 
 from vheads.report._data import RunData
-from vheads.report._protocol import protocol_checks
+from vheads.report._protocol import CASES_TITLE, protocol_checks
 from vheads.report._registry import section
 
 HOW = (
@@ -16,6 +16,9 @@ HOW = (
 )
 
 
-@section("protocol", "Reporting protocol", HOW, order=10, needs=("meta", "discovery", "headsets", "outcomes", "audit"))
+@section("protocol", "Reporting protocol", HOW, order=10, needs=("meta", "discovery", "headsets", "outcomes", "audit"),
+         tables=(CASES_TITLE.format(item="*"),))
 def protocol(run: RunData) -> list:
-    return [protocol_checks(run)]
+    """The checklist, then each long list of cases as a table (folded in the HTML)."""
+    checks = protocol_checks(run)
+    return [checks, *(c.cases for c in checks if c.cases is not None)]
