@@ -6,8 +6,8 @@ too, then recomputes the (batch row, head) pairs the plan acts on, at the rows i
 no ``[L, H, T, T]`` map ever exists:
 
 - an intervention (mask, steer) acting at every row of a full forward, from the first key
-  it biases on, under a causal ∧ key-padding mask (checked against the mask transformers
-  passes): the key bias and the padding ride in one extra key feature, so sdpa runs with
+  it biases on, under a causal ∧ key-padding mask (the mask transformers passes is checked
+  once per forward, when it is built: :func:`note_mask`): the key bias and the padding ride in one extra key feature, so sdpa runs with
   its causal kernel and no mask at all (:func:`_folded_rows`) — mask / steer at all rows,
   most of a study;
 - any other intervention (some rows, a prefix cache, a sliding window, a bidirectional
@@ -19,7 +19,12 @@ no ``[L, H, T, T]`` map ever exists:
 
 Every other pair keeps sdpa's output. Then the plan's head-output ablations replace, and
 its records read, the result — the per-head slice entering ``o_proj``
-(:mod:`vheads.engine._ablate`).
+(:mod:`vheads.engine._ablate`). Which pairs, rows and paths each layer takes is worked out
+on the host, and the plan moved to the device, once per forward before the layers run
+(:mod:`vheads.engine._schedule`): the layer loop queues device work only, with no
+host–device sync. The fp32 working sets (pairs' keys and values, the folded path's
+extended q / k / v, a chunk's logits) are chunked by the byte budget
+:data:`vheads.engine._schedule.CHUNK_BYTES`.
 """
 
 from __future__ import annotations
@@ -131,6 +136,15 @@ def note_rows_of(sub: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor) -> N
     _STATE.masks[id(sub)] = (sub, visible)
 
 
+def _may_fold() -> bool:
+    """Whether a layer of this forward may take the folded path (it reads the mask's check):
+    some prepared plan allows it in some layer; True when none was prepared (the check then
+    runs at the first layer that needs it anyway)."""
+    if not _STATE.schedules:
+        return True
+    return any(s.folds for _, s in _STATE.schedules.values())
+
+
 def _mask_function(*args, **kwargs):
     """transformers' sdpa mask, checked once when it is built, before the layers run: a
     suffix pass's mask over its prefix (:func:`vheads.engine._prefix.note_mask`), a full
@@ -140,7 +154,7 @@ def _mask_function(*args, **kwargs):
         plan = _STATE.plan
         if mask.shape[-1] != mask.shape[-2]:
             note_prefix_mask(mask)
-        elif plan is not None and plan.interventions and not plan.captures:
+        elif plan is not None and plan.interventions and not plan.captures and _may_fold():
             note_mask(mask)
     return mask
 
@@ -388,7 +402,8 @@ def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None
 
 def capture_rows(probs: torch.Tensor, groups: torch.Tensor, norm: torch.Tensor | None = None, stat: str = "mass") -> torch.Tensor:
     """What each query row contributes to a :class:`Capture`: ``probs [B, H, Qs, Tk]``
-    (post-softmax attention), ``groups [B, G, Tk]`` bool, ``norm [B, Tk]`` bool or None →
+    (post-softmax attention), ``groups [B, G, Tk]`` bool (or 0/1 in probs' dtype: no copy),
+    ``norm [B, Tk]`` bool (likewise) or None →
     ``[B, H, Qs, G]`` = ``Σ_{t ∈ group} A'[q,t]`` with ``A'`` as :class:`Capture` defines it
     (renormalized over ``norm``; one-hot on the first maximal key for ``stat="hit"``)."""
     if norm is not None:

@@ -103,8 +103,9 @@ class RecordWork:
 
 @dataclass
 class CaptureWork:
-    """A capture on the device: ``rows`` [B, T] float (1 at a captured row), ``groups`` [B, G, T]
-    bool, ``norm`` [B, T] bool or None, ``n_rows`` [B] float."""
+    """A capture on the device: ``rows`` [B, T] (1 at a captured row), ``groups`` [B, G, T]
+    (1 in the group), ``norm`` [B, T] (1 at a key renormalised over) or None, ``n_rows`` [B];
+    all fp32."""
 
     rows: torch.Tensor
     groups: torch.Tensor
@@ -125,7 +126,8 @@ class Schedule:
         self._moved = {} if moved is None else moved
         dev = self.device
         self.interventions = [(iv, iv.key_bias.to(dev)) for iv in plan.interventions]
-        self.captures = [CaptureWork(c.rows.float().to(dev), c.groups.bool().to(dev), None if c.norm is None else c.norm.bool().to(dev),
+        # fp32 0/1 on the device once, as the chunks read them (no conversion per chunk)
+        self.captures = [CaptureWork(c.rows.float().to(dev), c.groups.float().to(dev), None if c.norm is None else c.norm.float().to(dev),
                                      c.rows.sum(1).float().to(dev), c.name, c.stat) for c in plan.captures]
         window = slice(q_off, self.T)
         self.ablations = []
@@ -145,6 +147,11 @@ class Schedule:
         self._layers: dict[int, LayerWork | None] = {}
         for layer in range(plan.n_layers) if layers is None else layers:
             self.layer(layer)
+
+    @property
+    def folds(self) -> bool:
+        """Whether a layer worked out so far may take the folded path."""
+        return any(w is not None and w.folded_e is not None for w in self._layers.values())
 
     def _move(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` on the device, moved once for every plan cut from this one (layer sharing
