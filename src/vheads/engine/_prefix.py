@@ -212,11 +212,12 @@ def mask_parts(attention_mask: torch.Tensor, P: int, counts: list[int], splits: 
     suffix = attention_mask[:, :, :, P:]
     seen = suffix.any(-1)  # [B, 1, S]
     want = torch.arange(P, device=attention_mask.device)
-    ok, start = True, 0
+    ok, start = [], 0
     for n, split in zip(counts, splits):
         rows = slice(start, start + n)
-        ok &= bool(((attention_mask[rows, 0, :, :P] == (want < split)[None, None, :]) | ~seen[rows, 0, :, None]).all())
+        ok.append(((attention_mask[rows, 0, :, :P] == (want < split)[None, None, :]) | ~seen[rows, 0, :, None]).all())
         start += n
+    ok = bool(torch.stack(ok).all())  # one sync for every item
     parts = (torch.zeros(suffix.shape, device=suffix.device).masked_fill_(~suffix, float("-inf")), seen) if ok else None
     _MASKS[id(attention_mask)] = (attention_mask, parts)
     return parts

@@ -8,7 +8,8 @@ groups, ablation values — on the model's device. Each of these is a decision o
 or an index tensor for the device. Worked out inside the layer, every one was a blocking
 host–device transfer (about ten per touched layer: ``.cpu()``, ``.to(device)``, ``int(…)``,
 ``bool(…)`` on a device tensor), and the GPU idled at each. :func:`prepare` works them all
-out on the host once per forward (the runner calls it before the forward; a direct caller of
+out on the host once per forward (:func:`vheads.engine._attention.prepare`: the runner calls it
+before the forward; a direct caller of
 :func:`vheads.engine.active_plan` gets it at the first touched layer) and moves the plan to
 the device in one go; the layer loop then only queues device work
 (``tests/engine/test_syncs.py`` counts the transfers while the layers run: none).
