@@ -13,6 +13,8 @@ For each width, models are initialised at random directly on the GPU (no downloa
 model folder), language model and vision tower at the published layout (below), with the
 word-level test tokenizer (so the vocabulary, and only the vocabulary, is small). Rows:
 
+- host–device syncs CUDA reports while the decoder layers run (masked forwards at all and
+  question rows, a zero ablation; target 0, issue 34.7);
 - capture time / plain forward at T ≈ 1,000 and 4,000 tokens (batch 1; discovery's read);
 - masked forward / plain forward on the same batch (64 head-sets × one 1,024-image-token
   prompt) at question rows (prefix shared) and at all rows; tokens/s of both;
@@ -204,6 +206,44 @@ def _agreement(lm, eng, image_tokens: int, log) -> dict:
     return r
 
 
+def _layer_loop_syncs(lm, eng, image_tokens: int, rows: int, log) -> dict:
+    """Host–device syncs CUDA reports (``torch.cuda.set_sync_debug_mode("warn")``) while the
+    language model's decoder layers run — from the first layer's entry to the final norm's —
+    in one forward each: the image hidden at all rows, at question rows (prefix reused), and
+    a zero ablation at question rows. Issue 34.7 asks 0 each (the CPU test:
+    tests/engine/test_syncs.py). None on a CPU (no such report)."""
+    import warnings
+
+    from vheads.engine._layers import decoder_layers
+    from vheads.evaluation._probe import Action, Probe, run_probes
+
+    if not torch.cuda.is_available() or lm.device.type != "cuda":
+        return {}
+    hs = bench_evaluation.random_headsets(lm.n_layers, lm.n_heads, n=rows)
+    prompt = _setup.prompt_of_length(lm, image_tokens)
+    on = lambda *a: torch.cuda.set_sync_debug_mode("warn")  # noqa: E731
+    off = lambda *a: torch.cuda.set_sync_debug_mode("default")  # noqa: E731
+    out = {}
+    for name, action in {"mask@all": Action("mask", rows="all"), "mask@question": Action("mask", rows="question"),
+                         "zero@question": Action("ablate", rows="question", ablation="zero")}.items():
+        probes = [Probe(prompt, action, hs)]
+        run_probes(eng, probes)  # warm-up (memos, first-call set-up)
+        hooks = [decoder_layers(lm.model)[0].register_forward_pre_hook(on, prepend=True),
+                 lm.model.get_decoder().norm.register_forward_pre_hook(off, prepend=True)]
+        try:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                run_probes(eng, probes)
+        finally:
+            off()
+            for h in hooks:
+                h.remove()
+        syncs = [str(w.message) for w in seen if "synchroniz" in str(w.message)]
+        out[name] = len(syncs)
+        log(f"  host-device syncs in the decoder-layer loop, {name}: {len(syncs)}" + (f" (first: {syncs[0][:160]})" if syncs else ""))
+    return out
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("gpu_check"), help="folder of the results (default ./gpu_check/): gpu_check.json, gpu_check.txt")
@@ -243,6 +283,7 @@ def main(argv=None) -> dict:
         r = {"spec": spec}
         row("warm-up", _warm_up, lm, eng, image_tokens, rows)
         log("  warmed up")
+        r["layer-loop syncs"] = _layer_loop_syncs(lm, eng, image_tokens, rows, log)
         r["forward"] = row("forward", _ratio_rows, lm, eng, image_tokens, rows, repeats, device, log)
         r["capture / plain"] = row("capture", _capture_rows, lm, eng, [image_tokens, 4 * image_tokens], repeats, device)
         log(f"  capture / plain: {r['capture / plain']}")
@@ -289,6 +330,8 @@ def _print(res: dict) -> str:
     for name, r in res["widths"].items():
         f = r["forward"]
         print(f"[{name}]")
+        for g, n in r.get("layer-loop syncs", {}).items():
+            print(f"  host-device syncs in the decoder-layer loop, {g}: {n}  (target 0)")
         for g in ("question", "all"):
             print(f"  masked / plain forward, mask@{g}: {f[g]['masked / plain']:.2f}×  (target ≤ {1.15 if g == 'question' else 1.3}); "
                   f"plain {f[g]['plain tokens/s']:,.0f} tokens/s, masked {f[g]['masked tokens/s']:,.0f} tokens/s")

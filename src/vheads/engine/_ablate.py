@@ -117,31 +117,25 @@ class OutputRecord:
     name: str = "outputs"
 
 
-def head_outputs(plan, layer: int, out: torch.Tensor, q_off: int, results: dict) -> torch.Tensor:
-    """Apply ``plan``'s ablations to layer ``layer``'s attention output ``out [B, Tq, H, D]``
-    (query row j at absolute position ``q_off + j``) and add it to the plan's records."""
+def head_outputs(sched, layer: int, out: torch.Tensor, results: dict) -> torch.Tensor:
+    """Apply the plan's ablations to layer ``layer``'s attention output ``out [B, Tq, H, D]``
+    and add it to the plan's records; ``sched`` is the plan's work in this forward, on the
+    device (:class:`vheads.engine._schedule.Schedule`: nothing is moved or tested on the host here)."""
     B, tq, H, D = out.shape
-    for rec in plan.records:
-        role = rec.role[:, q_off : q_off + tq].to(out.device)  # [B, Tq]
+    for rec in sched.records:
         acc = results.get(rec.name)
         if acc is None:  # on the device, copied to the host once per forward (the runner)
-            acc = results[rec.name] = torch.zeros(B, plan.n_layers, H, rec.n_roles, D, device=out.device)
-        on = role >= 0  # [B, Tq]
-        slot = (torch.arange(B, device=out.device)[:, None] * rec.n_roles + role)[on]  # [n]: (row, role) of each recorded row
+            acc = results[rec.name] = torch.zeros(B, sched.plan.n_layers, H, rec.n_roles, D, device=out.device)
         sums = torch.zeros(B * rec.n_roles, H, D, device=out.device)  # [B·R, H, D]
-        sums.index_add_(0, slot, out[on].float())  # every row of the layer in one call
+        sums.index_add_(0, rec.slot, out.reshape(B * tq, H, D).index_select(0, rec.flat).float())  # every recorded row in one call
         acc[:, layer] += sums.view(B, rec.n_roles, H, D).transpose(1, 2)
-    for ab in plan.ablations:
-        heads = ab.heads[:, layer]  # [B, H]
-        if not heads.any():
+    for ab in sched.ablations:
+        if layer not in ab.layers:
             continue
-        on = (ab.rows[:, q_off : q_off + tq, None] & heads[:, None, :]).to(out.device)  # [B, Tq, H]
-        if not on.any():
-            continue
+        on = ab.on[:, :, None] & ab.heads[:, layer][:, None, :]  # [B, Tq, H]
         if ab.values is None:
             out = out.masked_fill(on[..., None], 0.0)
         else:
-            role = ab.role[:, q_off : q_off + tq].clamp(min=0).to(out.device)  # [B, Tq]
-            v = ab.values[layer].to(out.device)[:, role]  # [H, B, Tq, D]
+            v = ab.values[layer][:, ab.role]  # [H, B, Tq, D]
             out = torch.where(on[..., None], v.permute(1, 2, 0, 3).to(out.dtype), out)
     return out

@@ -6,8 +6,8 @@ too, then recomputes the (batch row, head) pairs the plan acts on, at the rows i
 no ``[L, H, T, T]`` map ever exists:
 
 - an intervention (mask, steer) acting at every row of a full forward, from the first key
-  it biases on, under a causal ∧ key-padding mask (checked against the mask transformers
-  passes): the key bias and the padding ride in one extra key feature, so sdpa runs with
+  it biases on, under a causal ∧ key-padding mask (the mask transformers passes is checked
+  once per forward, when it is built: :func:`note_mask`): the key bias and the padding ride in one extra key feature, so sdpa runs with
   its causal kernel and no mask at all (:func:`_folded_rows`) — mask / steer at all rows,
   most of a study;
 - any other intervention (some rows, a prefix cache, a sliding window, a bidirectional
@@ -19,7 +19,12 @@ no ``[L, H, T, T]`` map ever exists:
 
 Every other pair keeps sdpa's output. Then the plan's head-output ablations replace, and
 its records read, the result — the per-head slice entering ``o_proj``
-(:mod:`vheads.engine._ablate`).
+(:mod:`vheads.engine._ablate`). Which pairs, rows and paths each layer takes is worked out
+on the host, and the plan moved to the device, once per forward before the layers run
+(:mod:`vheads.engine._schedule`): the layer loop queues device work only, with no
+host–device sync. The fp32 working sets (pairs' keys and values, the folded path's
+extended q / k / v, a chunk's logits) are chunked by the byte budget
+:data:`vheads.engine._schedule.CHUNK_BYTES`.
 """
 
 from __future__ import annotations
@@ -34,12 +39,13 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from vheads.engine._ablate import head_outputs
-from vheads.engine._plan import ProbePlan, first_biased_key
+from vheads.engine._plan import ProbePlan
 from vheads.engine._prefix import SharedPrefixLayer, owner
+from vheads.engine._prefix import note_mask as note_prefix_mask
+from vheads.engine._schedule import _F32, CHUNK_BYTES, ROW_CHUNK, Chunk, LayerWork, Schedule, on_device, pair_chunks  # noqa: F401 - re-exported
 
 NAME = "vheads"
-ROW_CHUNK = 512  # at most this many query rows per explicit-softmax chunk
-CHUNK_ELEMENTS = 1 << 25  # and at most this many logits per chunk (P pairs · rows · Tk): 128 MB in fp32
+CHUNK_ELEMENTS = 1 << 25  # at most this many logits per chunk of the AtP pass (vheads.causal); the engine's: CHUNK_BYTES
 #: attention arguments the shared-prefix path does not implement (then the full keys are built)
 _OWN_KEYS = ("softcap", "position_bias", "s_aux", "sliding_window")
 HIDDEN = -1e9  # a hidden key's logit in the folded path (:func:`_folded_rows`): its weight underflows to exactly 0
@@ -49,24 +55,35 @@ HIDDEN = -1e9  # a hidden key's logit in the folded path (:func:`_folded_rows`):
 class _Active:
     plan: ProbePlan | None = None
     results: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: (id(plan), q_off, device) -> (plan, its :class:`Schedule`), for this forward
+    schedules: dict = field(default_factory=dict)
+    #: id(mask) -> (mask, which keys each row may see [B|1, T] when it is causal ∧ key-visible, else None)
+    masks: dict = field(default_factory=dict)
+    #: id(tensor) -> (tensor, its copy on a device): a plan's large tensors shared by cut plans, moved once
+    moved: dict = field(default_factory=dict)
 
 
 _STATE = _Active()
 
 
 @contextlib.contextmanager
-def active_plan(plan: ProbePlan | None, device=None):
+def active_plan(plan: ProbePlan | None, device=None, q_off: int | None = None):
     """Make ``plan`` the plan of the forward passes run inside this block; its captures
-    accumulate on ``device`` (the model's: no copy to the host per layer)."""
-    prev = _STATE.plan, _STATE.results
-    _STATE.plan, _STATE.results = plan, {}
+    accumulate on ``device`` (the model's: no copy to the host per layer). With ``q_off``
+    (the absolute position of the forward's first query row: 0, or the prefix length of a
+    suffix pass) the plan's work is worked out and moved to ``device`` now, before the
+    layers run (:mod:`vheads.engine._schedule`); else at the first layer it touches."""
+    prev = _STATE.plan, _STATE.results, _STATE.schedules, _STATE.masks, _STATE.moved
+    _STATE.plan, _STATE.results, _STATE.schedules, _STATE.masks, _STATE.moved = plan, {}, {}, {}, {}
     if plan is not None:
         for c in plan.captures:
             _STATE.results[c.name] = torch.zeros(plan.batch_size, plan.n_layers, plan.n_heads, c.groups.shape[1], device=device)
+        if q_off is not None and device is not None:
+            prepare(plan, q_off, device)
     try:
         yield _STATE.results
     finally:
-        _STATE.plan, _STATE.results = prev
+        _STATE.plan, _STATE.results, _STATE.schedules, _STATE.masks, _STATE.moved = prev
 
 
 def swap_plan(plan: ProbePlan | None) -> ProbePlan | None:
@@ -74,6 +91,72 @@ def swap_plan(plan: ProbePlan | None) -> ProbePlan | None:
     return the plan it replaces (for layer-prefix sharing: a layer run on some batch rows)."""
     prev, _STATE.plan = _STATE.plan, plan
     return prev
+
+
+def prepare(plan: ProbePlan, q_off: int, device, layers=None) -> Schedule:
+    """Work out ``plan``'s work in this forward (query row 0 at absolute position ``q_off``)
+    for ``layers`` (None: all) and move it to ``device``, before the layers run."""
+    device = torch.empty(0, device=device).device  # "cuda" -> "cuda:0", as a tensor's device reads
+    key = (id(plan), q_off, device)
+    hit = _STATE.schedules.get(key)
+    if hit is None or hit[0] is not plan:
+        hit = _STATE.schedules[key] = (plan, Schedule(plan, q_off, device, layers, _STATE.moved))
+    return hit[1]
+
+
+def _schedule(plan: ProbePlan, q_off: int, device) -> Schedule:
+    hit = _STATE.schedules.get((id(plan), q_off, device))
+    return hit[1] if hit is not None and hit[0] is plan else prepare(plan, q_off, device, layers=())
+
+
+def note_mask(attention_mask: torch.Tensor) -> torch.Tensor | None:
+    """Check once per forward whether the model's mask ``attention_mask`` [B|1, 1, T, T] is
+    causal ∧ key-visible (padding only) and remember it: the keys each row may see, [B|1, T],
+    or None. Called when transformers builds the mask (:func:`_mask_function`), before the
+    layers run, so no layer compares it again; a mask not seen there is checked at its first use."""
+    hit = _STATE.masks.get(id(attention_mask))
+    if hit is not None and hit[0] is attention_mask:
+        return hit[1]
+    visible = None
+    if attention_mask.dim() == 4 and attention_mask.shape[-1] == attention_mask.shape[-2]:
+        visible = _causal_keys(attention_mask, attention_mask.shape[-1])
+    _STATE.masks[id(attention_mask)] = (attention_mask, visible)
+    return visible
+
+
+def note_rows_of(sub: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor) -> None:
+    """``sub`` is ``mask`` cut to batch rows ``keep`` (layer sharing): it is causal ∧
+    key-visible where ``mask`` is, row by row (no new check)."""
+    hit = _STATE.masks.get(id(mask))
+    if hit is None or hit[0] is not mask or sub is mask:
+        return
+    visible = hit[1]
+    if visible is not None and visible.shape[0] > 1:
+        visible = visible.index_select(0, keep)
+    _STATE.masks[id(sub)] = (sub, visible)
+
+
+def _may_fold() -> bool:
+    """Whether a layer of this forward may take the folded path (it reads the mask's check):
+    some prepared plan allows it in some layer; True when none was prepared (the check then
+    runs at the first layer that needs it anyway)."""
+    if not _STATE.schedules:
+        return True
+    return any(s.folds for _, s in _STATE.schedules.values())
+
+
+def _mask_function(*args, **kwargs):
+    """transformers' sdpa mask, checked once when it is built, before the layers run: a
+    suffix pass's mask over its prefix (:func:`vheads.engine._prefix.note_mask`), a full
+    forward's when the plan intervenes (:func:`note_mask`, for the folded path)."""
+    mask = sdpa_mask(*args, **kwargs)
+    if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.dim() == 4:
+        plan = _STATE.plan
+        if mask.shape[-1] != mask.shape[-2]:
+            note_prefix_mask(mask)
+        elif plan is not None and plan.interventions and not plan.captures and _may_fold():
+            note_mask(mask)
+    return mask
 
 
 def plain_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -103,65 +186,54 @@ def _model_mask(attention_mask, idx_abs, q_off: int, tk: int) -> torch.Tensor:
     return torch.zeros(am.shape, device=device).masked_fill_(~am, float("-inf")) if am.dtype == torch.bool else am.float()
 
 
-def _capture_rows(query, key, attention_mask, scaling, idx_abs, q_off: int, layer: int) -> None:
-    """A plan that only captures: the attention weights of every (batch row, head) at query
-    rows ``idx_abs`` [Qs], added to the plan's captures; sdpa's output stands as it is. The
+def _capture_rows(query, key_f32, attention_mask, scaling, chunk: Chunk, q_off: int, layer: int, sched: Schedule) -> None:
+    """A layer no intervention acts in, under a plan that captures: the attention weights of
+    every (batch row, head) at the chunk's query rows, added to the plan's captures; sdpa's
+    output stands as it is. ``key_f32`` [B, Hkv, Tk, D] is the layer's keys cast once; the
     query heads of one KV head are read as one block (no copy of the keys)."""
     B, H, _, D = query.shape
-    hkv, tk = key.shape[1], key.shape[2]
-    q = _rows_of_heads(query, idx_abs - q_off).float().reshape(B, hkv, -1, D)  # [B, Hkv, g·Qs, D] (GQA: head h reads KV head h // g)
-    logits = torch.matmul(q, key.float().transpose(-1, -2)).view(B, H, len(idx_abs), tk) * scaling
-    probs = torch.softmax(logits + _model_mask(attention_mask, idx_abs, q_off, tk)[:, None], dim=-1)
-    _add_captures(torch.nan_to_num(probs, nan=0.0), idx_abs, layer)
+    hkv, tk = key_f32.shape[1], key_f32.shape[2]
+    n = chunk.stop - chunk.start
+    q = query[:, :, chunk.local].float().reshape(B, hkv, -1, D)  # [B, Hkv, g·Qs, D] (GQA: head h reads KV head h // g)
+    logits = torch.matmul(q, key_f32.transpose(-1, -2)).view(B, H, n, tk) * scaling
+    probs = torch.softmax(logits + _model_mask(attention_mask, chunk.rows, q_off, tk)[:, None], dim=-1)
+    _add_captures(torch.nan_to_num(probs, nan=0.0), chunk, layer, sched, slice(0, B))
 
 
-def _span(rows: torch.Tensor) -> slice | None:
-    """``rows`` [Qs] (ascending) as a slice when they are consecutive, else None."""
-    if len(rows) and int(rows[-1] - rows[0]) == len(rows) - 1:
-        return slice(int(rows[0]), int(rows[0]) + len(rows))
-    return None
-
-
-def _rows_of_heads(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """``x`` [B, H, T, D] at positions ``rows`` [Qs]: [B, H, Qs, D]."""
-    span = _span(rows)
-    return x[:, :, span] if span is not None else x[:, :, rows]
-
-
-def _additive_mask(attention_mask, plan: ProbePlan, bi, hi, idx_abs, q_off: int, tk: int, layer: int) -> torch.Tensor:
-    """The additive logit mask of the (batch row, head) pairs ``(bi, hi)`` [P] at query rows
-    ``idx_abs`` [Qs]: the model's mask (causal when it passes none; padding, sliding window
-    and bidirectional blocks otherwise) plus each intervention's key bias at the rows it acts
-    on. fp32 [P, Qs, Tk], built in one pass where each pair's interventions act at every row
-    of the chunk or at none (the usual case: a row group shared by the batch)."""
-    device = idx_abs.device
-    base = _model_mask(attention_mask, idx_abs, q_off, tk)
+def _additive_mask(attention_mask, work: LayerWork, pairs: slice, per_pair: torch.Tensor, chunk: Chunk, q_off: int, tk: int) -> torch.Tensor:
+    """The additive logit mask of the layer's pairs ``pairs`` at the chunk's query rows: the
+    model's mask (causal when it passes none; padding, sliding window and bidirectional
+    blocks otherwise) plus each intervention's key bias at the rows it acts on — those acting
+    at every row of the layer already summed in ``per_pair`` [p, Tk] (:func:`_pair_bias`).
+    fp32 [p, Qs, Tk]."""
+    bi = work.bi[pairs]
+    base = _model_mask(attention_mask, chunk.rows, q_off, tk)
     if base.shape[0] > 1:
-        base = base[bi]  # [P, Qs, Tk]
-    bi_c, hi_c, rows_c = bi.cpu(), hi.cpu(), idx_abs.cpu()
-    per_pair = torch.zeros(len(bi), tk)  # [P, Tk]: key bias of the interventions acting at every row
-    by_row = []  # (on [P, Qs], bias [P, Tk]) of the others
-    for iv in plan.interventions:
-        heads = iv.heads[:, layer][bi_c, hi_c]  # [P]
-        if not heads.any():
-            continue
-        on = heads[:, None] & iv.rows[:, rows_c][bi_c]  # [P, Qs]
-        bias = iv.key_bias[:, :tk][bi_c]  # [P, Tk]
-        if bool((on.all(1) | ~on.any(1)).all()):
-            per_pair = torch.where(on[:, :1], per_pair + bias, per_pair)
-        else:
-            by_row.append((on.to(device), bias.to(device)))
-    mask = base + per_pair.to(device)[:, None, :]
-    for on, bias in by_row:
-        mask = torch.where(on[..., None], mask + bias[:, None, :], mask)
+        base = base[bi]  # [p, Qs, Tk]
+    mask = base + per_pair[:, None, :]
+    for a in work.acting:
+        if a.on_rows is not None:
+            on = a.on_rows[pairs, chunk.start : chunk.stop]  # [p, Qs]
+            mask = torch.where(on[..., None], mask + a.key_bias[bi, :tk][:, None, :], mask)
     return mask
+
+
+def _pair_bias(work: LayerWork, tk: int) -> torch.Tensor:
+    """The key bias of the interventions acting on each of the layer's pairs at every one of
+    its rows, summed: fp32 [P, Tk] (once per layer, for every chunk)."""
+    per_pair = torch.zeros(len(work.bi), tk, device=work.bi.device)
+    for a in work.acting:
+        if a.on_pair is not None:
+            per_pair = torch.where(a.on_pair[:, None], per_pair + a.key_bias[work.bi, :tk], per_pair)
+    return per_pair
 
 
 def _causal_keys(attention_mask, e: int) -> torch.Tensor | None:
     """Which keys each batch row may see, [B|1, e] bool, when the model's mask over the first
     ``e`` positions is causal ∧ key-visible (padding only: no sliding window, no bidirectional
     block) at every real row; else None. Rows at hidden positions are padding, whose output
-    no real row reads, so they are not compared."""
+    no real row reads, so they are not compared. One host–device sync: run once per forward
+    (:func:`note_mask`)."""
     if attention_mask.dtype != torch.bool or attention_mask.shape[1] != 1:
         return None
     am = attention_mask[:, 0, :e, :e]  # [B|1, e, e]
@@ -171,41 +243,21 @@ def _causal_keys(attention_mask, e: int) -> torch.Tensor | None:
     return visible if bool(agree.all()) else None
 
 
-def _folded_bias(attention_mask, is_causal: bool, plan: ProbePlan, bi, hi, e: int, layer: int) -> torch.Tensor | None:
-    """The whole additive mask of the pairs ``(bi, hi)`` [P] over rows and keys [0, e) as one
-    key bias per pair, [P, e] (hidden keys at :data:`HIDDEN`), when it is one: the model's
-    mask is causal ∧ key-visible, and each intervention acting on a pair acts at every row
-    from the first key it biases on (rows before it cannot see those keys). Else None."""
-    visible = None
-    if attention_mask is not None:
-        visible = _causal_keys(attention_mask, e)
-        if visible is None:
-            return None
-    elif not is_causal:
-        return None
-    q = torch.arange(e)
-    acting = []  # (heads [B, H], key bias [B, e]) of each intervention acting in this layer
-    for iv in plan.interventions:
-        heads = iv.heads[:, layer]
-        if not heads.any():
-            continue
-        kb = iv.key_bias[:, :e]
-        first = first_biased_key(kb)  # [B]
-        if not bool((iv.rows[:, :e] | (q[None] < first[:, None]) | ~heads.any(1)[:, None]).all()):
-            return None
-        acting.append((heads, kb))
-    bi_c = bi.cpu()
-    if len(acting) == 1:  # every touched pair is this intervention's: one bias per batch row
-        bias = acting[0][1].clamp(min=HIDDEN)[bi_c]
+def _folded_bias(work: LayerWork, visible: torch.Tensor | None, e: int) -> torch.Tensor:
+    """The whole additive mask of the layer's pairs over rows and keys [0, e) as one key bias
+    per pair, [P, e] (hidden keys at :data:`HIDDEN`): the plan allows it (each intervention
+    acting on a pair acts at every row from the first key it biases on, ``work.folded_e``)
+    and the model's mask is causal ∧ key-visible (``visible`` [B|1, ≥e], None: causal)."""
+    bi = work.bi
+    if len(work.acting) == 1:  # every touched pair is this intervention's: one bias per batch row
+        bias = work.acting[0].key_bias[bi, :e].clamp(min=HIDDEN)
     else:
-        hi_c = hi.cpu()
-        bias = torch.zeros(len(bi), e)
-        for heads, kb in acting:
-            bias = torch.where(heads[bi_c, hi_c][:, None], bias + kb[bi_c], bias)
+        bias = torch.zeros(len(bi), e, device=bi.device)
+        for a in work.acting:
+            bias = torch.where(a.heads[:, None], bias + a.key_bias[bi, :e], bias)
         bias = bias.clamp(min=HIDDEN)
-    bias = bias.to(bi.device)
     if visible is not None:
-        bias = bias + torch.where(visible[bi] if visible.shape[0] > 1 else visible, 0.0, HIDDEN)
+        bias = bias + torch.where(visible[bi, :e] if visible.shape[0] > 1 else visible[:, :e], 0.0, HIDDEN)
     return bias
 
 
@@ -224,16 +276,24 @@ def _folded_rows(query, key, value, bi, hi, bias, scaling) -> torch.Tensor:
     q[..., D] = 1.0
     k[..., D] = bias / scaling
     out = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], is_causal=True, scale=scaling)[:, 0, :, :D]
-    first = torch.where(bias > HIDDEN / 2, torch.arange(e, device=bias.device), e).amin(1)  # [P]: the first key left visible
-    if bool((first > 0).any()):  # rows before it see no key: they attend nowhere
-        out = out.masked_fill((torch.arange(e, device=bias.device)[None] < first[:, None])[..., None], 0.0)
-    return out
+    # rows before the first key left visible see no key: they attend nowhere (not tested on the host: no sync)
+    pos = torch.arange(e, device=bias.device)
+    first = torch.where(bias > HIDDEN / 2, pos, e).amin(1)  # [P]
+    return out.masked_fill((pos[None] < first[:, None])[..., None], 0.0)
 
 
-def _pair_rows(x: torch.Tensor, bi, hi, rows) -> torch.Tensor:
-    """``x`` [B, H, T, D] at pairs ``(bi, hi)`` [P] and positions ``rows`` [Qs]: fp32 [P, Qs, D]."""
-    span = _span(rows)
-    return (x[bi, hi, span] if span is not None else x[bi[:, None], hi[:, None], rows[None, :]]).float()
+def _pair_rows(x: torch.Tensor, bi, hi, local) -> torch.Tensor:
+    """``x`` [B, H, T, D] at pairs ``(bi, hi)`` [P] and positions ``local`` (a slice, or [Qs]
+    long): fp32 [P, Qs, D]."""
+    return (x[bi, hi, local] if isinstance(local, slice) else x[bi[:, None], hi[:, None], local[None, :]]).float()
+
+
+def _put_rows(out: torch.Tensor, bi, hi, local, o: torch.Tensor) -> None:
+    """``out`` [B, Tq, H, D] at pairs ``(bi, hi)`` [P] and rows ``local`` ← ``o`` [P, Qs, D]."""
+    if isinstance(local, slice):
+        out[bi, local, hi] = o.to(out.dtype)
+    else:
+        out[bi[:, None], local[None, :], hi[:, None]] = o.to(out.dtype)
 
 
 def _masked_rows(q_sel, k_sel, v_sel, mask, scaling) -> torch.Tensor:
@@ -251,36 +311,6 @@ def _explicit_rows(q_sel, k_sel, v_sel, mask, scaling) -> tuple[torch.Tensor, to
     return torch.matmul(probs, v_sel), probs
 
 
-def _pairs(plan: ProbePlan, layer: int, B: int, H: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The (batch row, head) pairs this layer recomputes: every pair when the plan captures
-    (capture reads all heads), else only the heads an intervention acts on in some row.
-    A pair recomputed at a row where nothing acts on it gets sdpa's output back (up to
-    rounding), so recomputing only touched pairs changes no result — it only saves work:
-    a head-set of ~9% of the heads recomputes ~9% of the (row, head) attention."""
-    if plan.captures:
-        touched = torch.ones(B, H, dtype=torch.bool)
-    else:
-        touched = torch.zeros(B, H, dtype=torch.bool)
-        for iv in plan.interventions:
-            touched |= iv.heads[:, layer]
-    bi, hi = touched.nonzero(as_tuple=True)
-    return bi.to(device), hi.to(device)
-
-
-def _local_rows(plan: ProbePlan, layer: int, q_off: int, tq: int) -> torch.Tensor:
-    """The absolute query rows of this forward that layer ``layer`` recomputes: where an
-    intervention acts on some head of the layer, or a capture reads. [Qs] long."""
-    local = torch.zeros(plan.interventions[0].rows.shape[1] if plan.interventions else plan.captures[0].rows.shape[1], dtype=torch.bool)
-    for iv in plan.interventions:
-        if iv.heads[:, layer].any():
-            local |= (iv.rows & iv.heads[:, layer].any(1)[:, None]).any(0)
-    for c in plan.captures:
-        local |= c.rows.any(0)
-    local[:q_off] = False
-    local[q_off + tq :] = False
-    return local.nonzero().flatten()
-
-
 def vheads_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """query [B, H, Tq, D]; key/value [B, Hkv, Tk, D]; returns ([B, Tq, H, D], None): the
     attention under the plan's interventions and captures, then its head-output ablations
@@ -294,14 +324,16 @@ def vheads_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     out, weights = _attend(module, query, key, value, attention_mask, dropout, scaling, shared=shared, **kwargs)
     if plan is not None and layer is not None and (plan.ablations or plan.records):
         tk = key.shape[2] if shared is None else shared.get_seq_length()
-        out = head_outputs(plan, layer, out, tk - query.shape[2], _STATE.results)
+        out = head_outputs(_schedule(plan, tk - query.shape[2], query.device), layer, out, _STATE.results)
     return out, weights
 
 
 def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None, shared: SharedPrefixLayer | None = None, **kwargs):
     """The attention of every (batch row, head) under the plan's interventions and captures.
     With ``shared`` (a suffix pass of prefix reuse, no capture) ``key``/``value`` are the
-    suffix keys and the prefix is read from ``shared`` (:mod:`vheads.engine._prefix`)."""
+    suffix keys and the prefix is read from ``shared`` (:mod:`vheads.engine._prefix`).
+    Every decision on the host was taken before the layers ran (:mod:`._schedule`): here
+    only device work is queued."""
     plan = _STATE.plan
     layer = getattr(module, "layer_idx", None)
     if shared is not None:
@@ -315,55 +347,63 @@ def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None
             return base, None
         return plain_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
 
-    if plan is None or layer is None or not plan.touches_layer(layer):
+    if plan is None or layer is None:
         return plain()
-    if scaling is None:
-        scaling = query.shape[-1] ** -0.5
-    B, H, tq, _ = query.shape
+    B, H, tq, D = query.shape
     tk = key.shape[2] if shared is None else shared.get_seq_length()
     q_off = tk - tq  # absolute position of query row 0 (a prefix cache sits before it)
-    idx_all = _local_rows(plan, layer, q_off, tq)
-    bi, hi = _pairs(plan, layer, B, H, query.device)
-    if len(idx_all) == 0 or len(bi) == 0:
+    sched = _schedule(plan, q_off, query.device)
+    work = sched.layer(layer)
+    if work is None:
         return plain()
+    if scaling is None:
+        scaling = D ** -0.5
     out, _ = plain()
-    if not plan.interventions:
-        chunk = max(1, min(ROW_CHUNK, CHUNK_ELEMENTS // (B * H * tk)))
-        for start in range(0, len(idx_all), chunk):
-            _capture_rows(query, key, attention_mask, scaling, idx_all[start : start + chunk].to(query.device), q_off, layer)
+    if not work.acting:  # captures only: sdpa's output stands, the weights are read
+        key_f32 = key.float()  # cast once per layer, read by every chunk
+        for chunk in work.chunks:
+            _capture_rows(query, key_f32, attention_mask, scaling, chunk, q_off, layer, sched)
         return out, None
     out = out.clone()
-    if not plan.captures and q_off == 0:
-        e = int(idx_all[-1]) + 1
+    P = len(work.bi)
+    if work.folded_e is not None:
         is_causal = kwargs.get("is_causal")
-        bias = _folded_bias(attention_mask, getattr(module, "is_causal", True) if is_causal is None else is_causal, plan, bi, hi, e, layer)
-        if bias is not None:
-            out[bi, :e, hi] = _folded_rows(query, key, value, bi, hi, bias, scaling).to(out.dtype)  # out [B, Tq, H, D] ← [P, e, D]
+        is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+        visible = None if attention_mask is None else note_mask(attention_mask)  # checked once per forward
+        if (is_causal if attention_mask is None else visible is not None):
+            e = work.folded_e
+            bias = _folded_bias(work, visible, e)  # [P, e]
+            for s in pair_chunks(P, e * (4 * D + 3 * 8) * _F32):  # q, k, v with their 8 extra features, and the output
+                bi, hi = work.bi[s], work.hi[s]
+                out[bi, :e, hi] = _folded_rows(query, key, value, bi, hi, bias[s], scaling).to(out.dtype)  # out [B, Tq, H, D] ← [p, e, D]
             return out, None
     groups = H // key.shape[1]
-    if shared is None:
-        k_sel = key[bi, hi // groups].float()  # [P, Tk, D] (GQA: query head h reads KV head h // groups)
-        v_sel = value[bi, hi // groups].float()
-    else:
-        k_sel, v_sel = (x.float() for x in shared.pair_keys(bi, hi // groups))
-    rows_per_chunk = CHUNK_ELEMENTS // (len(bi) * tk)
-    chunk = max(1, min(ROW_CHUNK, rows_per_chunk) if plan.captures else rows_per_chunk)
-    for start in range(0, len(idx_all), chunk):
-        idx_abs = idx_all[start : start + chunk].to(query.device)
-        q_sel = _pair_rows(query, bi, hi, idx_abs - q_off)  # [P, Qs, D]
-        mask = _additive_mask(attention_mask, plan, bi, hi, idx_abs, q_off, tk, layer)
-        if not plan.captures:
-            o = _masked_rows(q_sel, k_sel, v_sel, mask, scaling)
+    per_pair = _pair_bias(work, tk)  # [P, Tk]
+    # pairs in chunks whose fp32 keys and values fit the budget (a capture: whole batch rows of H pairs)
+    for s in pair_chunks(P, 2 * tk * D * _F32, H if plan.captures else 1):
+        bi, hi = work.bi[s], work.hi[s]
+        if shared is None:
+            k_sel = key[bi, hi // groups].float()  # [p, Tk, D] (GQA: query head h reads KV head h // groups)
+            v_sel = value[bi, hi // groups].float()
         else:
-            o, probs = _explicit_rows(q_sel, k_sel, v_sel, mask, scaling)
-            _add_captures(probs.view(B, H, len(idx_abs), tk), idx_abs, layer)  # captures recompute every pair, b-major
-        out[bi[:, None], (idx_abs - q_off)[None, :], hi[:, None]] = o.to(out.dtype)  # out [B, Tq, H, D] ← o [P, Qs, D]
+            k_sel, v_sel = (x.float() for x in shared.pair_keys(bi, hi // groups))
+        for chunk in work.chunks:
+            q_sel = _pair_rows(query, bi, hi, chunk.local)  # [p, Qs, D]
+            mask = _additive_mask(attention_mask, work, s, per_pair[s], chunk, q_off, tk)
+            if not plan.captures:
+                o = _masked_rows(q_sel, k_sel, v_sel, mask, scaling)
+            else:
+                o, probs = _explicit_rows(q_sel, k_sel, v_sel, mask, scaling)
+                rows = slice(s.start // H, s.stop // H)  # captures recompute every pair, b-major
+                _add_captures(probs.view(rows.stop - rows.start, H, chunk.stop - chunk.start, tk), chunk, layer, sched, rows)
+            _put_rows(out, bi, hi, chunk.local, o)  # out [B, Tq, H, D] ← o [p, Qs, D]
     return out, None
 
 
 def capture_rows(probs: torch.Tensor, groups: torch.Tensor, norm: torch.Tensor | None = None, stat: str = "mass") -> torch.Tensor:
     """What each query row contributes to a :class:`Capture`: ``probs [B, H, Qs, Tk]``
-    (post-softmax attention), ``groups [B, G, Tk]`` bool, ``norm [B, Tk]`` bool or None →
+    (post-softmax attention), ``groups [B, G, Tk]`` bool (or 0/1 in probs' dtype: no copy),
+    ``norm [B, Tk]`` bool (likewise) or None →
     ``[B, H, Qs, G]`` = ``Σ_{t ∈ group} A'[q,t]`` with ``A'`` as :class:`Capture` defines it
     (renormalized over ``norm``; one-hot on the first maximal key for ``stat="hit"``)."""
     if norm is not None:
@@ -375,20 +415,19 @@ def capture_rows(probs: torch.Tensor, groups: torch.Tensor, norm: torch.Tensor |
     return torch.einsum("bhqt,bgt->bhqg", probs, groups.to(probs.dtype))
 
 
-def _add_captures(probs: torch.Tensor, idx_abs: torch.Tensor, layer: int) -> None:
-    """Add the region mass of ``probs`` [B, H, Qs, Tk] (query rows ``idx_abs``) to every
-    capture of the active plan."""
+def _add_captures(probs: torch.Tensor, chunk: Chunk, layer: int, sched: Schedule, rows: slice) -> None:
+    """Add the region mass of ``probs`` [b, H, Qs, Tk] (batch rows ``rows``, the chunk's
+    query rows) to every capture of the active plan (its tensors on the device already)."""
     tk = probs.shape[-1]
-    for c in _STATE.plan.captures:
-        w = c.rows[:, idx_abs.cpu()].float().to(probs.device)  # [B, Qs]
-        if not w.any():
+    for c, captured in zip(sched.captures, chunk.captured):
+        if not captured:
             continue
-        norm = None if c.norm is None else c.norm[:, :tk].to(probs.device)
-        per_row = capture_rows(probs, c.groups[:, :, :tk].to(probs.device), norm, c.stat)  # [B, H, Qs, G]
-        n_rows = c.rows.sum(1).float().to(probs.device)  # [B]
-        mass = torch.einsum("bhqg,bq->bhg", per_row, w) / n_rows[:, None, None]
+        w = c.rows[rows][:, chunk.rows]  # [b, Qs]
+        norm = None if c.norm is None else c.norm[rows, :tk]
+        per_row = capture_rows(probs, c.groups[rows, :, :tk], norm, c.stat)  # [b, H, Qs, G]
+        mass = torch.einsum("bhqg,bq->bhg", per_row, w) / c.n_rows[rows, None, None]
         acc = _STATE.results[c.name]
-        acc[:, layer] += mass.float().to(acc.device)
+        acc[rows, layer] += on_device(mass.float(), acc.device)
 
 
 def register() -> None:
@@ -398,7 +437,7 @@ def register() -> None:
     needing no mask and runs with ``attention_mask=None`` — no causality, no padding.
     """
     AttentionInterface.register(NAME, vheads_attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
+    AttentionMaskInterface.register(NAME, _mask_function)
 
 
 def install(model) -> None:

@@ -25,8 +25,9 @@ import contextlib
 
 import torch
 
-from vheads.engine._attention import swap_plan
+from vheads.engine._attention import note_rows_of, prepare, swap_plan
 from vheads.engine._plan import ProbePlan
+from vheads.engine._schedule import on_device
 
 
 def action_ids(plan: ProbePlan) -> torch.Tensor:
@@ -69,7 +70,7 @@ def _rows_of(x, keep: torch.Tensor, B: int):
     """``x`` (a tensor, or tuple / list of them) cut to batch rows ``keep`` wherever it is
     batch-first (dim ≥ 2 and ``shape[0] == B``: hidden states, masks, rope tables)."""
     if isinstance(x, torch.Tensor):
-        return x.index_select(0, keep.to(x.device)) if x.dim() >= 2 and x.shape[0] == B else x
+        return x.index_select(0, on_device(keep, x.device)) if x.dim() >= 2 and x.shape[0] == B else x
     if isinstance(x, (tuple, list)):
         return type(x)(_rows_of(v, keep, B) for v in x)
     return x
@@ -90,10 +91,11 @@ def forward_hooks(entries):
             h.remove()
 
 
-def shared_layers(layers, plan: ProbePlan, items: torch.Tensor):
+def shared_layers(layers, plan: ProbePlan, items: torch.Tensor, device=None):
     """Run each decoder layer of ``layers`` (the language model's, in order) on the distinct
-    rows of ``plan``'s batch only (module docstring); ``items`` [B]: each row's item. A
-    context manager."""
+    rows of ``plan``'s batch only (module docstring); ``items`` [B]: each row's item. The
+    rows, and each layer's cut plan, are worked out and moved to ``device`` (the model's)
+    now, before the layers run. A context manager, inside :func:`active_plan`."""
     B = plan.batch_size
     actions = action_ids(plan)
     entries = []
@@ -103,15 +105,22 @@ def shared_layers(layers, plan: ProbePlan, items: torch.Tensor):
             continue
         keep, src = cut
         sub = plan.select(keep)
+        if device is not None:
+            keep, src = keep.to(device), src.to(device)
+            prepare(sub, 0, device, layers=[layer_idx])
         saved: list = []
 
         def enter(module, args, kwargs, keep=keep, sub=sub, saved=saved):
             saved.append(swap_plan(sub))
-            return _rows_of(args, keep, B), {k: _rows_of(v, keep, B) for k, v in kwargs.items()}
+            cut = {k: _rows_of(v, keep, B) for k, v in kwargs.items()}
+            mask = kwargs.get("attention_mask")
+            if isinstance(mask, torch.Tensor):  # the cut mask keeps the check made once per forward
+                note_rows_of(cut["attention_mask"], mask, on_device(keep, mask.device))
+            return _rows_of(args, keep, B), cut
 
         def leave(module, args, kwargs, out, src=src, saved=saved):
             swap_plan(saved.pop())
-            src_dev = src.to((out[0] if isinstance(out, (tuple, list)) else out).device)
+            src_dev = on_device(src, (out[0] if isinstance(out, (tuple, list)) else out).device)
             if isinstance(out, torch.Tensor):
                 return out.index_select(0, src_dev)  # [B', T, D] -> [B, T, D]
             return type(out)(o.index_select(0, src_dev) if isinstance(o, torch.Tensor) and o.dim() >= 2 else o for o in out)

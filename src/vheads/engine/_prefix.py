@@ -42,6 +42,9 @@ _OWNERS: dict[int, tuple[torch.Tensor, "SharedPrefixLayer"]] = {}
 #: the model's mask (by id) -> its parts for the fused calls (:meth:`SharedPrefixLayer._mask_parts`), while a suffix pass runs
 _MASKS: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]] = {}
 
+#: the running suffix pass's layout: [P, counts, splits] (empty: none)
+_LAYOUT: list = []
+
 #: at most this many prefix logits per fused call (its [queries, keys] working set)
 CHUNK_ELEMENTS = 1 << 25
 
@@ -104,27 +107,8 @@ class SharedPrefixLayer(DynamicLayer):
         return k, v
 
     def _mask_parts(self, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The model's mask ``attention_mask`` [B, 1, S, P + S] (bool) over the suffix keys,
-        as the fused call takes it (additive, [B, 1, S, S]) with which rows see any suffix key
-        ([B, 1, S]), when every real query row of item u sees exactly the prefix keys
-        ``[0, split_u)`` (no sliding window, no other item's positions); else None. Real rows:
-        those that see a suffix key (at least themselves); a padded row's output is read by no
-        real row (its key is hidden from them). Worked out once per mask and suffix pass."""
-        hit = _MASKS.get(id(attention_mask))
-        if hit is not None and hit[0] is attention_mask:
-            return hit[1]
-        P = self.prefix_length
-        suffix = attention_mask[:, :, :, P:]
-        seen = suffix.any(-1)  # [B, 1, S]
-        want = torch.arange(P, device=attention_mask.device)
-        ok, start = True, 0
-        for n, split in zip(self.counts, self.splits):
-            rows = slice(start, start + n)
-            ok &= bool(((attention_mask[rows, 0, :, :P] == (want < split)[None, None, :]) | ~seen[rows, 0, :, None]).all())
-            start += n
-        parts = (torch.zeros(suffix.shape, device=suffix.device).masked_fill_(~suffix, float("-inf")), seen) if ok else None
-        _MASKS[id(attention_mask)] = (attention_mask, parts)
-        return parts
+        """:func:`mask_parts` of this layer's prefix."""
+        return mask_parts(attention_mask, self.prefix_length, self.counts, self.splits)
 
     def attend(self, query: torch.Tensor, attention_mask, scaling: float) -> torch.Tensor | None:
         """The attention of every batch row and head over prefix ∪ suffix keys, merged by
@@ -213,6 +197,39 @@ def _matmul_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: floa
     return o, lse
 
 
+def mask_parts(attention_mask: torch.Tensor, P: int, counts: list[int], splits: list[int]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The model's mask ``attention_mask`` [B, 1, S, P + S] (bool) over the suffix keys,
+    as the fused call takes it (additive, [B, 1, S, S]) with which rows see any suffix key
+    ([B, 1, S]), when every real query row of item u sees exactly the prefix keys
+    ``[0, splits[u])`` (``counts[u]`` rows each; no sliding window, no other item's
+    positions); else None. Real rows: those that see a suffix key (at least themselves); a
+    padded row's output is read by no real row (its key is hidden from them). Worked out
+    once per mask and suffix pass — when transformers builds the mask (:func:`note_mask`),
+    before the layers run: its comparison is a host–device sync."""
+    hit = _MASKS.get(id(attention_mask))
+    if hit is not None and hit[0] is attention_mask:
+        return hit[1]
+    suffix = attention_mask[:, :, :, P:]
+    seen = suffix.any(-1)  # [B, 1, S]
+    want = torch.arange(P, device=attention_mask.device)
+    ok, start = [], 0
+    for n, split in zip(counts, splits):
+        rows = slice(start, start + n)
+        ok.append(((attention_mask[rows, 0, :, :P] == (want < split)[None, None, :]) | ~seen[rows, 0, :, None]).all())
+        start += n
+    ok = bool(torch.stack(ok).all())  # one sync for every item
+    parts = (torch.zeros(suffix.shape, device=suffix.device).masked_fill_(~suffix, float("-inf")), seen) if ok else None
+    _MASKS[id(attention_mask)] = (attention_mask, parts)
+    return parts
+
+
+def note_mask(attention_mask: torch.Tensor) -> None:
+    """Work out :func:`mask_parts` of a mask transformers just built, when a suffix pass
+    runs and the mask is over its keys (``[B, 1, S, P + S]``, the pass's prefix P)."""
+    if _LAYOUT and attention_mask.dim() == 4 and attention_mask.shape[-1] - attention_mask.shape[-2] == _LAYOUT[0]:
+        mask_parts(attention_mask, *_LAYOUT)
+
+
 def owner(key: torch.Tensor) -> SharedPrefixLayer | None:
     """The shared-prefix cache layer that returned ``key`` in the running suffix pass, or None."""
     hit = _OWNERS.get(id(key))
@@ -220,13 +237,18 @@ def owner(key: torch.Tensor) -> SharedPrefixLayer | None:
 
 
 @contextlib.contextmanager
-def suffix_pass():
-    """The scope of one suffix pass: the layers' suffix keys are forgotten when it ends."""
+def suffix_pass(prefix: int | None = None, counts: list[int] = (), splits: list[int] = ()):
+    """The scope of one suffix pass: the layers' suffix keys are forgotten when it ends.
+    With its layout (``prefix`` P, each item's ``counts`` and ``splits``) the model's mask is
+    checked when it is built (:func:`note_mask`), not in the first layer."""
+    if prefix is not None:
+        _LAYOUT[:] = [prefix, list(counts), list(splits)]
     try:
         yield
     finally:
         _OWNERS.clear()
         _MASKS.clear()
+        _LAYOUT.clear()
 
 
 def share_layers(cache, counts: list[int], splits: list[int], model_config) -> bool:

@@ -237,7 +237,7 @@ class Engine:
         layers = decoder_layers(self.lm.model) if use else None
         if layers is None:
             return contextlib.nullcontext()
-        return shared_layers(layers, plan, batch.row_items())
+        return shared_layers(layers, plan, batch.row_items(), self.lm.device)
 
     def _read_rows(self, keep, n_positions: int, plan: ProbePlan | None):
         """The last decoder layer on the read rows ``keep`` only (``Batching.last_layer_rows``),
@@ -248,7 +248,7 @@ class Engine:
         layers = decoder_layers(self.lm.model)
         if layers is None:
             return contextlib.nullcontext()
-        return read_rows_only(layers[-1], keep, n_positions)
+        return read_rows_only(layers[-1], keep, n_positions, self.lm.device)
 
     @contextlib.contextmanager
     def _hidden_norms(self, plan: ProbePlan | None, results: dict):
@@ -305,11 +305,13 @@ class Engine:
             share_prefix(cache, batch.counts, batch.splits, model.config)
             shared = _share_cache(cache, batch.counts)
             keep = _keep(logits_at, P, T)
-            with active_plan(plan, self.lm.device) as results, self._read_rows(keep, T - P, plan), suffix_pass(), fp32_logits(model):
+            # the plan's work in each layer, on the device, before the layers run (no sync in the layer loop)
+            with (active_plan(plan, self.lm.device, q_off=P) as results, self._read_rows(keep, T - P, plan),
+                  suffix_pass(P, batch.counts, batch.splits), fp32_logits(model)):
                 out = model(**self._inputs(batch, "suffix"), cache=shared, use_cache=True, logits_to_keep=keep)
         else:
             keep = _keep(logits_at, 0, T)
-            with (active_plan(plan, self.lm.device) as results, self._shared_vision(batch), self._shared_layers(batch, plan),
+            with (active_plan(plan, self.lm.device, q_off=0) as results, self._shared_vision(batch), self._shared_layers(batch, plan),
                   self._read_rows(keep, T, plan), fp32_logits(model), self._hidden_norms(plan, results)):
                 out = model(**self._inputs(batch, "full"), use_cache=False, logits_to_keep=keep)
         logits = out.logits

@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from vheads.engine._layers import forward_hooks
+from vheads.engine._schedule import on_device
 
 #: the row-wise modules of a decoder layer cut to the read rows, by attribute path
 ROW_MODULES = ("self_attn.q_proj", "self_attn.o_proj", "mlp")
@@ -34,10 +35,13 @@ def _module(layer, path: str):
     return layer
 
 
-def read_rows_only(layer, rows: torch.Tensor, n_positions: int):
+def read_rows_only(layer, rows: torch.Tensor, n_positions: int, device=None):
     """While the returned context runs, ``layer``'s row-wise modules (:data:`ROW_MODULES`)
     compute positions ``rows`` [R] (long, in the forward's coordinates) only, of inputs
-    over ``n_positions`` positions; their other rows are zeros."""
+    over ``n_positions`` positions; their other rows are zeros. ``rows`` is moved to
+    ``device`` (the model's) now, not in the layer."""
+    if device is not None:
+        rows = rows.to(device)
     entries = []
     for path in ROW_MODULES:
         module = _module(layer, path)
@@ -51,7 +55,7 @@ def read_rows_only(layer, rows: torch.Tensor, n_positions: int):
                 cut.append(None)
                 return None
             cut.append(x.shape[:2])
-            sub = x.index_select(1, rows.to(x.device))
+            sub = x.index_select(1, on_device(rows, x.device))
             if args:
                 return (sub, *args[1:]), kwargs
             key = "hidden_states" if "hidden_states" in kwargs else "x"
@@ -63,7 +67,7 @@ def read_rows_only(layer, rows: torch.Tensor, n_positions: int):
                 return None
             y = out[0] if isinstance(out, tuple) else out
             full = y.new_zeros(*shape, *y.shape[2:])
-            full[:, rows.to(y.device)] = y
+            full[:, on_device(rows, y.device)] = y
             return (full, *out[1:]) if isinstance(out, tuple) else full
 
         entries.append((module, before, after))
