@@ -238,7 +238,7 @@ def _layer_loop_syncs(lm, eng, image_tokens: int, rows: int, log) -> dict:
             off()
             for h in hooks:
                 h.remove()
-        syncs = [str(w.message) for w in seen if "synchroniz" in str(w.message)]
+        syncs = [str(w.message) for w in seen if "called a synchronizing" in str(w.message)]  # not the mode's own "prototype" notice
         out[name] = len(syncs)
         log(f"  host-device syncs in the decoder-layer loop, {name}: {len(syncs)}" + (f" (first: {syncs[0][:160]})" if syncs else ""))
     return out
