@@ -45,3 +45,20 @@ def dtype_warning(model_type: str, dtype: str) -> str | None:
         return (f"{model_type} in float16: Gemma's activations overflow float16 (inf / NaN logits); "
                 "use dtype bfloat16 (or float32)")
     return None
+
+
+def padding_costs_more(device: str, fused_unmasked: bool | None = None) -> bool:
+    """Whether items of one length should get forwards of their own (no padding): where the
+    attention kernels of an unpadded batch are fused ones that cannot take a padding mask
+    (flash / memory-efficient sdpa on CUDA), a padded batch of items of different lengths
+    ran slower than one call per item on the H200 (``benchmarks/README.md``, "First GPU
+    run": 0.84x at the 2B width, 0.69x at the 8B); on a CPU sdpa takes the mask in the same
+    kernel and packing saves forwards. ``fused_unmasked``: the capability (None: asked of
+    torch for a CUDA device, False elsewhere)."""
+    if fused_unmasked is None:
+        if device_kind(device) != "cuda":
+            return False
+        import torch
+
+        fused_unmasked = bool(torch.backends.cuda.flash_sdp_enabled() or torch.backends.cuda.mem_efficient_sdp_enabled())
+    return bool(fused_unmasked)

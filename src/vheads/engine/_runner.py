@@ -70,7 +70,12 @@ class Batching:
     ``VHEADS_SHARE_LAYERS=0`` sets the default to off). ``last_layer_rows``: in a forward
     that reads logits at some rows only and captures nothing, the last decoder layer's
     query and output projections and MLP run on those rows only (:mod:`vheads.engine._tail`;
-    ``VHEADS_LAST_LAYER_ROWS=0`` sets the default to off).
+    ``VHEADS_LAST_LAYER_ROWS=0`` sets the default to off). ``one_length``: a forward holds
+    only requests of one shape (the same prefix and suffix lengths), so no row is padded and
+    the attention needs no padding mask; requests are ordered by shape first. ``None`` (the
+    default) decides by the device's capability (:func:`vheads._device.padding_costs_more`:
+    on where fused attention kernels cannot take a mask, i.e. CUDA; off on a CPU, where
+    packing saves forwards); ``VHEADS_ONE_LENGTH=1`` / ``0`` forces it.
     """
 
     cross_item: bool = field(default_factory=lambda: os.environ.get("VHEADS_CROSS_ITEM", "1") != "0")
@@ -78,6 +83,7 @@ class Batching:
     token_budget: int = 1 << 19
     share_layers: bool = field(default_factory=lambda: os.environ.get("VHEADS_SHARE_LAYERS", "1") != "0")
     last_layer_rows: bool = field(default_factory=lambda: os.environ.get("VHEADS_LAST_LAYER_ROWS", "1") != "0")
+    one_length: bool | None = field(default_factory=lambda: {"1": True, "0": False}.get(os.environ.get("VHEADS_ONE_LENGTH", "")))
 
 
 @dataclass
@@ -141,6 +147,10 @@ class Engine:
     def __init__(self, lm: LoadedModel, batching: Batching | None = None):
         self.lm = lm
         self.batching = batching or Batching()
+        if self.batching.one_length is None:
+            from vheads._device import padding_costs_more
+
+            self.batching = dataclasses.replace(self.batching, one_length=padding_costs_more(str(lm.device)))
         install(lm.model)
         #: the most rows per forward that fit, learnt from out-of-memory splits (:func:`split_on_oom`)
         self.memory = RowLimit()
@@ -410,13 +420,15 @@ def pack(requests: list[tuple[Prompt, int, int]], batching: Batching) -> list[li
     counted as rows × the padded length a :class:`RowBatch` of these prompts can have
     (longest prefix + longest suffix); a request larger than either gets a forward of its
     own (the caller cuts its rows to fit). Consecutive requests of one prompt stay together.
+    With ``batching.one_length`` a forward holds requests of one (prefix, suffix) shape only.
     """
     groups: list[list[int]] = []
     rows = pre = suf = 0
     for i, (pr, n, split) in enumerate(requests):
         T = pr.layout.n_tokens
         p2, s2 = max(pre, split), max(suf, T - split)
-        if groups and rows + n <= batching.max_rows and (rows + n) * (p2 + s2) <= batching.token_budget:
+        same = not batching.one_length or (split, T - split) == (pre, suf)
+        if groups and same and rows + n <= batching.max_rows and (rows + n) * (p2 + s2) <= batching.token_budget:
             groups[-1].append(i)
             rows, pre, suf = rows + n, p2, s2
         else:

@@ -277,6 +277,10 @@ def _run_probes(engine: Engine, probes: list[Probe], prefix_reuse: bool = True, 
         reusable = {pid: prefix_reuse and _reusable(probes, [pieces[k] for k in ks]) for pid, ks in order.items()}
         split = {pid: min(probes[pieces[k][0]].first_row() for k in ks) if reusable[pid] else 0 for pid, ks in order.items()}
         ordered = [pieces[k] for reuse in (True, False) for pid, ks in order.items() if reusable[pid] == reuse for k in ks]
+        if bt.one_length:  # prompts of one shape next to each other (stable: a prompt's pieces stay together)
+            shape = lambda pc: (not reusable[id(probes[pc[0]].prompt)], split[id(probes[pc[0]].prompt)],  # noqa: E731
+                                probes[pc[0]].prompt.layout.n_tokens)
+            ordered.sort(key=shape)
         forwards = [[ordered[j] for j in g] for g in pack([(probes[i].prompt, n, split[id(probes[i].prompt)]) for i, _, n in ordered], bt)]
         # a forward mixes reusable prompts only with reusable ones (pack keeps the order)
         forwards = [part for f in forwards for part in _split_by(f, lambda pc: reusable[id(probes[pc[0]].prompt)])]
