@@ -25,15 +25,14 @@ What each template does by default, and what the tests pin:
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from tests.models.test_published_templates import TEMPLATES, _bpe_folder, _bundle, _items
+from tests.models.test_published_templates import (TEMPLATES, _bpe_folder, _bundle, _gemma4_processor, _items,
+                                                     _mistral3_processor, _template)
 from vheads.models import adapter_for, format_options
 from vheads.models._adapter import render_chat
 
@@ -41,63 +40,11 @@ from vheads.models._adapter import render_chat
 FROZEN_DAY = datetime(2025, 3, 17, 12, 0)
 
 
-def _pixtral_processor_class():
-    """transformers' ``PixtralProcessor``. Its module imports the torchvision image processor
-    (torchvision is not installed here) for one helper only, ``get_resize_output_image_size`` of
-    ``_get_num_multimodal_tokens`` (a token count for serving engines, not called here); where
-    torchvision is missing it is imported with the PIL image processor's module, which defines the
-    same helper, standing in. The processor's own code (``replace_image_token``) runs as is."""
-    try:
-        from transformers.models.pixtral.processing_pixtral import PixtralProcessor
-        return PixtralProcessor
-    except ImportError as e:
-        if "torchvision" not in str(e):
-            raise
-    from transformers.models.pixtral import image_processing_pil_pixtral
-
-    name = "transformers.models.pixtral.image_processing_pixtral"
-    sys.modules[name] = image_processing_pil_pixtral
-    try:
-        return importlib.import_module("transformers.models.pixtral.processing_pixtral").PixtralProcessor
-    finally:
-        del sys.modules[name]
-
-
-def _pixtral_processor(folder: Path, template: str):
-    """PixtralProcessor from the tiny model's files with the model's patch and merge sizes (as the
-    released processor_config.json sets them for its model: 14 and 2)."""
-    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer
-
-    cfg = AutoConfig.from_pretrained(folder)
-    return _pixtral_processor_class()(image_processor=AutoImageProcessor.from_pretrained(folder),
-                                      tokenizer=AutoTokenizer.from_pretrained(folder), patch_size=cfg.vision_config.patch_size,
-                                      spatial_merge_size=cfg.spatial_merge_size, chat_template=template)
-
-
-def _gemma4_processor(folder: Path, template: str):
-    """Gemma4Processor from the tiny model's files: the tokenizer names its image and audio markers
-    (the processor reads them by name), and the processor is built without its video processor
-    (torchvision) and audio feature extractor, which image prompts do not use."""
-    from transformers import AutoImageProcessor, AutoTokenizer, Gemma4Processor
-    from transformers.processing_utils import ProcessorMixin
-
-    named = {"image_token": "<|image|>", "boi_token": "<|image>", "eoi_token": "<image|>",
-             "audio_token": "<|audio|>", "boa_token": "<|audio>", "eoa_token": "<audio|>"}
-    tok = AutoTokenizer.from_pretrained(folder, extra_special_tokens=named)
-    check = ProcessorMixin.check_argument_for_proper_class
-    ProcessorMixin.check_argument_for_proper_class = lambda self, name, arg: None if arg is None else check(self, name, arg)
-    try:
-        return Gemma4Processor(feature_extractor=None, image_processor=AutoImageProcessor.from_pretrained(folder), tokenizer=tok,
-                               video_processor=None, chat_template=template)
-    finally:
-        ProcessorMixin.check_argument_for_proper_class = check
-
-
 #: template file -> (tiny random family, the released tokenizer's BOS, the template's markers
 #: made single special tokens, the family's processor built with that template)
 CASES = {
     "mistral_small_3_1_24b_instruct_2503.chat_template.json":
-        ("mistral3", "<s>", ("[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"), _pixtral_processor),
+        ("mistral3", "<s>", ("[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]"), _mistral3_processor),
     "gemma4.chat_template.json":
         ("gemma4", "<bos>", ("<|channel>", "<channel|>", "<|think|>"), _gemma4_processor),
 }
@@ -145,10 +92,6 @@ def frozen_day(monkeypatch):
 
     monkeypatch.setattr(ctu, "datetime", _Frozen)
     return FROZEN_DAY
-
-
-def _template(name: str) -> str:
-    return json.loads((TEMPLATES / name).read_text(encoding="utf-8"))["chat_template"]
 
 
 @pytest.mark.parametrize("name", CASES)
