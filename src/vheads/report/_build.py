@@ -52,12 +52,8 @@ def report_workers() -> int:
 
 
 def _build_one(i: int):
-    spec = _specs()[i]
-    return i, [b for b in spec.build(_RUN) if b is not None]
-
-
-def _specs():
-    return registered_sections()
+    """Section ``i`` of the registry built for the run the forked worker inherited."""
+    return i, [b for b in registered_sections()[i].build(_RUN) if b is not None]
 
 
 def build_sections(run: RunData, workers: int | None = None) -> tuple[list[Section], list[str]]:
@@ -67,14 +63,14 @@ def build_sections(run: RunData, workers: int | None = None) -> tuple[list[Secti
     worker processes, the slowest first (figures are the report's cost and each section's
     are its own); the page is the same, in the registry's order."""
     global _RUN
-    specs = _specs()
+    specs = registered_sections()
     workers = report_workers() if workers is None else workers
     built: dict[int, list] = {}
     if workers > 1 and len(specs) > 1:
         import multiprocessing as mp
 
-        order = sorted(range(len(specs)), key=lambda i: (specs[i].id not in _SLOW_FIRST,
-                                                         _SLOW_FIRST.index(specs[i].id) if specs[i].id in _SLOW_FIRST else 0))
+        rank = {sid: r for r, sid in enumerate(_SLOW_FIRST)}
+        order = sorted(range(len(specs)), key=lambda i: rank.get(specs[i].id, len(rank)))
         _RUN = run
         try:
             with mp.get_context("fork").Pool(min(workers, len(specs))) as pool:
