@@ -144,6 +144,18 @@ def timed(fn, device: str) -> float:
     return time.perf_counter() - t
 
 
+def against_limit(planned, plain, repeats: int, device: str) -> tuple[float, float]:
+    """(median time of ``planned``, median time of ``plain``): each run once untimed (the
+    shapes warm), then the two alternated ``repeats`` times, so load on the machine hits both
+    alike. For a batched row against its limit (the same rows with no plan)."""
+    planned(), plain()
+    t = {"planned": [], "plain": []}
+    for _ in range(max(1, repeats)):
+        t["planned"].append(timed(planned, device))
+        t["plain"].append(timed(plain, device))
+    return median(t["planned"]), median(t["plain"])
+
+
 def median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 

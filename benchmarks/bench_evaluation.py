@@ -68,7 +68,8 @@ def random_headsets(n_layers: int, n_heads: int, n: int = 64, seed: int = 0):
     return [HeadSet.from_flat(rng.choice(n_layers * n_heads, k, replace=False), n_layers, n_heads) for _ in range(n)]
 
 
-def run(lm, eng, n_items: int, image_tokens: int, baseline_sample: int, batched_sample: int, batch_size: int, device: str, log) -> dict:
+def run(lm, eng, n_items: int, image_tokens: int, baseline_sample: int, batched_sample: int, batch_size: int, device: str, log,
+        limit_repeats: int = 3) -> dict:
     """{row group: {"baseline_s", "batched_s", "reuse_s", ...}} summed over items (64 head-sets each)."""
     from vheads.engine import install, positions_mask, row_mask
     from vheads.evaluation._probe import Action, option_probs
@@ -114,12 +115,18 @@ def run(lm, eng, n_items: int, image_tokens: int, baseline_sample: int, batched_
                 holder = {}
                 r["reuse_s"] += _setup.timed(lambda: holder.setdefault("p", option_probs(eng, prompt, headsets, action, batch_size, prefix_reuse=True)), device)
                 r["max_abs_dP"] = max(r["max_abs_dP"], float(np.abs(holder["p"][:batched_sample] - p_b).max()))
-        # the limit: the same 64 rows (item 0) batched with no plan, prefix reused at question rows (per item, scaled)
+        # the limit: the rows batched above (all 64 head-sets at question rows, prefix reused; the
+        # timed sample at all rows) with no plan, against the same rows with the plan, alternated
+        # after a warm-up (item 0's prompt; scaled to 64 head-sets and every item)
         from vheads.evaluation._probe import Probe, probe_batch
 
         prompt = _setup.prompt_of_length(lm, image_tokens)
-        batch, _ = probe_batch(eng, [Probe(prompt, action, headsets)], [(0, 0, H)], prefix_reuse=rows != "all")
-        r["limit_s"] = n_items * _setup.timed(lambda: eng.run(batch, None, logits_at=[batch.length - 1]), device)
+        n = H if rows != "all" else batched_sample
+        reuse = rows != "all"
+        batch, _ = probe_batch(eng, [Probe(prompt, action, headsets[:n])], [(0, 0, n)], prefix_reuse=reuse)
+        planned_s, plain_s = _setup.against_limit(lambda: option_probs(eng, prompt, headsets[:n], action, batch_size, prefix_reuse=reuse),
+                                                  lambda: eng.run(batch, None, logits_at=[batch.length - 1]), limit_repeats, device)
+        r.update(limit_s=n_items * plain_s * H / n, limit_batched_s=n_items * planned_s * H / n, limit_head_sets=n, limit_repeats=limit_repeats)
         log(f"  evaluation rows={rows}: one-per-head-set {r['baseline_s']:.1f}s, batched {r['batched_s']:.1f}s, "
             f"batched+reuse {r['reuse_s']:.1f}s (T={r['prompt_tokens']}, {r['image_tokens']} image tokens, max |ΔP| {r['max_abs_dP']:.1e})")
         out[rows] = r

@@ -10,6 +10,10 @@ no ``[L, H, T, T]`` map ever exists:
   once per forward, when it is built: :func:`note_mask`): the key bias and the padding ride in one extra key feature, so sdpa runs with
   its causal kernel and no mask at all (:func:`_folded_rows`) — mask / steer at all rows,
   most of a study;
+- an intervention that leaves each pair it acts on few keys with a finite bias (a mask
+  hiding the image from every row it acts at: the text keys around the image), at rows of a
+  full forward or of a suffix pass: those keys gathered, sdpa over them alone under the
+  model's own mask at them (:func:`_gathered_rows`) — mask at question / all rows;
 - any other intervention (some rows, a prefix cache, a sliding window, a bidirectional
   image block): sdpa over those rows with an fp32 additive mask, built in chunks of rows
   bounded by a logit budget (:func:`_additive_mask`);
@@ -282,6 +286,45 @@ def _folded_rows(query, key, value, bi, hi, bias, scaling) -> torch.Tensor:
     return out.masked_fill((pos[None] < first[:, None])[..., None], 0.0)
 
 
+def _gathered_mask(attention_mask, bi, idx, chunk: Chunk, q_off: int, bias: torch.Tensor) -> torch.Tensor:
+    """The additive mask of pairs (batch rows ``bi`` [p]) at the chunk's query rows over their
+    gathered keys ``idx`` [p, n]: the model's own mask at those (row, key) cells (causal when
+    it passes none) plus the keys' bias ``bias`` [p, n]. fp32 [p, Qs, n]."""
+    if attention_mask is None:
+        allowed = idx[:, None, :] <= chunk.rows[None, :, None]
+        return torch.where(allowed, bias[:, None, :], float("-inf"))
+    am = attention_mask[:, 0]  # [B|1, Tq, Tk]
+    b = bi if am.shape[0] > 1 else torch.zeros_like(bi)
+    cells = am[b[:, None, None], (chunk.rows - q_off)[None, :, None], idx[:, None, :]]  # [p, Qs, n]
+    if cells.dtype == torch.bool:
+        return torch.where(cells, bias[:, None, :], float("-inf"))
+    return cells.float() + bias[:, None, :]
+
+
+def _gathered_rows(query, key, value, attention_mask, work: LayerWork, shared, scaling, q_off: int, out: torch.Tensor) -> None:
+    """Recompute the layer's pairs over the few keys each may see (``work.gathered``, the
+    other keys' bias −inf at every row the pair is recomputed at): those keys' queries, keys
+    and values gathered, sdpa over them under the model's own mask there; the same softmax as
+    over every key, whose hidden keys weigh exactly 0. ``out`` [B, Tq, H, D] ← the pairs' rows."""
+    D = query.shape[-1]
+    hkv = key.shape[1] if shared is None else shared.suffix_keys.shape[1]
+    groups = query.shape[1] // hkv
+    idx_all, bias_all = work.gathered.idx, work.gathered.bias
+    n = idx_all.shape[1]
+    rows = max(c.stop - c.start for c in work.chunks)
+    for s in pair_chunks(len(work.bi), (2 * n * D + rows * (n + 2 * D)) * _F32):  # keys and values; a chunk's logits, queries, outputs
+        bi, hi, idx = work.bi[s], work.hi[s], idx_all[s]
+        if shared is None:
+            kh = (hi // groups)[:, None]
+            k_sel, v_sel = key[bi[:, None], kh, idx].float(), value[bi[:, None], kh, idx].float()  # [p, n, D]
+        else:
+            k_sel, v_sel = (x.float() for x in shared.gather_keys(bi, hi // groups, idx))
+        for chunk in work.chunks:
+            q_sel = _pair_rows(query, bi, hi, chunk.local)  # [p, Qs, D]
+            mask = _gathered_mask(attention_mask, bi, idx, chunk, q_off, bias_all[s])
+            _put_rows(out, bi, hi, chunk.local, _masked_rows(q_sel, k_sel, v_sel, mask, scaling))
+
+
 def _pair_rows(x: torch.Tensor, bi, hi, local) -> torch.Tensor:
     """``x`` [B, H, T, D] at pairs ``(bi, hi)`` [P] and positions ``local`` (a slice, or [Qs]
     long): fp32 [P, Qs, D]."""
@@ -364,7 +407,11 @@ def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None
         for chunk in work.chunks:
             _capture_rows(query, key_f32, attention_mask, scaling, chunk, q_off, layer, sched)
         return out, None
-    out = out.clone()
+    if torch.is_grad_enabled():  # the fused kernel's output may be ``out`` itself, saved for its backward
+        out = out.clone()
+    if work.gathered is not None:
+        _gathered_rows(query, key, value, attention_mask, work, shared, scaling, q_off, out)
+        return out, None
     P = len(work.bi)
     if work.folded_e is not None:
         is_causal = kwargs.get("is_causal")

@@ -106,6 +106,18 @@ class SharedPrefixLayer(DynamicLayer):
         v = torch.cat([self.prefix_values[items, kv_heads], self.suffix_values[rows, kv_heads]], dim=-2)
         return k, v
 
+    def gather_keys(self, rows: torch.Tensor, kv_heads: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values of (batch row, KV head) pairs at absolute positions ``idx``
+        [n, m] (each pair its own): ``[n, m, D]`` each, read from the prefix or the suffix."""
+        P = self.prefix_length
+        items = self.row_items[rows][:, None]
+        in_prefix = (idx < P)[..., None]
+        at_p, at_s = idx.clamp(max=P - 1), (idx - P).clamp(min=0)
+        kh = kv_heads[:, None]
+        k = torch.where(in_prefix, self.prefix_keys[items, kh, at_p], self.suffix_keys[rows[:, None], kh, at_s])
+        v = torch.where(in_prefix, self.prefix_values[items, kh, at_p], self.suffix_values[rows[:, None], kh, at_s])
+        return k, v
+
     def _mask_parts(self, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """:func:`mask_parts` of this layer's prefix."""
         return mask_parts(attention_mask, self.prefix_length, self.counts, self.splits)

@@ -34,6 +34,11 @@ ROW_CHUNK = 512
 #: force many chunks
 CHUNK_BYTES = 1 << 27
 _F32 = 4
+#: the gathered path (:class:`Gathered`) runs when each touched pair sees at most this share of
+#: the keys (a mask hiding the image: the text keys around it) …
+GATHER_SHARE = 0.5
+#: … or this share where the folded path applies instead (it reads each row's causal keys only)
+GATHER_SHARE_FOLDED = 0.25
 
 
 @dataclass
@@ -64,17 +69,32 @@ class Acting:
 
 
 @dataclass
+class Gathered:
+    """The keys each touched pair may see when every intervention acting in the layer acts on
+    the pair at all of the layer's rows and leaves it few keys with a finite bias (a mask
+    hiding the image): ``idx`` [P, n] long, their positions (ascending; a pair that sees fewer
+    is padded with hidden ones), and ``bias`` [P, n] fp32, the summed key bias there (−inf at a padded slot). The pair's
+    attention is then recomputed over those n keys alone (:func:`vheads.engine._attention._gathered_rows`)."""
+
+    idx: torch.Tensor
+    bias: torch.Tensor
+
+
+@dataclass
 class LayerWork:
     """What one touched layer recomputes (module docstring): pairs ``(bi, hi)`` [P] long on
     the device; its rows in ``chunks``; the interventions acting in it; ``folded_e`` the rows
     [0, e) of the folded path when the plan allows it (the model's mask is checked once per
-    forward, :func:`vheads.engine._attention.note_mask`), else None."""
+    forward, :func:`vheads.engine._attention.note_mask`), else None; ``gathered`` the keys
+    each pair may see when they are few (:class:`Gathered`; it then runs instead of either
+    other path), else None."""
 
     bi: torch.Tensor
     hi: torch.Tensor
     chunks: list[Chunk]
     acting: list[Acting]
     folded_e: int | None
+    gathered: Gathered | None = None
 
 
 @dataclass
@@ -145,6 +165,8 @@ class Schedule:
             b, j = (role >= 0).nonzero(as_tuple=True)
             tq = role.shape[1]
             self.records.append(RecordWork((b * tq + j).to(dev), (b * rec.n_roles + role[b, j]).to(dev), rec.n_roles, rec.name))
+        #: which interventions act on a pair (their indices) -> each batch row's keys with a finite summed bias (:meth:`_row_keys`)
+        self._keys: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self._layers: dict[int, LayerWork | None] = {}
         for layer in range(plan.n_layers) if layers is None else layers:
             self.layer(layer)
@@ -171,12 +193,12 @@ class Schedule:
     def _layer(self, layer: int) -> LayerWork | None:
         plan, q_off, T, dev = self.plan, self.q_off, self.T, self.device
         B, H = plan.batch_size, plan.n_heads
-        ivs = [(iv, kb) for iv, kb in self.interventions if iv.heads[:, layer].any()]
+        ivs = [(i, iv, kb) for i, (iv, kb) in enumerate(self.interventions) if iv.heads[:, layer].any()]
         if not plan.captures and not ivs:
             return None
         # the rows: where an intervention acts on some head of the layer, or a capture reads
         local = torch.zeros(T, dtype=torch.bool)
-        for iv, _ in ivs:
+        for _, iv, _ in ivs:
             local |= (iv.rows & iv.heads[:, layer].any(1)[:, None]).any(0)
         for c in plan.captures:
             local |= c.rows.any(0)
@@ -187,25 +209,29 @@ class Schedule:
             touched = torch.ones(B, H, dtype=torch.bool)
         else:
             touched = torch.zeros(B, H, dtype=torch.bool)
-            for iv, _ in ivs:
+            for _, iv, _ in ivs:
                 touched |= iv.heads[:, layer]
         bi, hi = touched.nonzero(as_tuple=True)
         if len(rows) == 0 or len(bi) == 0:
             return None
         P, tk = len(bi), T
-        acting = []
-        for iv, kb in ivs:
+        acting, on_pairs = [], []
+        for _, iv, kb in ivs:
             heads = iv.heads[:, layer][bi, hi]  # [P]
             on = heads[:, None] & iv.rows[:, rows][bi]  # [P, Qs]
             uniform = bool((on.all(1) | ~on.any(1)).all())
             acting.append(Acting(heads.to(dev), kb, on[:, 0].to(dev) if uniform else None, None if uniform else on.to(dev)))
+            on_pairs.append(on[:, 0] if uniform else None)
         folded_e = None
         if ivs and not plan.captures and q_off == 0:
             e = int(rows[-1]) + 1
             q = torch.arange(e)
             if all(bool((iv.rows[:, :e] | (q[None] < first_biased_key(iv.key_bias[:, :e])[:, None]) | ~iv.heads[:, layer].any(1)[:, None]).all())
-                   for iv, _ in ivs):
+                   for _, iv, _ in ivs):
                 folded_e = e
+        gathered = None
+        if ivs and not plan.captures:
+            gathered = self._gathered([i for i, _, _ in ivs], on_pairs, bi, GATHER_SHARE_FOLDED if folded_e is not None else GATHER_SHARE)
         # rows per chunk: the logits of every pair (a capture: of every batch row's heads) within the budget
         per_row = (B * H if not ivs else P) * tk * _F32
         n = max(1, CHUNK_BYTES // per_row)
@@ -217,7 +243,50 @@ class Schedule:
             span = _span(r - q_off)
             captured = tuple(bool(c.rows[:, r].any()) for c in plan.captures)
             chunks.append(Chunk(r.to(dev), span if span is not None else (r - q_off).to(dev), a, a + len(r), captured))
-        return LayerWork(bi.to(dev), hi.to(dev), chunks, acting, folded_e)
+        return LayerWork(bi.to(dev), hi.to(dev), chunks, acting, folded_e, gathered)
+
+    def _row_keys(self, which: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each batch row's keys with a finite bias when the interventions ``which`` act
+        together: (how many [B], their positions [B, n] ascending, their summed bias [B, n],
+        −inf past a row's count), ``n`` the most of any row. On the host, once per forward."""
+        hit = self._keys.get(which)
+        if hit is None:
+            bias = sum(self.plan.interventions[i].key_bias[:, : self.T].float() for i in which)
+            seen = torch.isfinite(bias)
+            count = seen.sum(1)
+            idx = torch.argsort((~seen).to(torch.uint8), dim=1, stable=True)[:, : int(count.max())]  # the seen positions first
+            hit = self._keys[which] = (count, idx, bias.gather(1, idx).masked_fill(~seen.gather(1, idx), float("-inf")))
+        return hit
+
+    def _gathered(self, which: list[int], on_pairs: list, bi: torch.Tensor, share: float) -> Gathered | None:
+        """The :class:`Gathered` keys of a layer's pairs (batch rows ``bi`` [P]) when each of
+        the interventions ``which`` acting in it acts on each pair at all of the layer's rows or
+        at none (``on_pairs``: [P] bool each, None where per row), every pair is acted on, and
+        no pair sees more than ``share`` of the keys with a finite bias; else None. On the host."""
+        if any(on is None for on in on_pairs) or len(on_pairs) > 62:
+            return None
+        code = sum(on.long() << j for j, on in enumerate(on_pairs))  # [P]: which interventions act on each pair
+        if not bool((code > 0).all()):
+            return None
+        groups = []
+        for c in code.unique().tolist():
+            pairs = (code == c).nonzero().flatten()
+            count, idx, bias = self._row_keys(tuple(i for j, i in enumerate(which) if c >> j & 1))
+            rows = bi[pairs]
+            n = int(count[rows].max())
+            if n == 0 or n > share * self.T:
+                return None
+            groups.append((pairs, idx[rows, :n], bias[rows, :n]))
+        if len(groups) == 1:
+            idx, bias = groups[0][1], groups[0][2]
+        else:
+            n = max(g[1].shape[1] for g in groups)
+            idx = torch.zeros(len(bi), n, dtype=torch.long)
+            bias = torch.full((len(bi), n), float("-inf"))
+            for pairs, i, b in groups:
+                idx[pairs, : i.shape[1]], bias[pairs, : b.shape[1]] = i, b
+        return Gathered(idx.to(self.device), bias.to(self.device))
+
 
 
 def on_device(x: torch.Tensor, device) -> torch.Tensor:
