@@ -337,7 +337,13 @@ class Store:
                 new.append((known[v], v))
             return known[v]
 
-        out = [tuple(code(v) if i in at else v for i, v in enumerate(r)) for r in rows]
+        if not at or not rows:
+            return rows
+        cols = list(zip(*rows))  # column by column: one lookup per coded value, the rest as they are
+        get = known.get
+        for i in (i for i in at if i < len(cols)):  # a shorter tuple leaves the last columns out
+            cols[i] = [get(v) or code(v) for v in cols[i]]  # ids start at 1
+        out = list(zip(*cols))
         if new:
             self.db.executemany("INSERT INTO main.names (id, name) VALUES (?, ?)", new)
         return out

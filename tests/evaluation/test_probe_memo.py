@@ -78,3 +78,24 @@ def test_the_memo_keeps_at_most_max_rows_dropping_the_oldest():
     assert memo.get(bytes([4])).tolist() == [4.0] * 4
     with pytest.raises(ValueError, match="max_rows"):
         ProbeMemo(max_rows=0)
+
+
+def test_a_prompt_is_built_once_per_item_object_and_model(loaded, monkeypatch):
+    lm = loaded["qwen3_vl"]
+    eng = Engine(lm)
+    built = []
+    original = type(lm.adapter).build
+    monkeypatch.setattr(type(lm.adapter), "build", lambda self, it, *a, **k: built.append(it.id) or original(self, it, *a, **k))
+    items = _items()
+    memo = ProbeMemo()
+    first = [memo.prompt(eng, it) for it in items]
+    again = [memo.prompt(Engine(lm), it) for it in items]  # another engine on the same model
+    assert len(built) == len(items) and all(a is b for a, b in zip(first, again))
+    fresh = [memo.prompt(eng, it) for it in _items()]  # new item objects (the same content): built again
+    assert len(built) == 2 * len(items)
+    for a, b in zip(first, fresh):  # and the same prompt as a new build
+        assert a.layout.n_tokens == b.layout.n_tokens
+        assert all(np.array_equal(a.inputs[k].numpy(), b.inputs[k].numpy()) for k in a.inputs)
+    memo.MAX_PROMPTS = 2  # a new item drops the oldest prompts
+    memo.prompt(eng, _items()[0])
+    assert len(memo._prompts) == 2

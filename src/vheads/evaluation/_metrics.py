@@ -22,7 +22,7 @@ from vheads.data import OPTION_LETTERS, Item
 from vheads.engine import Engine
 from vheads.evaluation._ablation import item_references
 from vheads.evaluation._headsets import HeadSet
-from vheads.evaluation._probe import Action, Probe, ProbeMemo, letter_p, run_probes, run_scores
+from vheads.evaluation._probe import Action, Probe, ProbeMemo, build_prompt, letter_p, run_probes, run_scores
 from vheads.evaluation._request import METRICS
 
 
@@ -121,7 +121,7 @@ def cers(engine: Engine, items: list[Item], headsets: list[HeadSet], beta: float
     _check_items(items, "CERS")
     if not np.isfinite(beta):
         raise ValueError(f"beta must be finite, got {beta}")
-    prompts = [engine.lm.adapter.build(it, engine.lm.processor) for it in items]
+    prompts = [build_prompt(engine, it, memo) for it in items]
     cells = [(it.target, distractor_cell(it, seed)) for it in items]
     probes = [Probe(pr, Action("steer", rows=rows, target=cell, beta=beta), headsets) for pr, cd in zip(prompts, cells) for cell in cd]
     sc = run_scores(engine, probes, max_rows=batch_size, progress=progress, desc="CERS", memo=memo)  # per item: steer onto c, steer onto d
@@ -152,7 +152,7 @@ def _drops(engine, items, headsets, action, batch_size, progress, desc, cache=No
     cache = {} if cache is None else cache
     for it in items:
         if it.id not in cache:
-            cache[it.id] = (engine.lm.adapter.build(it, engine.lm.processor), None)
+            cache[it.id] = (build_prompt(engine, it, memo), None)
     need = list(dict.fromkeys(it.id for it in items if cache[it.id][1] is None))  # baselines not run yet
     prompts = [cache[it.id][0] for it in items]
     if ablation != "attention":
@@ -211,7 +211,7 @@ def ncs_grid(engine: Engine, items: list[Item], headsets: list[HeadSet], rows: s
     """Region contrast on 2x2 grids whose question names the target cell c:
     ``P(c | hide R_d from S) − P(c | hide R_c from S)``."""
     _check_items(items, "NCS_grid")
-    prompts = [engine.lm.adapter.build(it, engine.lm.processor) for it in items]
+    prompts = [build_prompt(engine, it, memo) for it in items]
     cells = [(it.target, distractor_cell(it, seed)) for it in items]
     # per item: hide R_d, hide R_c
     sc = run_scores(engine, [Probe(pr, Action("mask", rows=rows, keys=cell), headsets) for pr, (c, d) in zip(prompts, cells) for cell in (d, c)],

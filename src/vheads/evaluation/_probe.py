@@ -129,12 +129,29 @@ class ProbeMemo:
     dropped first (about 180 bytes a row).
     """
 
+    #: at most this many built prompts are kept (:meth:`prompt`)
+    MAX_PROMPTS = 4096
+
     def __init__(self, max_rows: int = 1_000_000):
         if max_rows < 1:
             raise ValueError(f"a probe memo keeps at least one row, got max_rows={max_rows}")
         self.max_rows = max_rows
         self.rows: dict[bytes, bytes] = {}  # key digest -> five float64 scores
         self.hits = self.misses = 0
+        self._prompts: dict[tuple[int, int], tuple] = {}  # (id(model), id(item)) -> (model, item, prompt)
+
+    def prompt(self, engine: Engine, item):
+        """``item``'s prompt on ``engine``'s model, built once per item object: the tests of a
+        study read the same items again and again (an item changed in place is not seen: the
+        study's items are not)."""
+        lm = engine.lm
+        key = (id(lm), id(item))
+        hit = self._prompts.get(key)
+        if hit is None or hit[0] is not lm or hit[1] is not item:
+            while self._prompts and len(self._prompts) >= self.MAX_PROMPTS:
+                del self._prompts[next(iter(self._prompts))]  # the oldest
+            hit = self._prompts[key] = (lm, item, lm.adapter.build(item, lm.processor))
+        return hit[2]
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -154,6 +171,11 @@ class ProbeMemo:
         if key not in self.rows and len(self.rows) >= self.max_rows:
             del self.rows[next(iter(self.rows))]  # dicts keep insertion order: the oldest row
         self.rows[key] = np.asarray(row, dtype=np.float64).tobytes()
+
+
+def build_prompt(engine: Engine, item, memo: ProbeMemo | None = None):
+    """``item``'s prompt on ``engine``'s model; through ``memo`` (:meth:`ProbeMemo.prompt`) when given."""
+    return engine.lm.adapter.build(item, engine.lm.processor) if memo is None else memo.prompt(engine, item)
 
 
 def letter_p(scores: np.ndarray) -> np.ndarray:
