@@ -144,15 +144,22 @@ def timed(fn, device: str) -> float:
     return time.perf_counter() - t
 
 
-def against_limit(planned, plain, repeats: int, device: str) -> tuple[float, float]:
-    """(median time of ``planned``, median time of ``plain``): each run once untimed (the
-    shapes warm), then the two alternated ``repeats`` times, so load on the machine hits both
-    alike. For a batched row against its limit (the same rows with no plan)."""
-    planned(), plain()
-    t = {"planned": [], "plain": []}
+def interleaved(runs: dict, repeats: int, device: str) -> dict[str, list[float]]:
+    """The times of each of ``runs`` (name -> function): each run once untimed (the shapes
+    warm), then all of them in turn ``repeats`` times, so load on the machine hits them alike."""
+    for f in runs.values():
+        f()
+    t = {m: [] for m in runs}
     for _ in range(max(1, repeats)):
-        t["planned"].append(timed(planned, device))
-        t["plain"].append(timed(plain, device))
+        for m, f in runs.items():
+            t[m].append(timed(f, device))
+    return t
+
+
+def against_limit(planned, plain, repeats: int, device: str) -> tuple[float, float]:
+    """(median time of ``planned``, median time of ``plain``), :func:`interleaved`: a batched
+    row against its limit (the same rows with no plan)."""
+    t = interleaved({"planned": planned, "plain": plain}, repeats, device)
     return median(t["planned"]), median(t["plain"])
 
 

@@ -15,8 +15,8 @@ would reach on this device (on a CPU a batch costs about its rows' arithmetic).
 (the reference set: the benchmark's items) and ``resample`` (each item's donor: the other
 item, or the next prompt of the same length when there is one item) at question and all
 rows — as a fraction of its limit row, ``limit time / batched time`` per item (each pair
-run once untimed, then alternated ``repeats`` times; medians): ≥ 0.95 on a CPU, where a batch of 64 rows costs about 64 rows of work (the ≥ 30× / ≥ 6× targets stand
-for the GPU run).
+run once untimed, then alternated ``repeats`` times; medians): ≥ 0.95 on a CPU, where a
+batch of 64 rows costs about 64 rows of work (the ≥ 30× / ≥ 6× targets stand for the GPU run).
 
 *Overhead*: the same batch (``rows`` copies of one prompt) under the ablation plan vs with
 no plan (sdpa everywhere), medians of interleaved repeats. (a) times ``sample`` forwards
@@ -122,11 +122,7 @@ def run(lm, eng, n_items: int, image_tokens: int, baseline_sample: int, overhead
         last = [batch.length - 1]
         ablated = lambda: eng.run(batch, plan, logits_at=last)  # noqa: E731
         plain = lambda: eng.run(batch, None, logits_at=last)  # noqa: E731
-        ablated(), plain()
-        t = {"ablated": [], "plain": []}
-        for _ in range(repeats):  # interleaved: machine load hits both alike
-            t["ablated"].append(_setup.timed(ablated, device))
-            t["plain"].append(_setup.timed(plain, device))
+        t = _setup.interleaved({"ablated": ablated, "plain": plain}, repeats, device)
         r.update(ablated_s=_setup.median(t["ablated"]), plain_s=_setup.median(t["plain"]), overhead_rows=overhead_rows, prefix=batch.prefix)
         log(f"  ablation zero@{group}: one-per-head-set {r['baseline_s']:.1f}s, batched+reuse {r['reuse_s']:.1f}s, "
             f"plain batched {r['plain_batched_s']:.2f}s an item; "

@@ -109,11 +109,8 @@ def run(lm, eng, model_dir: str, lengths: list[int], repeats: int, device: str, 
             res["eager"] = {"skipped": f"output_attentions would keep {need / 2**30:.1f} GiB of maps (L·H·T²); {avail / 2**30:.1f} GiB free"}
             modes.remove("eager")
         runners = {m: _runner(lm, eng, prompt, m) for m in modes}
-        for m in modes:  # warm-up
-            runners[m]()
-        for _ in range(repeats):  # interleaved, so machine load hits every mode alike
-            for m in modes:
-                res[m]["times"].append(_setup.timed(runners[m], device))
+        for m, times in _setup.interleaved(runners, repeats, device).items():
+            res[m]["times"] = times
         for m in modes:
             res[m]["time_s"] = _setup.median(res[m]["times"])
             res[m].update({k: v for k, v in _peak_memory(model_dir, m, n, device, dtype).items() if k in ("peak_mb", "growth_mb")})

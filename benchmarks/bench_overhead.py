@@ -44,11 +44,7 @@ def run(lm, eng, image_tokens: int, rows: int, repeats: int, device: str, log) -
         last = [batch.length - 1]
         run_masked = lambda: eng.run(batch, plan, logits_at=last)  # noqa: E731
         run_plain = lambda: eng.run(batch, None, logits_at=last)  # noqa: E731
-        run_masked(), run_plain()  # warm-up
-        t = {"masked": [], "plain": []}
-        for _ in range(repeats):  # interleaved: machine load hits both alike
-            t["masked"].append(_setup.timed(run_masked, device))
-            t["plain"].append(_setup.timed(run_plain, device))
+        t = _setup.interleaved({"masked": run_masked, "plain": run_plain}, repeats, device)
         r = {"rows": rows, "tokens": prompt.layout.n_tokens, "image_tokens": len(prompt.layout.image_positions), "prefix": batch.prefix,
              "masked_s": _setup.median(t["masked"]), "plain_s": _setup.median(t["plain"]), "times": t}
         log(f"  overhead rows={group}: masked {r['masked_s']:.2f}s, plain {r['plain_s']:.2f}s ({rows} rows, T={r['tokens']}, prefix {batch.prefix})")

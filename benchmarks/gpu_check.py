@@ -185,12 +185,7 @@ def _capture_rows(lm, eng, lengths: list[int], repeats: int, device: str) -> dic
     for n in lengths:
         prompt = _setup.prompt_of_length(lm, n)
         run = {m: bench_capture._runner(lm, eng, prompt, m) for m in ("plain", "capture")}
-        for f in run.values():
-            f()
-        t = {m: [] for m in run}
-        for _ in range(repeats):
-            for m, f in run.items():
-                t[m].append(_setup.timed(f, device))
+        t = _setup.interleaved(run, repeats, device)
         out[prompt.layout.n_tokens] = _setup.median(t["capture"]) / _setup.median(t["plain"])
     return out
 

@@ -112,13 +112,12 @@ def test_mask_and_steer_equal_hand_written_softmax(loaded, family, group, kind):
 def test_a_mask_equals_hand_written_softmax_gathered_or_not(loaded, family, group, gather, monkeypatch):
     """The same with the gathered path forced on wherever it applies (every pair over the keys
     the mask leaves it) and off (every pair over every key): both equal the reference."""
-    from vheads.engine import _attention, _schedule
+    from tests.engine.test_gathered import spy_gathered
+    from vheads.engine import _schedule
 
     for share in ("GATHER_SHARE", "GATHER_SHARE_FOLDED"):
         monkeypatch.setattr(_schedule, share, 1.0 if gather else 0.0)
-    calls = []
-    original = _attention._gathered_rows
-    monkeypatch.setattr(_attention, "_gathered_rows", lambda *a: calls.append(1) or original(*a))
+    calls = spy_gathered(monkeypatch)
     _against_reference(loaded[family], group, "mask")
     assert bool(calls) == gather
 

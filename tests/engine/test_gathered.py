@@ -1,48 +1,25 @@
 """The gathered path: a pair left few keys with a finite bias is recomputed over those keys
 alone, under the model's own mask at them — equal to a hand-written softmax over every key."""
 
-import math
-
 import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from tests.engine.test_attention_masks import _hand_written, _inputs, _Layer
 from vheads.engine import ProbePlan, _attention, _prefix, _schedule, active_plan, mask_keys, steer_keys, vheads_attention
 
 
-class _Layer(torch.nn.Module):
-    def __init__(self, layer_idx, groups):
-        super().__init__()
-        self.layer_idx = layer_idx
-        self.num_key_value_groups = groups
-        self.is_causal = True
-
-
-def _inputs(B, H, Hkv, T, D, seed):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(B, H, T, D, generator=g), torch.randn(B, Hkv, T, D, generator=g), torch.randn(B, Hkv, T, D, generator=g))
-
-
-def _hand(q, k, v, allowed, bias, scale):
-    """softmax(q·kᵀ·scale + bias)·v over the keys ``allowed`` [Tq, Tk] lets each row see, one
-    row at a time in float64; a row left no key attends nowhere (0). ``bias`` [Tk]."""
-    out = torch.zeros(q.shape[0], q.shape[1], dtype=torch.float64)
-    for i in range(q.shape[0]):
-        keep = [j for j in range(k.shape[0]) if allowed[i, j] and bias[j] != -math.inf]
-        if not keep:
-            continue
-        logits = torch.tensor([float(q[i] @ k[j]) * scale + float(bias[j]) for j in keep], dtype=torch.float64)
-        w = torch.softmax(logits, 0)
-        out[i] = sum(w[n] * v[j].double() for n, j in enumerate(keep))
-    return out
-
-
-@pytest.fixture
-def spy(monkeypatch):
+def spy_gathered(monkeypatch) -> list:
+    """Record every call of the gathered path."""
     calls = []
     original = _attention._gathered_rows
     monkeypatch.setattr(_attention, "_gathered_rows", lambda *a: calls.append(1) or original(*a))
     return calls
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    return spy_gathered(monkeypatch)
 
 
 def _mask_cases(T):
@@ -90,9 +67,9 @@ def test_a_mask_hiding_most_keys_equals_a_hand_softmax(case, spy):
     for b, h in [(0, 0), (0, 2), (0, 3), (1, 1)]:
         bias = sum(iv.key_bias[b] for iv in ivs if iv.heads[b, 1, h])
         see = (causal if allowed is None else allowed) & valid[b][None, :]
-        want = _hand(q[b, h], k[b, h // 2], v[b, h // 2], see, bias, D ** -0.5)
+        want = _hand_written(q[b, h], k[b, h // 2], v[b, h // 2], see, bias, D ** -0.5)
         real = valid[b]  # a padded row's output is read by no real row
-        assert torch.allclose(out[b, real, h].double(), want[real], atol=1e-5), (b, h)
+        assert torch.allclose(out[b, real, h], want[real], atol=1e-5), (b, h)
     assert out[0, 0, 0].abs().max() == 0  # a row left no key attends nowhere
     plain, _ = vheads_attention(mod, q, k, v, mask, scaling=D ** -0.5)
     assert torch.equal(out[0, :, 1], plain[0, :, 1])  # an untouched head keeps sdpa's output
