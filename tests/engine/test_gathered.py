@@ -76,6 +76,33 @@ def test_a_mask_hiding_most_keys_equals_a_hand_softmax(case, spy):
     assert (out[0, 5:, 0] - plain[0, 5:, 0]).abs().max() > 1e-3  # and the plan acted
 
 
+def test_rows_of_their_own_per_batch_row_equal_a_hand_softmax(spy):
+    """Batch rows acted on at different rows (items of different lengths in one forward): a
+    pair's acted rows see the keys the mask leaves, its other rows every key (sdpa's output)."""
+    B, H, Hkv, T, D = 2, 4, 2, 16, 8
+    q, k, v = _inputs(B, H, Hkv, T, D, seed=7)
+    mod = _Layer(1, 2)
+    rows = torch.zeros(B, T, dtype=torch.bool)
+    rows[0, 8:] = True
+    rows[1, 12:] = True
+    hide = torch.zeros(B, T, dtype=torch.bool)
+    hide[:, 2:14] = True
+    heads = torch.zeros(B, 2, H, dtype=torch.bool)
+    heads[0, 1, 1] = True
+    heads[1, 1, [0, 3]] = True
+    plan = ProbePlan(B, 2, H, [mask_keys(heads, rows, hide)])
+    with active_plan(plan):
+        out, _ = vheads_attention(mod, q, k, v, None, scaling=D ** -0.5)
+    assert spy
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for b, h in [(0, 1), (1, 0), (1, 3)]:
+        masked = _hand_written(q[b, h], k[b, h // 2], v[b, h // 2], causal, plan.interventions[0].key_bias[b], D ** -0.5)
+        plain = _hand_written(q[b, h], k[b, h // 2], v[b, h // 2], causal, torch.zeros(T), D ** -0.5)
+        want = torch.where(rows[b][:, None], masked, plain)
+        assert torch.allclose(out[b, :, h], want, atol=1e-5), (b, h)
+    assert (out[1, 12:, 0] - _hand_written(q[1, 0], k[1, 0], v[1, 0], causal, torch.zeros(T), D ** -0.5)[12:]).abs().max() > 1e-3
+
+
 def _layer_work(ivs, B, H, T, layer=1):
     plan = ProbePlan(B, 2, H, ivs)
     return _schedule.Schedule(plan, 0, "cpu").layer(layer)
@@ -104,10 +131,15 @@ def test_the_gathered_path_is_chosen_only_where_few_keys_are_left():
     some = torch.zeros(B, T, dtype=torch.bool)
     some[:, 32:] = True
     assert _layer_work([mask_keys(heads, some, half)], B, H, T).gathered is not None
-    # an intervention acting on a pair at some of the layer's rows only: every key at the others
+    # each batch row its own rows (items of different lengths): the rows each pair is acted on at are written
     ragged = some.clone()
     ragged[1, 32:34] = False
-    assert _layer_work([mask_keys(heads, ragged, image)], B, H, T).gathered is None
+    work = _layer_work([mask_keys(heads, ragged, image)], B, H, T)
+    assert work.gathered is not None and work.gathered.write.tolist() == [[True] * 8, [False] * 2 + [True] * 6]
+    # two interventions acting on one pair at different rows: the pair sees other keys at each
+    other = torch.zeros(B, T, dtype=torch.bool)
+    other[:, 39] = True
+    assert _layer_work([mask_keys(heads, some, image), mask_keys(heads, ragged, other)], B, H, T).gathered is None
     # a capture reads the weights over every key
     plan = ProbePlan(B, 2, H, [mask_keys(heads, every, image)], [_capture(B, T)])
     assert _schedule.Schedule(plan, 0, "cpu").layer(1).gathered is None

@@ -143,12 +143,16 @@ def test_pair_keys_are_the_full_keys_of_those_pairs():
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])  # image blocks of the items' own sizes
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_items_of_different_prefix_lengths_on_the_gpu_path_equal_recompute(loaded, family, dtype, monkeypatch):
+@pytest.mark.parametrize("gather", [False, True])
+def test_items_of_different_prefix_lengths_on_the_gpu_path_equal_recompute(loaded, family, dtype, gather, monkeypatch):
     """Three items of different lengths, two rows each (head-sets masked from the image at the
     question rows), in one forward with their prefixes shared, the chunked-matmul path forced:
-    the logits of every row equal that row's own forward with no prefix (recompute)."""
+    the logits of every row equal that row's own forward with no prefix (recompute). With
+    ``gather`` the shared pass's masked pairs take the gathered path (their keys read from the
+    prefix and the suffix), the recompute never does."""
+    from tests.engine.test_gathered import spy_gathered
     from tests.evaluation.test_cross_item import _items
-    from vheads.engine import Engine, RowBatch, mask_keys, row_mask
+    from vheads.engine import Engine, RowBatch, _schedule, mask_keys, row_mask
 
     lm = loaded[family]
     eng = Engine(lm)
@@ -168,9 +172,16 @@ def test_items_of_different_prefix_lengths_on_the_gpu_path_equal_recompute(loade
     calls = _count_matmul(monkeypatch)
     model_dtype = lm.model.dtype
     lm.model.to(dtype)
+    shares = ("GATHER_SHARE", "GATHER_SHARE_FOLDED")
+    gathered = spy_gathered(monkeypatch)
     try:
+        for share in shares:
+            monkeypatch.setattr(_schedule, share, 1.0 if gather else 0.0)
         got = eng.run(batch, plan, logits_at=[batch.length - 1]).logits[:, 0].double()
         assert calls  # the suffix pass ran on the matmul path
+        assert bool(gathered) == gather
+        for share in shares:
+            monkeypatch.setattr(_schedule, share, 0.0)
         for b in range(6):
             u, pr = b // 2, prompts[b // 2]
             one = RowBatch([pr], [1], [0])

@@ -12,7 +12,7 @@ no ``[L, H, T, T]`` map ever exists:
   most of a study;
 - an intervention that leaves each pair it acts on few keys with a finite bias (a mask
   hiding the image from every row it acts at: the text keys around the image), at rows of a
-  full forward or of a suffix pass: those keys gathered, sdpa over them alone under the
+  full forward or of a suffix pass (each batch row its own rows: items of different lengths): those keys gathered, sdpa over them alone under the
   model's own mask at them (:func:`_gathered_rows`) — mask at question / all rows;
 - any other intervention (some rows, a prefix cache, a sliding window, a bidirectional
   image block): sdpa over those rows with an fp32 additive mask, built in chunks of rows
@@ -322,13 +322,22 @@ def _gathered_rows(query, key, value, attention_mask, work: LayerWork, shared, s
         for chunk in work.chunks:
             q_sel = _pair_rows(query, bi, hi, chunk.local)  # [p, Qs, D]
             mask = _gathered_mask(attention_mask, bi, idx, chunk, q_off, bias_all[s])
-            _put_rows(out, bi, hi, chunk.local, _masked_rows(q_sel, k_sel, v_sel, mask, scaling))
+            o = _masked_rows(q_sel, k_sel, v_sel, mask, scaling)
+            if work.gathered.write is not None:  # rows a pair is not acted on at keep sdpa's output
+                keep = ~work.gathered.write[s, chunk.start : chunk.stop, None]
+                o = torch.where(keep, _out_rows(out, bi, hi, chunk.local), o)
+            _put_rows(out, bi, hi, chunk.local, o)
 
 
 def _pair_rows(x: torch.Tensor, bi, hi, local) -> torch.Tensor:
     """``x`` [B, H, T, D] at pairs ``(bi, hi)`` [P] and positions ``local`` (a slice, or [Qs]
     long): fp32 [P, Qs, D]."""
     return (x[bi, hi, local] if isinstance(local, slice) else x[bi[:, None], hi[:, None], local[None, :]]).float()
+
+
+def _out_rows(out: torch.Tensor, bi, hi, local) -> torch.Tensor:
+    """``out`` [B, Tq, H, D] at pairs ``(bi, hi)`` [P] and rows ``local``: [P, Qs, D]."""
+    return out[bi, local, hi] if isinstance(local, slice) else out[bi[:, None], local[None, :], hi[:, None]]
 
 
 def _put_rows(out: torch.Tensor, bi, hi, local, o: torch.Tensor) -> None:

@@ -70,14 +70,19 @@ class Acting:
 
 @dataclass
 class Gathered:
-    """The keys each touched pair may see when every intervention acting in the layer acts on
-    the pair at all of the layer's rows and leaves it few keys with a finite bias (a mask
+    """The keys each touched pair may see when the interventions acting in the layer act on the
+    pair at the same rows and leave it few keys with a finite bias (a mask
     hiding the image): ``idx`` [P, n] long, their positions (ascending; a pair that sees fewer
-    is padded with hidden ones), and ``bias`` [P, n] fp32, the summed key bias there (−inf at a padded slot). The pair's
-    attention is then recomputed over those n keys alone (:func:`vheads.engine._attention._gathered_rows`)."""
+    is padded with hidden ones), and ``bias`` [P, n] fp32, the summed key bias there (−inf at a
+    padded slot). The pair's attention is then recomputed over those n keys alone
+    (:func:`vheads.engine._attention._gathered_rows`). ``write`` [P, Qs] bool: the rows each
+    pair is acted on at, where some pair is not acted on at every row of the layer (items of
+    different lengths in one forward: each its own question rows; sdpa's output stands at the
+    others); None where every pair is acted on at every row."""
 
     idx: torch.Tensor
     bias: torch.Tensor
+    write: torch.Tensor | None = None
 
 
 @dataclass
@@ -215,13 +220,13 @@ class Schedule:
         if len(rows) == 0 or len(bi) == 0:
             return None
         P, tk = len(bi), T
-        acting, on_pairs = [], []
+        acting, ons = [], []
         for _, iv, kb in ivs:
             heads = iv.heads[:, layer][bi, hi]  # [P]
             on = heads[:, None] & iv.rows[:, rows][bi]  # [P, Qs]
             uniform = bool((on.all(1) | ~on.any(1)).all())
             acting.append(Acting(heads.to(dev), kb, on[:, 0].to(dev) if uniform else None, None if uniform else on.to(dev)))
-            on_pairs.append(on[:, 0] if uniform else None)
+            ons.append(on)
         folded_e = None
         if ivs and not plan.captures and q_off == 0:
             e = int(rows[-1]) + 1
@@ -231,7 +236,7 @@ class Schedule:
                 folded_e = e
         gathered = None
         if ivs and not plan.captures:
-            gathered = self._gathered([i for i, _, _ in ivs], on_pairs, bi, GATHER_SHARE_FOLDED if folded_e is not None else GATHER_SHARE)
+            gathered = self._gathered([i for i, _, _ in ivs], ons, bi, GATHER_SHARE_FOLDED if folded_e is not None else GATHER_SHARE)
         # rows per chunk: the logits of every pair (a capture: of every batch row's heads) within the budget
         per_row = (B * H if not ivs else P) * tk * _F32
         n = max(1, CHUNK_BYTES // per_row)
@@ -258,16 +263,21 @@ class Schedule:
             hit = self._keys[which] = (count, idx, bias.gather(1, idx).masked_fill(~seen.gather(1, idx), float("-inf")))
         return hit
 
-    def _gathered(self, which: list[int], on_pairs: list, bi: torch.Tensor, share: float) -> Gathered | None:
-        """The :class:`Gathered` keys of a layer's pairs (batch rows ``bi`` [P]) when each of
-        the interventions ``which`` acting in it acts on each pair at all of the layer's rows or
-        at none (``on_pairs``: [P] bool each, None where per row), every pair is acted on, and
-        no pair sees more than ``share`` of the keys with a finite bias; else None. On the host."""
-        if any(on is None for on in on_pairs) or len(on_pairs) > 62:
+    def _gathered(self, which: list[int], ons: list[torch.Tensor], bi: torch.Tensor, share: float) -> Gathered | None:
+        """The :class:`Gathered` keys of a layer's pairs (batch rows ``bi`` [P]) when the
+        interventions ``which`` acting in it (``ons``: each one's [P, Qs] bool, where it acts on
+        a pair among the layer's rows) act on each pair at the same rows, every pair is acted
+        on at some row, and no pair sees more than ``share`` of the keys with a finite bias;
+        else None. On the host."""
+        if len(ons) > 62:
             return None
-        code = sum(on.long() << j for j, on in enumerate(on_pairs))  # [P]: which interventions act on each pair
-        if not bool((code > 0).all()):
+        acted = torch.zeros_like(ons[0])
+        for on in ons:
+            acted |= on
+        some = [on.any(1) for on in ons]  # [P] each: the intervention acts on the pair somewhere
+        if not bool(acted.any(1).all()) or not all(bool(((on == acted) | ~s[:, None]).all()) for on, s in zip(ons, some)):
             return None
+        code = sum(s.long() << j for j, s in enumerate(some))  # [P]: which interventions act on each pair
         groups = []
         for c in code.unique().tolist():
             pairs = (code == c).nonzero().flatten()
@@ -285,7 +295,8 @@ class Schedule:
             bias = torch.full((len(bi), n), float("-inf"))
             for pairs, i, b in groups:
                 idx[pairs, : i.shape[1]], bias[pairs, : b.shape[1]] = i, b
-        return Gathered(idx.to(self.device), bias.to(self.device))
+        write = None if bool(acted.all()) else acted.to(self.device)
+        return Gathered(idx.to(self.device), bias.to(self.device), write)
 
 
 
