@@ -7,9 +7,11 @@ from vheads.evaluation._controls import (
     CONTROLS,
     ControlRequest,
     any_layer_controls,
+    any_layer_disjoint_controls,
     attention_matched_controls,
     draw_controls,
     layer_matched_controls,
+    layer_matched_disjoint_controls,
     parse_control_spec,
     random_n_controls,
     sink_heads,
@@ -101,10 +103,22 @@ def test_default_k_scales_the_seed_100_of_1152():
 # --- layer-matched, any-layer ---------------------------------------------------------
 
 
-def test_layer_matched_draws_have_s_counts_and_exclude_s_over_many_seeds():
+def test_layer_matched_draws_have_s_counts_and_are_never_s_over_many_seeds():
+    overlaps = 0
     for seed in range(40):
         S = random_headset(seed)
         draws = layer_matched_controls(S, R=5, seed=seed)
+        assert len(draws) == 5 and draws.fallbacks == () and draws.seed == seed
+        for C in draws:
+            assert counts_of(C) == counts_of(S) and C != S
+            overlaps += bool(set(C) & set(S))
+    assert overlaps > 0  # exchangeable draws may share heads with S
+
+
+def test_disjoint_layer_matched_draws_have_s_counts_and_exclude_s_over_many_seeds():
+    for seed in range(40):
+        S = random_headset(seed)
+        draws = layer_matched_disjoint_controls(S, R=5, seed=seed)
         assert len(draws) == 5 and draws.fallbacks == () and draws.seed == seed
         for C in draws:
             assert counts_of(C) == counts_of(S)
@@ -124,16 +138,18 @@ def test_draws_within_one_call_differ():
     assert len(set(sets)) > 15
 
 
-def test_any_layer_draws_have_s_size_and_exclude_s():
+def test_any_layer_draws_have_s_size_and_are_never_s():
     S = random_headset(3)
     for C in any_layer_controls(S, 30, 5):
+        assert len(C) == len(S) and C != S
+    for C in any_layer_disjoint_controls(S, 30, 5):
         assert len(C) == len(S) and not set(C) & set(S)
 
 
 def test_layer_matched_reports_fallback_when_s_saturates_a_layer():
     # layer 2 of a 5 × 4 model: S holds 3 of its 4 heads, so only 1 other head is there
     S = HeadSet([(2, 0), (2, 1), (2, 3), (0, 1)], 5, 4)
-    draws = layer_matched_controls(S, 25, 0)
+    draws = layer_matched_disjoint_controls(S, 25, 0)
     assert len(draws.fallbacks) == 1
     fb = draws.fallbacks[0]
     assert (fb.layer, fb.needed, fb.available) == (2, 3, 1)
@@ -148,9 +164,15 @@ def test_layer_matched_reports_fallback_when_s_saturates_a_layer():
 
 def test_controls_refuse_a_head_set_too_large_to_avoid():
     S = HeadSet([(layer, h) for layer in range(2) for h in range(3)], 2, 4)  # 6 of 8
-    for draw in (layer_matched_controls, any_layer_controls):
+    for draw in (layer_matched_disjoint_controls, any_layer_disjoint_controls):
         with pytest.raises(ValueError, match="disjoint"):
             draw(S, 3, 0)
+    # the exchangeable draws need only one other head-set of S's pattern; a whole model has none
+    whole = HeadSet([(layer, h) for layer in range(2) for h in range(4)], 2, 4)
+    for draw in (layer_matched_controls, any_layer_controls):
+        assert all(C != S for C in draw(S, 3, 0))
+        with pytest.raises(ValueError, match="only head-set of its pattern"):
+            draw(whole, 3, 0)
 
 
 @pytest.mark.parametrize("R", [0, -2, 1.5])
@@ -324,6 +346,6 @@ def test_the_common_any_layer_stream_is_uniform_over_the_heads_outside_s():
 
 def test_draw_controls_common_any_layer_gives_distinct_head_sets_outside_s():
     S = random_headset(1, k=5)
-    d = draw_controls("any-layer", S, 40, 9, common=True)
+    d = draw_controls("any-layer-disjoint", S, 40, 9, common=True)
     assert len(d) == len(set(d)) == 40 and d.mode == "sampled"
     assert all(len(x) == 5 and not set(x.heads) & set(S.heads) for x in d)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vheads.evaluation import HeadSet, control_pool_size, draw_controls, rank_p
-from vheads.evaluation._controls import CONTROLS, layer_matched_controls
+from vheads.evaluation._controls import CONTROLS, layer_matched_controls, layer_matched_disjoint_controls
 from vheads.evaluation._pools import EXACT_POOL_FACTOR, control_pool
 
 
@@ -19,9 +19,10 @@ def brute_force_pool(S: HeadSet, size: int, keep) -> set[HeadSet]:
     return {S.like(c) for c in itertools.combinations(heads, size) if keep(c)}
 
 
-def layer_matched_brute(S: HeadSet) -> set[HeadSet]:
+def layer_matched_brute(S: HeadSet, disjoint: bool = False) -> set[HeadSet]:
+    """Every head-set of S's per-layer counts but S (``disjoint``: sharing no head with S)."""
     counts = S.per_layer_counts().tolist()
-    return brute_force_pool(S, len(S), lambda c: not set(c) & set(S) and np.bincount(
+    return brute_force_pool(S, len(S), lambda c: (not set(c) & set(S) if disjoint else set(c) != set(S)) and np.bincount(
         [l for l, _ in c], minlength=S.n_layers).tolist() == counts)
 
 
@@ -30,29 +31,33 @@ def layer_matched_brute(S: HeadSet) -> set[HeadSet]:
     ([(0, 2), (1, 1), (2, 3)], 3, 4),          # 3 · 3 · 3 = 27
     ([(1, 0), (1, 1), (1, 2)], 2, 5),          # 3 of layer 1: its 2 free heads and 1 of layer 0's 5
 ])
-def test_layer_matched_pool_is_every_head_set_the_draws_can_reach(heads, n_layers, n_heads):
+@pytest.mark.parametrize("disjoint", [False, True])
+def test_layer_matched_pool_is_every_head_set_the_draws_can_reach(heads, n_layers, n_heads, disjoint):
     S = HeadSet(heads, n_layers, n_heads)
-    pool = control_pool("layer-matched", S, 10_000)
-    assert len(pool) == len(set(pool))
-    if control_pool_size("layer-matched", S) is not None:  # no fallback: the brute-force pool
-        assert set(pool) == layer_matched_brute(S)
-        assert len(pool) == control_pool_size("layer-matched", S)
+    name = "layer-matched-disjoint" if disjoint else "layer-matched"
+    pool = control_pool(name, S, 10_000)
+    assert len(pool) == len(set(pool)) and S not in pool
+    if control_pool_size(name, S) is not None:  # no fallback: the brute-force pool
+        assert set(pool) == layer_matched_brute(S, disjoint)
+        assert len(pool) == control_pool_size(name, S)
     # whatever the rules, 1,000 independent draws reach the whole pool and nothing else
-    assert set(layer_matched_controls(S, 1000, seed=1)) == set(pool)
+    draw = layer_matched_disjoint_controls if disjoint else layer_matched_controls
+    assert set(draw(S, 1000, seed=1)) == set(pool)
 
 
 def test_layer_matched_pool_with_a_fallback_mirrors_the_draws():
     S = HeadSet([(1, 0), (1, 1), (1, 2), (2, 0)], 4, 4)  # layer 1 keeps 1 free head, borrows 2 from layers 0 and 2
-    pool = control_pool("layer-matched", S, 10_000)
-    drawn = set(layer_matched_controls(S, 1500, seed=3))
+    pool = control_pool("layer-matched-disjoint", S, 10_000)
+    drawn = set(layer_matched_disjoint_controls(S, 1500, seed=3))
     assert set(pool) == drawn
     assert all(len(c) == len(S) and not set(c) & set(S) for c in pool)
-    assert control_pool("layer-matched", S, len(pool) - 1) is None  # more than the limit: not enumerated
+    assert control_pool("layer-matched-disjoint", S, len(pool) - 1) is None  # more than the limit: not enumerated
 
 
 @pytest.mark.parametrize("name, keep_size", [
-    ("any-layer", lambda S: (len(S), lambda c: not set(c) & set(S))),
-    ("random-n", lambda S: (len(S), lambda c: True)),
+    ("any-layer", lambda S: (len(S), lambda c: set(c) != set(S))),
+    ("any-layer-disjoint", lambda S: (len(S), lambda c: not set(c) & set(S))),
+    ("random-n", lambda S: (len(S), lambda c: set(c) != set(S))),
 ])
 def test_combination_pools_equal_brute_force(name, keep_size):
     S = HeadSet([(0, 1), (2, 3)], 3, 4)
@@ -70,12 +75,13 @@ def test_whole_layer_pool_is_every_choice_of_layers():
 
 
 def test_a_small_pool_is_compared_whole_and_a_large_one_without_repeats():
-    S = HeadSet([(0, 0), (0, 1), (1, 0)], 4, 8)  # layer-matched pool C(6, 2) · C(7, 1) = 105
+    S = HeadSet([(0, 0), (0, 1), (1, 0)], 4, 8)  # layer-matched pool C(8, 2) · C(8, 1) − 1 = 223
+    brute = layer_matched_brute(S)
     exact = draw_controls("layer-matched", S, 249, seed=0)
-    assert exact.mode == "exact" and exact.pool == 105 and len(exact) == 105
-    assert set(exact) == layer_matched_brute(S)
-    assert len(draw_controls("layer-matched", S, 105 // EXACT_POOL_FACTOR + 1, seed=0)) == 105  # 2R ≥ pool: whole
-    sampled = draw_controls("layer-matched", S, 50, seed=0)  # 2R < 105: 50 distinct draws
+    assert exact.mode == "exact" and exact.pool == len(brute) and len(exact) == len(brute)
+    assert set(exact) == brute
+    assert len(draw_controls("layer-matched", S, len(brute) // EXACT_POOL_FACTOR + 1, seed=0)) == len(brute)  # 2R ≥ pool
+    sampled = draw_controls("layer-matched", S, 50, seed=0)  # 2R < 223: 50 distinct draws
     assert sampled.mode == "sampled" and len(sampled) == 50 and len(set(sampled)) == 50
     assert set(sampled) <= set(exact)
     # the order of a whole pool is drawn from the seed: its first m are a sample, not the first m in (layer, head) order
@@ -129,7 +135,7 @@ def _upper(alpha, reps):
 @pytest.mark.parametrize("alpha", [0.01, 0.05])
 @pytest.mark.parametrize("ties", [False, True])
 def test_exact_rank_p_is_valid_under_the_null(alpha, ties):
-    # S exchangeable with the members of its pool (105 layer-matched head-sets): its value is one more draw of theirs
+    # S exchangeable with the members of its pool (223 layer-matched head-sets): its value is one more draw of theirs
     S = HeadSet([(0, 0), (0, 1), (1, 0)], 4, 8)
     draws = draw_controls("layer-matched", S, 249, seed=0)
     n, reps = len(draws), 20_000
@@ -137,13 +143,13 @@ def test_exact_rank_p_is_valid_under_the_null(alpha, ties):
     values = rng.integers(0, 8, size=(reps, n + 1)) if ties else rng.random((reps, n + 1))  # [reps, S + pool]
     ps = [rank_p(v[0], v[1:]).p for v in values]
     assert _null_rate(ps, alpha) <= _upper(alpha, reps)
-    if not ties:  # the p's floor is the pool's, 1/(105 + 1), not 1/(R + 1)
-        assert min(ps) == pytest.approx(1 / 106)
+    if not ties:  # the p's floor is the pool's, 1/(223 + 1), not 1/(R + 1)
+        assert min(ps) == pytest.approx(1 / (len(layer_matched_brute(S)) + 1))
 
 
 @pytest.mark.parametrize("alpha", [0.01, 0.05])
 def test_sampled_rank_p_is_valid_under_the_null(alpha):
-    S = HeadSet([(0, 0), (1, 0), (2, 0)], 4, 8)  # layer-matched pool 7³ = 343 > 2 · 100: sampled
+    S = HeadSet([(0, 0), (1, 0), (2, 0)], 4, 8)  # layer-matched pool 8³ − 1 = 511 > 2 · 100: sampled
     rng = np.random.default_rng(5)
     ps = []
     for seed in range(10):  # 10 samples of the pool, 1,000 null values of S and the pool each
@@ -160,9 +166,9 @@ def test_sampled_rank_p_is_valid_under_the_null(alpha):
 def test_counting_copies_of_a_small_pool_is_not_valid():
     """The check above can fail: R = 249 independent draws from a pool of 10 (copies counted)
     give p = 1/250 whenever S beats the pool, which happens with probability 1/11."""
-    S = HeadSet([(0, 0), (0, 1), (0, 2)], 4, 8)  # C(5, 3) = 10 layer-matched head-sets
-    copies = layer_matched_controls(S, 249, seed=0)
-    distinct = draw_controls("layer-matched", S, 249, seed=0)
+    S = HeadSet([(0, 0), (0, 1), (0, 2)], 4, 8)  # C(5, 3) = 10 S-disjoint layer-matched head-sets
+    copies = layer_matched_disjoint_controls(S, 249, seed=0)
+    distinct = draw_controls("layer-matched-disjoint", S, 249, seed=0)
     assert len(set(copies)) == len(distinct) == 10
     rng = np.random.default_rng(2)
     reps = 4000

@@ -11,7 +11,7 @@ from vheads._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.evaluation._controls import (
-        COMMON_DRAWS, CONTROLS, MAX_R, Control, ControlDraws, ControlRequest, Fallback, any_layer_controls,
+        COMMON_DRAWS, CONTROLS, PATTERN_DRAWS, is_exchangeable, MAX_R, Control, ControlDraws, ControlRequest, Fallback, any_layer_controls,
         attention_matched_controls, draw_controls, get_control, layer_matched_controls, split_control_name,
         parse_control_spec, random_n_controls, sink_heads, text_heavy_heads, whole_layer_controls,
     )

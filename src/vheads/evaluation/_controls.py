@@ -10,14 +10,30 @@ is small (an exact permutation test), else R draws without repeats
 
 Controls of a head-set S of a model with L layers × H heads:
 
-- ``layer-matched``: same per-layer counts as S, uniform within each layer, S excluded.
-- ``any-layer``: |S| heads uniformly anywhere, S excluded.
+- ``layer-matched``: same per-layer counts as S, uniform within each layer over *all* the
+  layer's heads (overlap with S allowed); S itself is never a control.
+- ``any-layer``: |S| heads uniformly anywhere (overlap with S allowed), S itself excluded.
+- ``layer-matched-disjoint`` / ``any-layer-disjoint``: the same with every head of S
+  excluded (no control shares a head with S): the draws of vheads before issue 41, and of
+  most published code. Descriptive only (see below).
 - ``attention-matched`` (``layer+attention-matched``): per layer, each head of S is
   matched by a non-S head of the same layer with a similar baseline image-attention mass.
 - ``sinks``: the |S| non-S heads with the most attention on sink tokens (deterministic).
 - ``text-heavy``: the |S| non-S heads with the least image attention (deterministic).
 - ``whole-layers``: round(|S| / H) whole layers drawn uniformly (≈ |S| heads).
 - ``random-n``: n heads uniformly anywhere (n = |S| unless given), S not excluded.
+
+**Exchangeable and descriptive controls.** A rank p tests the null "S is a random head-set
+of its layer pattern" (of its size, for any-layer). It is exact only when S and its
+controls are exchangeable under that null: the controls are a uniform sample of the other
+head-sets of the pattern, S's own heads allowed. A control drawn S-disjoint is not: under
+the null, S's heads are never in a control but always in S, so the rank p is
+anti-conservative (P(p ≤ 0.05) of 0.12–0.16 on a 2 + 1 pattern of an 8-head layer; the
+null simulations in ``tests/evaluation/test_exchangeable.py``). ``Control.exchangeable``
+says which controls give a rank p that decides (a *verdict*): ``layer-matched``,
+``any-layer`` and ``random-n`` with n = |S|; every other control (the ``-disjoint`` ones,
+``attention-matched``, which matches S's own heads, ``whole-layers``, ``sinks``,
+``text-heavy``) is reported as a description, its p beside it but no verdict.
 
 "Heads" are the model's heads: on a hybrid model (Qwen3.5) only those of its
 softmax-attention layers (``S.attention_layers``); no control ever draws a head of a
@@ -190,12 +206,47 @@ def _layer_matched_stream(S: HeadSet, rng: np.random.Generator, borrowed: dict[i
     return draws()
 
 
-def layer_matched_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
-    """R independent head-sets with S's per-layer counts, drawn uniformly within each layer,
-    S excluded (repeats possible: :func:`draw_controls` keeps distinct ones only).
+def _check_pattern_room(S: HeadSet, control: str, pool: int) -> None:
+    _check_nonempty(S, control)
+    if pool < 2:
+        raise ValueError(f"{control} controls of {S}: S is the only head-set of its pattern, so there is "
+                         "nothing to compare it with; use a larger model or another control")
 
-    Draw r takes, in every layer l, ``c_l`` heads (S's count there) uniformly without
-    replacement from the layer's heads outside S. Fallback, when S has more than half of a
+
+def _layer_pattern_stream(S: HeadSet, rng: np.random.Generator, borrowed=None) -> Iterator[HeadSet]:
+    """Endless exchangeable layer-matched draws: in every layer l, S's count c_l of the
+    layer's heads, uniformly without replacement from *all* its heads; a draw equal to S is
+    skipped. The stream depends on S only through its per-layer counts and the skip, so two
+    head-sets of one pattern drawn from one seed share their draws."""
+    from vheads.evaluation._pools import control_pool_size
+
+    _check_pattern_room(S, "layer-matched", control_pool_size("layer-matched", S) + 1)
+    counts = S.per_layer_counts()  # [L]
+    mask = S.head_mask()  # [L, H]
+    layers = [(int(x), np.flatnonzero(mask[x])) for x in np.flatnonzero(counts)]
+
+    def draws() -> Iterator[HeadSet]:
+        while True:
+            hs = S.like((x, int(h)) for x, heads in layers for h in rng.choice(heads, size=int(counts[x]), replace=False))
+            if hs != S:
+                yield hs
+    return draws()
+
+
+def layer_matched_disjoint_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
+    """R independent S-disjoint layer-matched head-sets (no head of S in any draw): the
+    draws before issue 41; a descriptive control (its rank p is anti-conservative)."""
+    return _independent("layer-matched-disjoint", S, R, seed)
+
+
+def layer_matched_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
+    """R independent head-sets with S's per-layer counts, drawn uniformly within each layer
+    over all its heads (overlap with S allowed), S itself excluded (repeats possible:
+    :func:`draw_controls` keeps distinct ones only). Exchangeable with S under the null
+    "S is a random head-set of its layer pattern", so the rank p is exact.
+
+    The S-disjoint variant (``layer-matched-disjoint``: in every layer l, ``c_l`` heads
+    uniformly from the layer's heads outside S) falls back when S has more than half of a
     layer (``c_l > H - c_l``): the draw takes all ``H - c_l`` free heads of that layer and
     the shortfall from the nearest layers (distance 1, then 2, ...; all free heads of a
     nearer ring before any of a farther one, uniformly within a ring), after every layer
@@ -204,8 +255,25 @@ def layer_matched_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
     return _independent("layer-matched", S, R, seed)
 
 
+def _any_pattern_stream(S: HeadSet, rng: np.random.Generator, borrowed=None, common: bool = False) -> Iterator[HeadSet]:
+    """Endless exchangeable any-layer draws: |S| heads uniformly without replacement from
+    all the model's heads, a draw equal to S skipped (``common`` changes nothing: the
+    stream depends on S only through |S| and the skip)."""
+    from vheads.evaluation._pools import control_pool_size
+
+    _check_pattern_room(S, "any-layer", control_pool_size("any-layer", S) + 1)
+    pool = np.flatnonzero(S.head_mask().ravel())  # flat (layer, head) indices
+
+    def draws() -> Iterator[HeadSet]:
+        while True:
+            hs = S.like(divmod(int(i), S.n_heads) for i in rng.choice(pool, size=len(S), replace=False))
+            if hs != S:
+                yield hs
+    return draws()
+
+
 def _any_layer_stream(S: HeadSet, rng: np.random.Generator, borrowed=None, common: bool = False) -> Iterator[HeadSet]:
-    """Endless independent any-layer draws for S.
+    """Endless independent S-disjoint any-layer draws for S (``any-layer-disjoint``).
 
     ``common=False``: |S| heads uniformly without replacement from the heads outside S.
     ``common=True``: |S| heads uniformly from *all* the model's heads, the draws that touch
@@ -232,8 +300,14 @@ def _any_layer_stream(S: HeadSet, rng: np.random.Generator, borrowed=None, commo
 
 
 def any_layer_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
-    """R independent head-sets of |S| heads drawn uniformly without replacement from all heads outside S."""
+    """R independent head-sets of |S| heads drawn uniformly without replacement from all the
+    model's heads (overlap with S allowed), S itself excluded: exchangeable with S."""
     return _independent("any-layer", S, R, seed)
+
+
+def any_layer_disjoint_controls(S: HeadSet, R: int, seed: int) -> ControlDraws:
+    """R independent head-sets of |S| heads drawn uniformly from the heads outside S (descriptive)."""
+    return _independent("any-layer-disjoint", S, R, seed)
 
 
 def _attention_matched_stream(S: HeadSet, rng: np.random.Generator, borrowed: dict[int, set[int]],
@@ -343,8 +417,10 @@ def _random_n_stream(S: HeadSet, rng: np.random.Generator, borrowed=None, n: int
     n = n or len(S)
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= len(pool):
         raise ValueError(f"n must be an integer in 1..{len(pool)} (the model's heads), got {n!r}")
-    return (model.like(divmod(int(i), S.n_heads) for i in rng.choice(pool, size=n, replace=False))
-            for _ in itertools.count())
+    own = frozenset(S.heads) if n == len(S) else None  # S itself is never its own control
+    draws = (model.like(divmod(int(i), S.n_heads) for i in rng.choice(pool, size=n, replace=False))
+             for _ in itertools.count())
+    return (d for d in draws if own is None or frozenset(d.heads) != own)
 
 
 def random_n_controls(n: int, R: int, seed: int, n_layers: int, n_heads: int,
@@ -414,6 +490,9 @@ class Control:
     needs: tuple[str, ...] = field(default=())
     fixed: Callable[..., HeadSet] | None = None
     notes: Callable[..., tuple[str, ...]] | None = None
+    #: S and the draws are exchangeable under the null "S is a random head-set of its pattern",
+    #: so the rank p is exact and gives a verdict; otherwise the control is descriptive
+    exchangeable: bool = False
 
 
 def _need(inputs: dict, key: str, control: str, what: str):
@@ -439,8 +518,16 @@ def _text_heavy(S, **inputs):
 
 
 CONTROLS: dict[str, Control] = {
-    "layer-matched": Control("layer-matched", lambda S, rng, borrowed, **_: _layer_matched_stream(S, rng, borrowed)),
-    "any-layer": Control("any-layer", lambda S, rng, borrowed, common=False, **_: _any_layer_stream(S, rng, common=common)),
+    "layer-matched": Control("layer-matched", lambda S, rng, borrowed, **_: _layer_pattern_stream(S, rng),
+                             exchangeable=True),
+    "any-layer": Control("any-layer", lambda S, rng, borrowed, common=False, **_: _any_pattern_stream(S, rng),
+                         exchangeable=True),
+    "layer-matched-disjoint": Control("layer-matched-disjoint",
+                                      lambda S, rng, borrowed, **_: _layer_matched_stream(S, rng, borrowed),
+                                      notes=lambda S, sets, **_: ("S-disjoint draws: descriptive, not exchangeable with S",)),
+    "any-layer-disjoint": Control("any-layer-disjoint",
+                                  lambda S, rng, borrowed, common=False, **_: _any_layer_stream(S, rng, common=common),
+                                  notes=lambda S, sets, **_: ("S-disjoint draws: descriptive, not exchangeable with S",)),
     "attention-matched": Control("attention-matched", _attention_matched, needs=("image_mass",),
                                  notes=_attention_matched_notes),
     "sinks": Control("sinks", random=False, needs=("sink_mass",), fixed=_sinks,
@@ -449,7 +536,8 @@ CONTROLS: dict[str, Control] = {
                           notes=lambda S, sets, **_: (f"the {len(S)} non-S heads with least image mass",)),
     "whole-layers": Control("whole-layers", lambda S, rng, borrowed, **_: _whole_layer_stream(S, rng),
                             notes=_whole_layer_notes),
-    "random-n": Control("random-n", lambda S, rng, borrowed, **inputs: _random_n_stream(S, rng, n=inputs.get("n"))),
+    "random-n": Control("random-n", lambda S, rng, borrowed, **inputs: _random_n_stream(S, rng, n=inputs.get("n")),
+                        exchangeable=True),
 }
 ALIASES = {"layer+attention-matched": "attention-matched"}
 
@@ -457,7 +545,25 @@ ALIASES = {"layer+attention-matched": "attention-matched"}
 #: :func:`draw_controls`: draws over all heads, those touching S skipped),
 #: seeded by the size alone, so the settings share most of their draws and the probe memo
 #: runs each shared row once (issue 32; docs/controls.md says why the statistics stay right)
-COMMON_DRAWS = frozenset({"any-layer"})
+COMMON_DRAWS = frozenset({"any-layer", "any-layer-disjoint"})
+#: controls whose draws depend on S only through its per-layer counts (and the skip of S
+#: itself): head-sets of one layer pattern drawn from one seed share their draws
+PATTERN_DRAWS = frozenset({"layer-matched"})
+
+
+def is_exchangeable(name: str, S: HeadSet | None = None, n: int | None = None) -> bool:
+    """Whether control ``name``'s rank p for S decides (a verdict) or only describes: an
+    exchangeable control (``Control.exchangeable``); random-n only when it draws |S| heads."""
+    import re
+
+    m = re.fullmatch(r"random-n(?:@|\(n=)(\d+)\)?", name)  # a spec (random-n@200) or a label (random-n(n=200))
+    base, n = ("random-n", n or int(m.group(1))) if m else (name, n)
+    if base == "random-n":
+        return n is None or S is None or n == len(S)
+    try:
+        return get_control(base).exchangeable
+    except ValueError:
+        return False
 
 
 def get_control(name: str) -> Control:

@@ -69,17 +69,22 @@ def control_pool_size(name: str, S: HeadSet, n: int | None = None) -> int | None
     given), ``sinks`` / ``text-heavy`` 1. ``None`` for ``attention-matched`` (a matching
     among nearest heads has no simple count)."""
     total = int(S.head_mask().sum())
-    if name == "layer-matched":
+    if name == "layer-matched":  # every head-set of S's pattern but S
+        per_layer = S.head_mask().sum(axis=1)
+        return math.prod(math.comb(int(f), int(c)) for c, f in zip(S.per_layer_counts(), per_layer) if c) - 1
+    if name == "layer-matched-disjoint":
         counts, free = S.per_layer_counts(), _free_counts(S)
         if any(c > f for c, f in zip(counts, free)):
             return None
         return math.prod(math.comb(int(f), int(c)) for c, f in zip(counts, free) if c)
     if name == "any-layer":
+        return math.comb(total, len(S)) - 1
+    if name == "any-layer-disjoint":
         return math.comb(total - len(S), len(S))
     if name == "whole-layers":
         return math.comb(len(S.attention_layers), _whole_layer_count(S))
     if name == "random-n":
-        return math.comb(total, n or len(S))
+        return math.comb(total, n or len(S)) - (1 if (n or len(S)) == len(S) else 0)
     if name in ("sinks", "text-heavy"):
         return 1
     return None
@@ -123,9 +128,19 @@ def _with_borrowing(free: np.ndarray, chosen: list, shorts: list[tuple[int, int]
         yield from _with_borrowing(f, chosen + extra, rest, borrowed)
 
 
+def _layer_pattern_pool(S: HeadSet, limit: int) -> list[HeadSet] | None:
+    """Every head-set with S's per-layer counts but S, overlap with S allowed (``layer-matched``)."""
+    if control_pool_size("layer-matched", S) > limit:
+        return None
+    counts, mask = S.per_layer_counts(), S.head_mask()  # [L], [L, H]
+    local = [list(itertools.combinations([(int(x), int(h)) for h in np.flatnonzero(mask[x])], int(counts[x])))
+             for x in np.flatnonzero(counts)]
+    return [hs for pick in itertools.product(*local) if (hs := S.like(h for combo in pick for h in combo)) != S]
+
+
 def _layer_matched_pool(S: HeadSet, limit: int, borrowed: dict[int, set[int]]) -> list[HeadSet] | None:
-    """Every distinct layer-matched head-set of S (the draw's choices, fallback included)."""
-    size = control_pool_size("layer-matched", S)
+    """Every distinct S-disjoint layer-matched head-set of S (the draw's choices, fallback included)."""
+    size = control_pool_size("layer-matched-disjoint", S)
     if size is not None and size > limit:
         return None
     counts = S.per_layer_counts()  # [L]
@@ -165,15 +180,26 @@ def control_pool(name: str, S: HeadSet, limit: int, n: int | None = None,
         return [fixed]
     heads = [(int(x), int(h)) for x, h in np.argwhere(S.head_mask())]  # every head of the model, (layer, head) order
     if name == "layer-matched":
+        return _layer_pattern_pool(S, limit)
+    if name == "layer-matched-disjoint":
         return _layer_matched_pool(S, limit, {} if borrowed is None else borrowed)
     if name == "any-layer":
+        return _without_s(S, _combination_pool(S, heads, len(S), limit + 1, lambda c: c))
+    if name == "any-layer-disjoint":
         return _combination_pool(S, [h for h in heads if h not in S], len(S), limit, lambda c: c)
     if name == "whole-layers":
         return _combination_pool(S, list(S.attention_layers), _whole_layer_count(S), limit,
                                  lambda c: [(x, h) for x in c for h in range(S.n_heads)])
     if name == "random-n":
-        return _combination_pool(S, heads, n or len(S), limit, lambda c: c)
+        k = n or len(S)
+        pool = _combination_pool(S, heads, k, limit + (k == len(S)), lambda c: c)
+        return _without_s(S, pool) if k == len(S) else pool
     return None
+
+
+def _without_s(S: HeadSet, pool: list[HeadSet] | None) -> list[HeadSet] | None:
+    """``pool`` less S itself: S is never its own control."""
+    return None if pool is None else [hs for hs in pool if hs != S]
 
 
 def take_distinct(stream: Iterator[HeadSet], R: int) -> tuple[list[HeadSet], int]:

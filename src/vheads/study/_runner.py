@@ -25,7 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vheads import __version__
-from vheads.evaluation import COMMON_DRAWS, HeadSet, draw_controls
+from vheads.evaluation import COMMON_DRAWS, PATTERN_DRAWS, HeadSet, draw_controls
 from vheads.evaluation import split_control_name
 from vheads.study._backends import make_backend
 from vheads._errors import VheadsError, check_output_path, path_inside, storage_error
@@ -184,9 +184,13 @@ def control_seed(seed: int, heads: HeadSet, name: str) -> int:
     ``COMMON_DRAWS``), not from the setting's id, so two settings that
     select the same heads (``cm-ord-gaze`` and ``cm-ord-last`` on the tiny model), a k-sweep
     point and an algebra part with a setting's heads draw the same controls (R draws from
-    one seed: the first R of a longer sequence), and the probe memo runs their rows once."""
+    one seed: the first R of a longer sequence), and the probe memo runs their rows once.
+    A layer-matched draw's seed comes from S's per-layer counts (``PATTERN_DRAWS``): every
+    head-set of one layer pattern reads one sequence, S itself skipped."""
     if name in COMMON_DRAWS:
         return derived_seed(seed, "control", f"common:{len(heads)}", name)
+    if name in PATTERN_DRAWS:  # the draws depend on S only through its layer pattern (and the skip of S)
+        return derived_seed(seed, "control", "pattern:" + ",".join(map(str, heads.per_layer_counts().tolist())), name)
     return derived_seed(seed, "control", ",".join(f"{l}.{h}" for l, h in sorted(heads.heads)), name)
 
 
