@@ -75,38 +75,18 @@ def build(spec: dict, device: str, dtype: str):
                        n_kv_heads=spec["kv_heads"], head_dim=spec["head_dim"])
 
 
-def evaluation_rows(cfg) -> dict[str, int]:
-    """Batch rows (one head-set on one item in one forward) of a study's evaluation stage,
-    by cost: ``full`` rows compute the whole prompt (row groups all and image, CERS,
-    NCS_grid, text arm, baselines), ``suffix`` rows only what follows the shared prefix
-    (question and last rows). Counted as vheads.study._runner._eval_units and
-    _units.UnitComputer._eval lay the work out; the audit and discovery are left out."""
-    from vheads.study._runner import algebra_pairs
+def evaluation_rows(cfg, layout: str = "qwen3-vl-8b") -> dict[str, int]:
+    """Batch rows (one head-set on one item in one forward) of a study's evaluation stages at
+    ``layout``, by cost: ``full`` rows compute the whole prompt, ``suffix`` rows only what
+    follows the shared prefix. Read from the study's one plan
+    (:func:`vheads.study._plan.study_plan`, which ``vheads plan`` and the doctor read too);
+    discovery is left out."""
+    from vheads.study._plan import load_layout, study_plan
 
-    n, R = cfg.n_eval, sum(cfg.controls.values())
-    settings = [f"{c[:2]}-{q[:3]}-{s}" for c in cfg.corpora for q in cfg.queries for s in cfg.sources]
-    n_hs = 1 + R + len(cfg.k_sweep)  # S, its controls, S@k
-    full = suffix = 0
-    if "cers" in cfg.tests:
-        full += 2 * n * (n_hs + len(cfg.beta_sweep))  # steer onto c and onto d; the beta sweep runs S alone
-    if "ncs" in cfg.tests:
-        for g in cfg.row_groups:
-            rows = n_hs if g == "all" else 1 + len(cfg.k_sweep) + sum(cfg.controls[c] for c in cfg.row_group_controls)
-            if g in ("all", "image"):
-                full += 2 * n * rows  # matched and mismatched arms
-            else:
-                suffix += 2 * n * rows
-        full += 2 * n  # baselines
-    if "ncs-grid" in cfg.tests:
-        full += 2 * n * n_hs
-    if "text" in cfg.tests:
-        full += n * (n_hs + 1)
-    full *= len(settings)
-    suffix *= len(settings)
-    if cfg.algebra_controls and "ncs" in cfg.tests:
-        pairs = len(cfg.corpora) * len(cfg.sources) if "ordinal" in cfg.queries and "referring" in cfg.queries else 0
-        full += pairs * 3 * (1 + cfg.algebra_controls) * 2 * n
-    return {"settings": len(settings), "full_rows": full, "suffix_rows": suffix, "n_eval": n, "controls_R": R}
+    plan = study_plan(cfg, load_layout(layout))
+    stages = [s for s in plan.stages if s.name != "discovery"]
+    return {"settings": plan.settings, "full_rows": sum(s.full for s in stages), "suffix_rows": sum(s.suffix for s in stages),
+            "n_eval": cfg.n_eval, "controls_R": sum(cfg.controls.values())}
 
 
 class _Rows:
