@@ -16,6 +16,9 @@ word-level test tokenizer (so the vocabulary, and only the vocabulary, is small)
 - host–device syncs CUDA reports while the decoder layers run (masked forwards at all and
   question rows, a zero ablation; target 0, issue 34.7);
 - capture time / plain forward at T ≈ 1,000 and 4,000 tokens (batch 1; discovery's read);
+- masked forward at the paper's real prompt (8B width): a 448-px 2 × 2 grid, 196 image tokens,
+  at batch 64 and 256, question and all rows: ms per row, the second point of the rates that
+  ``vheads plan`` reads (``src/vheads/study/plan_rates.json``; record it there after a run);
 - masked forward / plain forward on the same batch (64 head-sets × one 1,024-image-token
   prompt) at question rows (prefix shared) and at all rows; tokens/s of both;
 - evaluation: one forward per head-set (eager head mask) / vheads batched, question and
@@ -58,7 +61,10 @@ WIDTHS = {
                vision_hidden=1152, vision_depth=27, vision_heads=16, vision_intermediate=4304, deepstack=(8, 16, 24)),
 }
 SMOKE = dict(layers=3, heads=4, kv_heads=2, hidden=64, head_dim=16, vision_hidden=32, vision_depth=1, vision_heads=2, deepstack=(0,))
-PAPER = dict(n_eval=400)  # with the default 12 settings and controls of vheads.study.StudyConfig
+PAPER = dict(n_eval=400)
+#: image tokens of the evaluation prompt configs/paper.toml builds on Qwen3-VL: a 448-px 2 x 2 grid of
+#: 224-px cells, 32-px merged patches -> 14 x 14 = 196 (the plan's layout 'qwen3-vl-8b-paper')
+PAPER_IMAGE_TOKENS = 196  # with the default 12 settings and controls of vheads.study.StudyConfig
 
 
 def build(spec: dict, device: str, dtype: str):
@@ -75,38 +81,18 @@ def build(spec: dict, device: str, dtype: str):
                        n_kv_heads=spec["kv_heads"], head_dim=spec["head_dim"])
 
 
-def evaluation_rows(cfg) -> dict[str, int]:
-    """Batch rows (one head-set on one item in one forward) of a study's evaluation stage,
-    by cost: ``full`` rows compute the whole prompt (row groups all and image, CERS,
-    NCS_grid, text arm, baselines), ``suffix`` rows only what follows the shared prefix
-    (question and last rows). Counted as vheads.study._runner._eval_units and
-    _units.UnitComputer._eval lay the work out; the audit and discovery are left out."""
-    from vheads.study._runner import algebra_pairs
+def evaluation_rows(cfg, layout: str = "qwen3-vl-8b") -> dict[str, int]:
+    """Batch rows (one head-set on one item in one forward) of a study's evaluation stages at
+    ``layout``, by cost: ``full`` rows compute the whole prompt, ``suffix`` rows only what
+    follows the shared prefix. Read from the study's one plan
+    (:func:`vheads.study._plan.study_plan`, which ``vheads plan`` and the doctor read too);
+    discovery is left out."""
+    from vheads.study._plan import load_layout, study_plan
 
-    n, R = cfg.n_eval, sum(cfg.controls.values())
-    settings = [f"{c[:2]}-{q[:3]}-{s}" for c in cfg.corpora for q in cfg.queries for s in cfg.sources]
-    n_hs = 1 + R + len(cfg.k_sweep)  # S, its controls, S@k
-    full = suffix = 0
-    if "cers" in cfg.tests:
-        full += 2 * n * (n_hs + len(cfg.beta_sweep))  # steer onto c and onto d; the beta sweep runs S alone
-    if "ncs" in cfg.tests:
-        for g in cfg.row_groups:
-            rows = n_hs if g == "all" else 1 + len(cfg.k_sweep) + sum(cfg.controls[c] for c in cfg.row_group_controls)
-            if g in ("all", "image"):
-                full += 2 * n * rows  # matched and mismatched arms
-            else:
-                suffix += 2 * n * rows
-        full += 2 * n  # baselines
-    if "ncs-grid" in cfg.tests:
-        full += 2 * n * n_hs
-    if "text" in cfg.tests:
-        full += n * (n_hs + 1)
-    full *= len(settings)
-    suffix *= len(settings)
-    if cfg.algebra_controls and "ncs" in cfg.tests:
-        pairs = len(cfg.corpora) * len(cfg.sources) if "ordinal" in cfg.queries and "referring" in cfg.queries else 0
-        full += pairs * 3 * (1 + cfg.algebra_controls) * 2 * n
-    return {"settings": len(settings), "full_rows": full, "suffix_rows": suffix, "n_eval": n, "controls_R": R}
+    plan = study_plan(cfg, load_layout(layout))
+    stages = [s for s in plan.stages if s.name != "discovery"]
+    return {"settings": plan.settings, "full_rows": sum(s.full for s in stages), "suffix_rows": sum(s.suffix for s in stages),
+            "n_eval": cfg.n_eval, "controls_R": sum(cfg.controls.values())}
 
 
 class _Rows:
@@ -277,6 +263,7 @@ def main(argv=None) -> dict:
                      "projection": True, "widths": {}}
     widths = {"smoke": SMOKE} if args.smoke else {k: v for k, v in WIDTHS.items() if args.only in (None, k)}
     image_tokens, rows, repeats = (16, 4, 1) if args.smoke else (1024, 64, 3)
+    paper_tokens, paper_batches = (8, (4, 8)) if args.smoke else (PAPER_IMAGE_TOKENS, (64, 256))
     for name, spec in widths.items():
         log(f"[{name}] building a random Qwen3-VL ({spec['layers']} layers × {spec['heads']} heads / {spec['kv_heads']} KV, hidden {spec['hidden']}) on {device}")
         lm = build(spec, device, dtype)
@@ -287,6 +274,12 @@ def main(argv=None) -> dict:
         log("  warmed up")
         r["layer-loop syncs"] = _layer_loop_syncs(lm, eng, image_tokens, rows, log)
         r["forward"] = row("forward", _ratio_rows, lm, eng, image_tokens, rows, repeats, device, log)
+        if name in ("8b", "smoke"):  # the prompt configs/paper.toml builds: a 448-px 2 x 2 grid, 14 x 14 = 196 image tokens
+            r["paper prompt"] = {str(b): row(f"paper prompt, batch {b}", _ratio_rows, lm, eng, paper_tokens, b, repeats, device, log)
+                                 for b in paper_batches}
+            for b, pr in r["paper prompt"].items():
+                log(f"  paper prompt ({paper_tokens} image tokens), batch {b}: " + ", ".join(
+                    f"{g} {x['masked s per row'] * 1e3:.2f} ms/row (T={x['tokens']})" for g, x in pr.items()))
         r["capture / plain"] = row("capture", _capture_rows, lm, eng, [image_tokens, 4 * image_tokens], repeats, device)
         log(f"  capture / plain: {r['capture / plain']}")
         ev = row("evaluation", bench_evaluation.run, lm, eng, 1, image_tokens, 2 if args.smoke else 4, rows, rows, device, log)
@@ -337,6 +330,9 @@ def _print(res: dict) -> str:
         for g in ("question", "all"):
             print(f"  masked / plain forward, mask@{g}: {f[g]['masked / plain']:.2f}×  (target ≤ {1.15 if g == 'question' else 1.3}); "
                   f"plain {f[g]['plain tokens/s']:,.0f} tokens/s, masked {f[g]['masked tokens/s']:,.0f} tokens/s")
+        for b, pr in r.get("paper prompt", {}).items():
+            print(f"  paper prompt, batch {b}: " + ", ".join(f"mask@{g} {x['masked s per row'] * 1e3:.2f} ms/row at T={x['tokens']}"
+                                                          for g, x in pr.items()) + "  (a rate point for vheads plan)")
         for T, x in r["capture / plain"].items():
             print(f"  capture / plain, T={T}: {x:.2f}×  (target ≤ 1.1 from 1,024 tokens)")
         e = r["evaluation per-head-set / batched"]

@@ -209,6 +209,22 @@ def doctor(
         raise typer.Exit(1)
 
 
+@app.command()
+def plan(
+    config: Annotated[Optional[Path], typer.Argument(help="study config (TOML); default: the built-in tiny study")] = None,  # noqa: UP007
+    model_layout: Annotated[Optional[str], typer.Option("--model-layout", help="a built-in layout (qwen3-vl-8b, qwen3-vl-8b-paper, qwen3-vl-2b, tiny) or a JSON file; default: the config's model")] = None,  # noqa: UP007
+    rates: Annotated[Optional[Path], typer.Option(help="rates file (JSON, per layout); default: the shipped measured rates")] = None,  # noqa: UP007
+    json_out: Annotated[bool, typer.Option("--json", help="one JSON document")] = False,
+) -> None:
+    """Every stage's forward rows and projected GPU- and CPU-hours of a study, without loading weights."""
+    from vheads.study._config import load_config_for_plan
+    from vheads.study._plan import plan_study, plan_text
+
+    cfg = load_config_for_plan(config)
+    d = plan_study(cfg, model_layout, rates)
+    typer.echo(json.dumps(d, indent=1) if json_out else plan_text(d))
+
+
 def _check_doctor_load(device: str, device_map: str | None, quantize: str | None, check) -> None:
     """``--device-map`` / ``--quantize`` as the study checks ``device_map`` / ``quantization``,
     named by flag."""

@@ -284,6 +284,7 @@ def _run_probes(engine: Engine, probes: list[Probe], prefix_reuse: bool = True, 
         for hs in pb.headsets:
             if (hs.n_layers, hs.n_heads) != (L, H):
                 raise ValueError(f"head-set of a {hs.n_layers}x{hs.n_heads} model used on a {L}x{H} model")
+    count_rows(probes)
     bt = engine.batching if max_rows is None else dataclasses.replace(engine.batching, max_rows=max_rows)
     # work pieces: (probe, first head-set, n rows); a probe larger than a forward is cut
     pieces = []
@@ -313,6 +314,20 @@ def _run_probes(engine: Engine, probes: list[Probe], prefix_reuse: bool = True, 
         for (i, lo, n), p in zip(f, _run_forward(engine, probes, f, prefix_reuse)):
             out[i][lo : lo + n] = p
     return out
+
+
+#: batch rows run so far in this process, ``full`` and ``suffix`` (:func:`count_rows`); the
+#: study records each unit's share (vheads.study._plan counts the same rows in advance)
+ROWS_RUN = {"full": 0, "suffix": 0}
+
+
+def count_rows(probes) -> None:
+    """Add ``probes``' rows to :data:`ROWS_RUN`: a row is ``suffix`` when its first acted row
+    comes after the prompt's image (system prompt and image can be a shared prefix), else ``full``."""
+    for pb in probes:
+        image = pb.prompt.layout.image_positions
+        after = len(image) > 0 and (pb.action is None or not pb.headsets or pb.first_row() > int(image.max()))
+        ROWS_RUN["suffix" if after else "full"] += pb.n_rows
 
 
 def _reusable(probes, pieces) -> bool:

@@ -7,6 +7,7 @@ documented default to start from. Unknown keys and wrong types are refused with 
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import math
@@ -20,6 +21,9 @@ from vheads.engine import ROW_GROUPS
 from vheads.evaluation import MAX_R, METRICS, TESTS
 from vheads.study._scores import DEFAULT_SCORES
 
+#: off while a config is only planned (``vheads plan``: :func:`load_config_for_plan`): its data
+#: folders, files and device need not exist on this machine
+CHECK_PATHS: contextvars.ContextVar[bool] = contextvars.ContextVar("vheads_check_paths", default=True)
 MAX_INT = 1 << 63  # every integer key fits a signed 64-bit integer (SQLite's)
 DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 
@@ -407,9 +411,9 @@ def validate(cfg: StudyConfig) -> None:
             continue
         if kind in ("strips", "coco", "comics") and rest:
             folder = Path(rest.split(",")[0])
-            if not folder.is_dir():
+            if CHECK_PATHS.get() and not folder.is_dir():
                 bad("corpora", f"corpus folder {str(folder)!r} does not exist")
-            if kind == "strips":
+            if kind == "strips" and CHECK_PATHS.get():
                 from vheads.discovery import strip_folder_names
 
                 try:
@@ -454,7 +458,8 @@ def validate(cfg: StudyConfig) -> None:
         bad("dtype", f"unknown dtype {cfg.dtype!r}")
     _validate_more(cfg, bad)
     _validate_models(cfg, bad)
-    _validate_loading(cfg, bad)
+    if CHECK_PATHS.get():  # not for a plan (vheads plan): no device or data is used
+        _validate_loading(cfg, bad)
 
 
 def _validate_controls(cfg: StudyConfig, bad) -> None:
@@ -697,11 +702,11 @@ def _validate_eval_source(cfg: StudyConfig, bad) -> None:
         parse_source_spec(cfg.eval_source)
     except ValueError as e:
         bad("eval_source", f"{e}, or synthetic")
-    if not source_folder(cfg.eval_source).is_dir():
+    if CHECK_PATHS.get() and not source_folder(cfg.eval_source).is_dir():
         bad("eval_source", f"folder {str(source_folder(cfg.eval_source))!r} does not exist")
     for key in ("eval_classes", "eval_exclude", "eval_groups"):
         path = getattr(cfg, key)
-        if path and not Path(path).is_file():
+        if path and CHECK_PATHS.get() and not Path(path).is_file():
             bad(key, f"file {path!r} does not exist")
 
 
@@ -745,7 +750,7 @@ def _validate_ood(cfg: StudyConfig, bad) -> None:
         if task in seen:
             bad("ood_tasks", f"task {task!r} is listed twice")
         seen.add(task)
-        if not Path(arg.split(",")[0]).exists():
+        if CHECK_PATHS.get() and not Path(arg.split(",")[0]).exists():
             bad("ood_tasks", f"{task}: path {arg.split(',')[0]!r} does not exist")
     if cfg.n_ood < 2:
         bad("n_ood", f"must be at least 2, got {cfg.n_ood}")
@@ -768,3 +773,13 @@ def load_config(path: str | Path | None = None, **overrides) -> StudyConfig:
     if overrides.get("model") is not None:  # a model given on the command line replaces the config's models
         data.pop("models", None)
     return config_from_dict(data)
+
+
+def load_config_for_plan(path: str | Path | None = None, **overrides) -> StudyConfig:
+    """:func:`load_config` with every check but those of data paths and the device: a plan
+    (``vheads plan``) is made on a machine that need not hold the data or the GPU."""
+    token = CHECK_PATHS.set(False)
+    try:
+        return load_config(path, **overrides)
+    finally:
+        CHECK_PATHS.reset(token)

@@ -98,6 +98,10 @@ def _prompts(cfg: StudyConfig, key: str) -> dict[str, str]:
         raise VheadsError(f"config key {key}: {str(e).splitlines()[0]}") from None
 
 
+#: one JSON line per unit: the full and suffix batch rows it ran (``vheads plan`` projects them)
+FORWARD_ROWS = "forward_rows.jsonl"
+
+
 def _log(run_dir: Path, line: str) -> None:
     with open(run_dir / "units.log", "a") as f:
         f.write(line + "\n")
@@ -111,6 +115,9 @@ def _commit(store: Store, run_dir: Path, res: dict) -> None:
     for name, meta in payload.get("strip_meta", {}).items():
         atomic_write(path_inside(strips, f"{name}.json"), lambda fh: fh.write(json.dumps(meta)))
     store.commit_unit(res["unit_id"], res["kind"], res["seconds"], payload["rows"])
+    if res.get("forward_rows"):  # the batch rows the unit ran (vheads.study._plan projects them)
+        with open(run_dir / FORWARD_ROWS, "a") as f:
+            f.write(json.dumps({"model": store.model, "unit_id": res["unit_id"], **res["forward_rows"]}) + "\n")
     _log(run_dir, f"done {_logged(store, res['unit_id'])}")
 
 

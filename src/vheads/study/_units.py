@@ -67,12 +67,15 @@ class UnitComputer:
         return self._engine
 
     def compute(self, unit: dict[str, Any]) -> dict[str, Any]:
-        t0 = time.time()
+        from vheads.evaluation._probe import ROWS_RUN
+
+        t0, before = time.time(), dict(ROWS_RUN)
         fn = {"discovery": self._discovery, "eval": self._eval, "audit": self._audit, "image-mass": self._image_mass,
               "ood-audit": self._ood_audit, "ood-eval": self._ood_eval, "doctor": self._doctor,
               "scores": lambda u: compute_score_unit(self, u), "causal-map": self._causal_map}[unit["kind"]]
         rows = fn(unit)
-        return {"unit_id": unit["unit_id"], "kind": unit["kind"], "rows": rows, "seconds": time.time() - t0}
+        return {"unit_id": unit["unit_id"], "kind": unit["kind"], "rows": rows, "seconds": time.time() - t0,
+                "forward_rows": {k: ROWS_RUN[k] - before[k] for k in ROWS_RUN}}
 
     # ---- discovery -------------------------------------------------------------------------
     def _discovery(self, unit):

@@ -1,0 +1,198 @@
+"""Sequential rank p (Besag & Clifford, 1991): compare S with its random controls in batches,
+and stop once the comparison is decided.
+
+A fixed-R rank p runs every one of R controls, although where S sits inside its controls
+(many reach T_S) the first few dozen already say so. Besag and Clifford's sequential Monte
+Carlo p-value (J. Besag and P. Clifford, "Sequential Monte Carlo p-values", *Biometrika*
+78(2), 301–304, 1991) draws controls one at a time and stops
+
+- at the ``h``-th control with ``T_r ≥ T_S``, after ``L`` controls: ``p = h / L``;
+- or after ``R_max`` controls, ``g < h`` of them reaching T_S: ``p = (1 + g) / (R_max + 1)``
+  (the fixed-R rank p of :func:`vheads.evaluation.rank_p` with R = R_max).
+
+Under the null hypothesis that S is exchangeable with its controls (S one more draw of the
+same pool; ties with T_S count against S), this p is valid: ``P(p ≤ u) ≤ u`` for every u,
+with equality at the values it can take. Its floor is the fixed-R floor ``1 / (R_max + 1)``;
+the expected number of controls run is about ``h / P(T_r ≥ T_S)`` when S is inside them,
+so a head-set that is not special costs a few dozen controls instead of R_max.
+
+**Batches.** Controls run in batches (one batched forward holds many head-sets); the p is
+computed from the draws *in their drawn order* as if they had been run one at a time: ``L``
+is the position of the h-th control reaching T_S, and the draws of the last batch after it
+ran (their outcomes are stored) but do not enter p. The batch size therefore changes
+neither p nor its validity, only how many forwards run past the stopping point.
+
+**A family of settings.** Holm's step-down (:func:`vheads.evaluation.holm`) needs only
+that every p of the family is valid (``P(p ≤ u) ≤ u`` under its null), whatever their
+dependence; Besag–Clifford p's are, so Holm over them keeps the family-wise error rate at
+α. This is the simple, provably valid rule chosen here instead of Gandy & Hahn's MMCTest
+(2014), which decides the family while it samples; it may stop later than MMCTest would,
+never with a larger error. The Holm-adjusted floor of a family of m is ``m / (R_max + 1)``:
+an R_max with ``m / (R_max + 1) > α`` can never reject, and its verdicts read *cannot tell*.
+
+Everything here is pure (numpy, no model): :func:`sequential_rank_p` reads a sequence of
+control statistics, :func:`run_sequential` drives any ``batch → statistics`` callback and
+:func:`sequential_decisions` turns a family into verdicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: verdicts of one comparison of a family (:func:`sequential_decisions`)
+VERDICTS = ("yes", "no", "cannot tell")
+#: why a comparison stopped: h controls reached T_S; R_max controls compared; fewer than
+#: R_max exist (a small pool compared whole, or a run stopped by another test's rule)
+STOPS = ("h", "R_max", "all")
+
+
+def _check_h_rmax(h: int, R_max: int) -> None:
+    if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 1:
+        raise ValueError(f"h (controls_h) must be an integer ≥ 1, got {h!r}")
+    if isinstance(R_max, bool) or not isinstance(R_max, (int, np.integer)) or R_max < h:
+        raise ValueError(f"R_max must be an integer ≥ h = {h}, got {R_max!r}")
+
+
+@dataclass(frozen=True)
+class SequentialRankP:
+    """A Besag–Clifford rank p of S against controls compared in their drawn order.
+
+    ``compared`` (L): the controls that enter p — up to and including the h-th one reaching
+    T_S (``stopped == "h"``), else all of them up to R_max; ``n_at_least``: how many of those
+    reached T_S; ``ran``: controls whose statistic was given (≥ compared: a batch runs past
+    the stopping point); ``stopped``: one of :data:`STOPS`."""
+
+    p: float
+    n_at_least: int
+    compared: int
+    ran: int
+    h: int
+    R_max: int
+    stopped: str
+
+    @property
+    def R(self) -> int:
+        """The controls p is over (as :class:`vheads.evaluation.RankP`'s R)."""
+        return self.compared
+
+    @property
+    def floor(self) -> float:
+        """The smallest p possible: ``1 / (R_max + 1)`` (``1 / (L + 1)`` when fewer than R_max exist)."""
+        return 1 / ((self.compared if self.stopped == "all" else self.R_max) + 1)
+
+    def to_dict(self) -> dict:
+        return {"p": self.p, "n_at_least": self.n_at_least, "compared": self.compared, "ran": self.ran, "h": self.h,
+                "R_max": self.R_max, "stopped": self.stopped, "floor": self.floor}
+
+
+def stop_position(t_s: float, t_controls, h: int) -> int | None:
+    """1-based position of the h-th control with ``T_r ≥ T_S`` in ``t_controls`` (draw
+    order), or ``None`` when fewer than h reach T_S."""
+    hits = np.flatnonzero(np.asarray(t_controls, dtype=float) >= float(t_s))
+    return int(hits[h - 1]) + 1 if len(hits) >= h else None
+
+
+def sequential_rank_p(t_s: float, t_controls, h: int, R_max: int) -> SequentialRankP:
+    """Besag–Clifford p of ``t_s`` against ``t_controls`` (draw order; NaN-free).
+
+    With L the position of the h-th ``T_r ≥ T_S`` among the first R_max: ``p = h / L``.
+    Otherwise, over the first ``n = min(len, R_max)`` controls with g reaching T_S:
+    ``p = (1 + g) / (n + 1)`` — the fixed-R rank p (``stopped`` ``"R_max"`` when n = R_max,
+    ``"all"`` when fewer were given: a small pool compared whole is then the exact
+    permutation p). Controls past the stopping point are counted in ``ran`` only."""
+    _check_h_rmax(h, R_max)
+    t_s = float(t_s)
+    if not np.isfinite(t_s):
+        raise ValueError(f"t_s must be finite, got {t_s}")
+    t = np.asarray(t_controls, dtype=float).reshape(-1)
+    if len(t) < 1:
+        raise ValueError("t_controls needs at least one control statistic")
+    if not np.all(np.isfinite(t)):
+        raise ValueError(f"t_controls must be finite; {int(np.sum(~np.isfinite(t)))} value(s) are not")
+    head = t[:R_max]
+    L = stop_position(t_s, head, h)
+    if L is not None:
+        return SequentialRankP(h / L, h, L, len(t), h, R_max, "h")
+    g = int(np.sum(head >= t_s))
+    return SequentialRankP((1 + g) / (len(head) + 1), g, len(head), len(t), h, R_max,
+                           "R_max" if len(head) == R_max else "all")
+
+
+def run_sequential(t_s: float, statistics: Callable[[int, int], Sequence[float]], h: int, R_max: int, batch: int,
+                   available: int | None = None) -> tuple[SequentialRankP, np.ndarray]:
+    """Drive a sequential comparison: ``statistics(lo, hi)`` returns ``T_r`` of controls
+    ``lo .. hi − 1`` (draw order); batches of ``batch`` are asked for until h controls have
+    reached T_S or R_max (or ``available``, the controls that exist) have run. Returns the
+    p (:func:`sequential_rank_p`) and every statistic computed."""
+    _check_h_rmax(h, R_max)
+    if batch < 1:
+        raise ValueError(f"batch must be ≥ 1, got {batch}")
+    end = R_max if available is None else min(R_max, available)
+    got: list[float] = []
+    while len(got) < end:
+        lo, hi = len(got), min(end, len(got) + batch)
+        vals = np.asarray(statistics(lo, hi), dtype=float).reshape(-1)
+        if len(vals) != hi - lo:
+            raise ValueError(f"statistics({lo}, {hi}) returned {len(vals)} values, expected {hi - lo}")
+        got.extend(vals.tolist())
+        if stop_position(t_s, got, h) is not None:
+            break
+    return sequential_rank_p(t_s, got, h, R_max), np.asarray(got)
+
+
+def batches_needed(t_s: float, t_controls, h: int, R_max: int, batch: int) -> int:
+    """How many batches of ``batch`` the run of :func:`run_sequential` asks for, given the
+    statistics of the controls in draw order (the study's staged units read it)."""
+    _check_h_rmax(h, R_max)
+    L = stop_position(t_s, np.asarray(t_controls, dtype=float)[:R_max], h)
+    n = min(R_max, len(t_controls)) if L is None else L
+    return max(1, -(-n // batch))
+
+
+@dataclass(frozen=True)
+class SequentialDecision:
+    """One comparison of a family: its p, Holm-adjusted p, the family's Holm floor and the verdict."""
+
+    rank: SequentialRankP
+    p_holm: float
+    holm_floor: float
+    verdict: str
+
+
+def holm_floor(m: int, R_max: int) -> float:
+    """The smallest Holm-adjusted p a family of ``m`` comparisons with ``R_max`` controls
+    each can reach: ``min(1, m / (R_max + 1))``."""
+    return min(1.0, m / (R_max + 1))
+
+
+def sequential_decisions(ranks: Sequence[SequentialRankP], alpha: float = 0.05) -> list[SequentialDecision]:
+    """Holm over a family's Besag–Clifford p's (valid p's: the family-wise error stays ≤ α),
+    and a verdict per comparison:
+
+    - ``yes``: Holm-adjusted p ≤ α;
+    - ``cannot tell``: not rejected, and either the family's Holm floor ``m / (R_max + 1)``
+      exceeds α (these controls could never reject) or all R_max controls ran without h
+      reaching T_S and the unadjusted p ≤ α (evidence that more controls might settle);
+    - ``no``: otherwise — h controls reached T_S (S sits inside its controls), or the rank
+      p over R_max exceeds α.
+    """
+    from vheads.evaluation._stats import holm
+
+    if not ranks:
+        return []
+    adj = holm([r.p for r in ranks], alpha=alpha)
+    out = []
+    m = len(ranks)
+    for r, p_adj, rej in zip(ranks, adj.p_adjusted, adj.reject):
+        floor = holm_floor(m, r.compared if r.stopped == "all" else r.R_max)
+        if rej:
+            verdict = "yes"
+        elif floor > alpha or (r.stopped != "h" and r.p <= alpha):
+            verdict = "cannot tell"
+        else:
+            verdict = "no"
+        out.append(SequentialDecision(r, float(p_adj), floor, verdict))
+    return out

@@ -1,0 +1,448 @@
+"""The study's plan: the forward rows every stage will run, counted from the config alone.
+
+One plan, read by ``vheads plan``, the doctor's time projection
+(:func:`vheads.doctor.study_rows`) and ``benchmarks/gpu_check.py``. It follows the layout of
+:mod:`vheads.study._runner` (which units exist, which head-sets each runs) and of
+:class:`vheads.study._units.UnitComputer` (which rows a unit's tests ask the engine for), and
+counts *batch rows* — one head-set on one item in one forward — by stage:
+
+- ``full`` rows compute the whole prompt (an intervention at all or image rows, steering,
+  NCS_grid, capture); ``suffix`` rows only what follows a prefix shared by the rows of one
+  item (system prompt and image: masks at the question or last rows, the text arm, which
+  hides the text keys, and unmasked baselines), as the engine's prefix reuse runs them;
+- rows the probe memo serves again are counted once: a k-sweep point at the main k (its
+  S is S), the β sweep's rows at the main β, the unmasked baselines and NCS_grid's
+  all-heads bound (every setting runs the same items), CERS and symmetric CERS (one forward);
+- control head-sets per setting: the distinct head-sets compared (the whole pool where it
+  holds at most ``EXACT_POOL_FACTOR`` · R, else R: :func:`compared_per_setting`) — an upper
+  bound where two settings draw the same head-sets; ``shared_draws`` counts the union of the
+  settings' draws instead (its expected size, :func:`expected_union`), as the doctor does
+  for a model with small pools.
+
+Without the model's weights: the model's shape and prompt lengths come from a
+:class:`Layout` (a built-in name or a JSON file), the GPU and CPU rates from a rates file
+(:func:`load_rates`). A rate is a function of the prompt's length: a least-squares line
+through the measured points (through the origin while one point is measured), in ms per row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from vheads._errors import VheadsError
+
+#: rows per item of each test and head-set (CERS: steered onto the target and a distractor;
+#: NCS: the matched and mismatched arm; NCS_grid: the target cell's and a distractor's hidden)
+ROWS_PER_ITEM = {"cers": 2, "cers-sym": 2, "ncs": 2, "ncs-grid": 2, "text": 1}
+#: row groups whose intervention leaves the image in a shared prefix (suffix rows)
+SUFFIX_GROUPS = ("question", "last")
+#: rows of one discovery item: one capture row, plus for the ``out`` source a greedy answer
+#: (4 generated tokens) and the teacher-forced capture row
+OUT_ROWS = 5
+
+#: built-in layouts: language-model shape (softmax-attention layers × query heads) and prompt
+#: lengths in tokens: ``prompt_tokens`` of an evaluation prompt, ``suffix_tokens`` after the
+#: shared prefix (question, options, answer cue), ``strip_tokens`` of a discovery strip
+LAYOUTS: dict[str, dict] = {
+    # the measured GPU point: 1,024 image tokens (a 1,024-px square), 1,057-token prompts
+    "qwen3-vl-8b": {"n_layers": 36, "n_heads": 32, "prompt_tokens": 1057, "suffix_tokens": 29, "strip_tokens": 1057,
+                    "note": "Qwen3-VL-8B, 1,024 image tokens a prompt (the gpu_check point)"},
+    # the prompt configs/paper.toml builds: 224-px cells -> a 448-px image, 32-px merged patches -> 14 x 14 = 196 tokens
+    "qwen3-vl-8b-paper": {"n_layers": 36, "n_heads": 32, "prompt_tokens": 229, "suffix_tokens": 29, "strip_tokens": 229,
+                          "note": "Qwen3-VL-8B, 448-px images: 196 image tokens + 33 text (computed, not measured)",
+                          "rates_layout": "qwen3-vl-8b"},
+    "qwen3-vl-2b": {"n_layers": 28, "n_heads": 16, "prompt_tokens": 1057, "suffix_tokens": 29, "strip_tokens": 1057,
+                    "note": "Qwen3-VL-2B, 1,024 image tokens a prompt"},
+    "tiny": {"n_layers": 4, "n_heads": 8, "prompt_tokens": 289, "suffix_tokens": 33, "strip_tokens": 289,
+             "note": "the built-in tiny model: 256 image tokens + 33 text"},
+}
+#: the rates shipped with vheads (benchmarks/README.md's measured figures)
+RATES_FILE = Path(__file__).with_name("plan_rates.json")
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    n_layers: int  # softmax-attention layers
+    n_heads: int
+    prompt_tokens: int
+    suffix_tokens: int
+    strip_tokens: int
+    rates_layout: str = ""  # the layout whose rates apply ('' = this one's name)
+    note: str = ""
+
+    @property
+    def rates_key(self) -> str:
+        return self.rates_layout or self.name
+
+
+def load_layout(spec: str) -> Layout:
+    """A built-in layout by name (:data:`LAYOUTS`) or a JSON file with the same keys; errors
+    name ``--model-layout``."""
+    if spec in LAYOUTS:
+        return Layout(spec, **LAYOUTS[spec])
+    p = Path(spec)
+    if not p.is_file():
+        raise VheadsError(f"--model-layout {spec!r}: neither a built-in layout ({', '.join(LAYOUTS)}) nor a JSON file")
+    try:
+        d = json.loads(p.read_text())
+        return Layout(**{"name": p.stem, **d})
+    except (ValueError, TypeError) as e:
+        raise VheadsError(f"--model-layout {spec}: not a layout ({e}); keys: name, n_layers, n_heads, prompt_tokens, "
+                          "suffix_tokens, strip_tokens") from None
+
+
+def layout_of_config(cfg) -> Layout:
+    """The layout of ``cfg.model`` without weights: the built-in tiny model's, or the model
+    config's shape (transformers' ``AutoConfig``) with the 8B layout's prompt lengths."""
+    if cfg.model == "tiny":
+        return load_layout("tiny")
+    from vheads.study._runner import preflight_model
+
+    shape = preflight_model(cfg)
+    base = LAYOUTS["qwen3-vl-8b"]
+    return Layout(cfg.model, len(shape["attention_layers"]), shape["n_heads"], base["prompt_tokens"], base["suffix_tokens"],
+                  base["strip_tokens"], note="shape from the model's config; prompt lengths of the 8B point")
+
+
+# ---- control pools ----------------------------------------------------------------------------
+
+
+def compared_per_setting(pool: int | None, R: int) -> int:
+    """Distinct head-sets one setting's control of R compares S with (the rule of
+    :func:`vheads.evaluation.draw_controls`): the whole pool when it holds at most
+    ``EXACT_POOL_FACTOR`` · R, else R."""
+    from vheads.evaluation import EXACT_POOL_FACTOR
+
+    return pool if pool is not None and pool <= EXACT_POOL_FACTOR * R else R
+
+
+def expected_union(pool: int | None, per: float, sets: int) -> float:
+    """Expected size of the union of ``sets`` independent uniform ``per``-subsets of a pool of
+    ``pool`` members: each member is in one subset with probability per / N, so
+    ``N (1 − (1 − per/N)^sets)``, computed as ``−N · expm1(sets · log1p(−per/N))`` so that a
+    huge pool (1e121 layer-matched head-sets of an 8B model) does not round the power to 1;
+    ``sets · per`` for an unknown pool."""
+    if pool is None:
+        return float(sets * per)
+    if pool <= 0 or per <= 0:
+        return 0.0
+    q = min(per, pool) / pool
+    if q >= 1:
+        return float(pool)
+    return float(-pool * math.expm1(sets * math.log1p(-q)))
+
+
+def spread(k: int, n_layers: int, n_heads: int, selection: str = "flat") -> list[int]:
+    """Heads per layer of a head-set of size ``k`` spread as evenly as the layers allow
+    (``per-layer``: ``k`` in every layer)."""
+    if selection == "per-layer":
+        return [min(k, n_heads)] * n_layers
+    k = min(k, n_layers * n_heads)
+    return [k // n_layers + (1 if i < k % n_layers else 0) for i in range(n_layers)]
+
+
+def control_pool(name: str, counts: list[int], n_heads: int) -> int | None:
+    """Distinct head-sets control ``name`` can draw for an S with ``counts`` heads per layer:
+    ``layer-matched`` (and ``attention-matched``, matched on fewer heads: at most as many)
+    ``Π_l C(H − s_l, s_l)``; ``any-layer`` ``C(L·H − k, k)``; ``random-n@n`` ``C(L·H − k, n)``;
+    a deterministic control one; ``None`` for a name not known here."""
+    from vheads.evaluation import get_control, split_control_name
+
+    base, n = split_control_name(name)
+    k, total = sum(counts), len(counts) * n_heads
+    if not get_control(base).random:
+        return 1
+    if base in ("layer-matched", "attention-matched"):
+        return math.prod(math.comb(n_heads - s, s) for s in counts)
+    if base == "any-layer":
+        return math.comb(total - k, k)
+    if base == "random-n":
+        return math.comb(total - k, n if n is not None else k)
+    return None
+
+
+# ---- the plan -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Stage:
+    """One stage's rows: ``full`` and ``suffix`` batch rows, the tokens a full row computes and
+    a suffix row computes, the items, and the head-sets (per setting where that applies)."""
+
+    name: str
+    full: int = 0
+    suffix: int = 0
+    tokens_full: int = 0
+    tokens_suffix: int = 0
+    items: int = 0
+    head_sets: int = 0
+    note: str = ""
+
+    @property
+    def rows(self) -> int:
+        return self.full + self.suffix
+
+
+@dataclass
+class Plan:
+    layout: Layout
+    settings: int
+    main_k: int
+    stages: list[Stage] = field(default_factory=list)
+
+    def stage(self, name: str) -> Stage:
+        return next(s for s in self.stages if s.name == name)
+
+    @property
+    def full(self) -> int:
+        return sum(s.full for s in self.stages)
+
+    @property
+    def suffix(self) -> int:
+        return sum(s.suffix for s in self.stages)
+
+    def hours(self, rates: dict, device: str) -> dict[str, float] | None:
+        """Hours per stage on ``device`` ('gpu' | 'cpu') at ``rates`` (:func:`load_rates`);
+        None where the rates hold no figure for it."""
+        rate = rates.get(device)
+        if not rate:
+            return None
+        # a rate is measured per row at a prompt's length (a suffix row: of a prompt whose
+        # prefix is shared), so both kinds are read at the prompt's tokens
+        out = {s.name: (s.full * row_ms(rate["full"], s.tokens_full) + s.suffix * row_ms(rate["suffix"], s.tokens_full))
+               / 3.6e6 for s in self.stages}
+        out["total"] = sum(out.values())
+        return out
+
+    def to_dict(self, rates: dict | None = None) -> dict:
+        d = {"layout": asdict(self.layout), "settings": self.settings, "main_k": self.main_k,
+             "stages": {s.name: {**asdict(s), "rows": s.rows} for s in self.stages},
+             "full_rows": self.full, "suffix_rows": self.suffix}
+        if rates is not None:
+            for dev in ("gpu", "cpu"):
+                h = self.hours(rates, dev)
+                d[f"{dev}_hours"] = h
+                d[f"{dev}_device"] = (rates.get(dev) or {}).get("device")
+            d["rates"] = rates.get("source", "")
+        return d
+
+
+def row_ms(points: list[list[float]], tokens: int) -> float:
+    """ms per row at a prompt of ``tokens`` from measured ``[tokens, ms]`` points: the
+    least-squares line through them, through the origin while one point is measured."""
+    if not points:
+        raise ValueError("no measured points")
+    if len(points) == 1 or len({t for t, _ in points}) == 1:
+        a = sum(ms * t for t, ms in points) / sum(t * t for t, _ in points)
+        return a * tokens
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mm = sum(ms for _, ms in points) / n
+    b = sum((t - mt) * (ms - mm) for t, ms in points) / sum((t - mt) ** 2 for t, _ in points)
+    return max(0.0, mm + b * (tokens - mt))
+
+
+def load_rates(layout: Layout, path: str | Path | None = None) -> dict:
+    """The rates of ``layout`` (``{"gpu": {"device", "full": [[tokens, ms]], "suffix": ...},
+    "cpu": ...}``) from ``path`` (default: the shipped :data:`RATES_FILE`). A file for
+    another layout is refused, naming ``rates.layout``."""
+    p = Path(path) if path is not None else RATES_FILE
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise VheadsError(f"--rates {p}: cannot read it ({e})") from None
+    layouts = data.get("layouts", {data.get("layout"): data} if "layout" in data else {})
+    if layout.rates_key not in layouts:
+        have = ", ".join(k for k in layouts if k) or "none"
+        raise VheadsError(f"rates.layout: {p} holds rates for {have}, not for the layout {layout.rates_key!r}; "
+                          "give --rates for this layout or --model-layout one of those")
+    out = dict(layouts[layout.rates_key])
+    out["source"] = data.get("source", str(p))
+    return out
+
+
+def study_plan(cfg, layout: Layout, main_k: int | None = None, shared_draws: bool = False) -> Plan:
+    """The :class:`Plan` of ``cfg`` on ``layout`` (module docstring). ``main_k``: the
+    head-set size (default: ``cfg.k``, or the study's k scaled to the layout)."""
+    from vheads.discovery import resolve_k
+    from vheads.evaluation import COMMON_DRAWS
+    from vheads.study._causal import causal_map_units
+    from vheads.study._runner import algebra_pairs
+    from vheads.study._scores import score_targets
+
+    L, H = layout.n_layers, layout.n_heads
+    k = main_k if main_k is not None else resolve_k(L, H, cfg.k or None, cfg.selection)
+    n, tests = cfg.n_eval, set(cfg.tests)
+    Tf, Ts = layout.prompt_tokens, layout.suffix_tokens
+    grid = [f"{c}|{q}|{s}" for c in cfg.corpora for q in cfg.queries for s in cfg.sources]
+    n_scores = len(cfg.scores) * len(score_targets(cfg)) if cfg.scores else 0
+    causal = 1 if "ncs" in cfg.causal_tests else 0
+    settings = len(grid) + n_scores + causal
+    plan = Plan(layout, settings, k)
+
+    # discovery: one capture row per strip and query source, the out source's answer rows
+    strips = len(cfg.corpora) * len(cfg.queries) * cfg.n_discovery
+    disc = strips * (1 + (OUT_ROWS if "out" in cfg.sources else 0)) + len(score_targets(cfg)) * cfg.n_discovery
+    plan.stages.append(Stage("discovery", full=disc, tokens_full=layout.strip_tokens, items=cfg.n_discovery,
+                             note="capture rows (not run through the evaluation's probes)"))
+
+    # the causal map: every head alone and every whole layer, per test and ablation, + baselines once
+    cm = Stage("causal map", tokens_full=Tf, tokens_suffix=Ts, items=n)
+    if causal_map_units(cfg):
+        units = L * H + L
+        for t in cfg.causal_tests:
+            runs = sum(1 for a in cfg.ablation if a == "attention" or (a != "mean" and t in ("ncs", "text")))
+            cm.full += units * runs * ROWS_PER_ITEM[t] * n
+            cm.suffix += ROWS_PER_ITEM[t] * n  # the unmasked baselines
+        cm.head_sets = units
+    plan.stages.append(cm)
+
+    def compared(name: str, R: int, size: int) -> float:
+        """Distinct head-sets of control ``name`` (R asked) one setting is compared with, or,
+        with ``shared_draws``, the settings' union divided among them."""
+        pool = control_pool(name, spread(size, L, H, cfg.selection), H)
+        per = compared_per_setting(pool, R)
+        if not shared_draws:
+            return float(per)
+        if name in COMMON_DRAWS and pool is not None and per < pool:
+            every = math.comb(L * H, size)
+            return min(float(settings * per), per * every / pool, float(every)) / settings
+        return expected_union(pool, per, settings) / settings
+
+    C = {name: compared(name, R, k) for name, R in cfg.controls.items()}
+    lm = C.get("layer-matched", 0.0)
+    rg = sum(C[c] for c in cfg.row_group_controls if c in C)
+    k_points = [kk for kk in dict.fromkeys(cfg.k_sweep) if kk != k and kk <= L * H]
+    k_ctrl = sum(compared("layer-matched", cfg.k_sweep_controls, kk) for kk in dict.fromkeys(cfg.k_sweep) if kk <= L * H) \
+        if cfg.k_sweep_controls else 0.0
+    main = 1 + sum(C.values())  # S and its controls
+    sweep_sets = len(k_points) + k_ctrl  # the k sweep's sets (CERS, NCS at all rows)
+
+    beta = Stage("beta sweep", tokens_full=Tf, items=n)
+    beta_first = 0.0
+    if "cers" in tests and cfg.beta_sweep:
+        beta_first = 1 + min(cfg.beta_sweep_controls, lm)
+        beta.full = round(settings * beta_first * len(cfg.beta_sweep) * 2 * n)
+        beta.head_sets = round(beta_first)
+    plan.stages.append(beta)
+
+    def part(name: str, head_sets: float, rows_per_item: int, suffix: bool, items: int = n) -> Stage:
+        rows = round(head_sets * rows_per_item * items)
+        return Stage(name, full=0 if suffix else rows, suffix=rows if suffix else 0, tokens_full=Tf, tokens_suffix=Ts,
+                     items=items, head_sets=round(head_sets))
+
+    if tests & {"cers", "cers-sym"}:
+        sets = main + sweep_sets
+        if cfg.beta_sweep and "cers" in tests and cfg.beta in cfg.beta_sweep:
+            sets -= beta_first  # S and the first draws at the main beta: the sweep's rows
+        plan.stages.append(part("cers", settings * sets, 2, cfg.steer_rows in SUFFIX_GROUPS))
+    if "ncs" in tests:
+        st = Stage("ncs", tokens_full=Tf, tokens_suffix=Ts, items=n, head_sets=round(main + sweep_sets))
+        for g in cfg.row_groups:
+            sets = settings * (main + sweep_sets if g == "all" else 1 + rg)
+            rows = round(sets * 2 * n)
+            if g in SUFFIX_GROUPS:
+                st.suffix += rows
+            else:
+                st.full += rows
+        st.suffix += 2 * n  # the unmasked baselines, once per model
+        for a in cfg.ablation:
+            if a == "attention":
+                continue
+            rows = round(settings * (1 + rg) * 2 * n)
+            if cfg.row_groups[0] in SUFFIX_GROUPS:
+                st.suffix += rows
+            else:
+                st.full += rows
+        plan.stages.append(st)
+    if "ncs-grid" in tests:
+        st = part("ncs-grid", settings * main + 1, 2, False)  # + every head hidden: the attainable bound
+        plan.stages.append(st)
+    if "text" in tests:
+        plan.stages.append(part("text", settings * main + 1, 1, True))  # + the unmasked baseline
+
+    # head-set algebra: per pair, the shared and only-one parts with their controls, NCS at all rows
+    alg = Stage("algebra", tokens_full=Tf, items=n)
+    if cfg.algebra_controls and "ncs" in tests:
+        ids = _grid_ids(cfg)
+        pairs = algebra_pairs(ids)
+        part_sets = 1 + compared("layer-matched", cfg.algebra_controls, max(1, k // 2))
+        alg.full = round(len(pairs) * 3 * part_sets * 2 * n)
+        alg.head_sets = round(len(pairs) * 3 * part_sets)
+        alg.note = "upper bound: every part non-empty, each part's pool that of a set of k/2 heads"
+    plan.stages.append(alg)
+
+    aud = Stage("audit", suffix=5 * n, tokens_full=Tf, tokens_suffix=Ts, items=n,
+                note="oracle, floor, matched, mismatched and the matched items blanked (leak): one row each")
+    plan.stages.append(aud)
+
+    ood = Stage("pointing suite", tokens_full=Tf, tokens_suffix=Ts, items=cfg.n_ood)
+    if cfg.ood_tasks:
+        tasks, m, d = len(cfg.ood_tasks), cfg.n_ood, len(grid) + n_scores + causal
+        ood.suffix = tasks * (5 * m + 2 * m)  # the audit sets and NCS baselines
+        ood.full = tasks * d * (1 + cfg.ood_controls) * (2 * m + 2 * m)  # CERS and NCS, S and its draws
+        ood.head_sets = d * (1 + cfg.ood_controls)
+    plan.stages.append(ood)
+    return plan
+
+
+def _grid_ids(cfg) -> list[str]:
+    """The grid's setting ids as discovery names them (built-in corpora: their abbreviation;
+    a folder corpus: ``c<i>``, enough for the head-set algebra's pairs)."""
+    from vheads.discovery import CORPUS_ABBREV, QUERY_ABBREV, SOURCE_ABBREV
+
+    out = []
+    for i, c in enumerate(cfg.corpora):
+        a = CORPUS_ABBREV.get(c.partition(":")[0], f"c{i}") if ":" not in c else f"c{i}"
+        out += [f"{a}-{QUERY_ABBREV[q]}-{SOURCE_ABBREV[s]}" for q in cfg.queries for s in cfg.sources]
+    return out
+
+
+def evaluation_stages() -> tuple[str, ...]:
+    """The stages whose rows run through the evaluation's probes (what a run records)."""
+    return ("causal map", "beta sweep", "cers", "ncs", "ncs-grid", "text", "algebra", "audit", "pointing suite")
+
+
+def plan_study(cfg, model_layout: str | None = None, rates: str | Path | None = None) -> dict:
+    """``vheads plan``: the plan of ``cfg`` (a :class:`vheads.study.StudyConfig`) on
+    ``model_layout`` (a built-in name or JSON file; default: the config's model, shape from
+    its config file) with GPU- and CPU-hours at ``rates`` (default: the shipped rates of
+    that layout, where it has any). No weights are loaded."""
+    layout = load_layout(model_layout) if model_layout else layout_of_config(cfg)
+    plan = study_plan(cfg, layout, shared_draws=True)  # the memo's distinct head-sets (= per setting on a large model)
+    upper = study_plan(cfg, layout)
+    try:
+        r = load_rates(layout, rates)
+    except VheadsError:
+        if rates is not None:  # a rates file given for another layout: the user's mistake
+            raise
+        r = {"source": f"no shipped rates for the layout {layout.rates_key!r}"}
+    d = plan.to_dict(r)
+    d["n_eval"] = cfg.n_eval
+    d["upper_bound"] = {"full_rows": upper.full, "suffix_rows": upper.suffix, "gpu_hours": (upper.hours(r, "gpu") or {}).get("total"),
+                        "note": "every setting's control draws counted as its own (no draw shared between settings)"}
+    d["rate_model"] = ("ms per row linear in the prompt's tokens: a least-squares line through the measured "
+                       "[tokens, ms] points, through the origin while one point is measured")
+    return d
+
+
+def plan_text(d: dict) -> str:
+    """The plan of :func:`plan_study` as a table, one line per stage."""
+    lay = d["layout"]
+    lines = [f"plan: {d['settings']} settings, k = {d['main_k']}, n_eval = {d['n_eval']} on {lay['name']} "
+             f"({lay['n_layers']} x {lay['n_heads']} heads; {lay['prompt_tokens']}-token prompts, {lay['suffix_tokens']} after the prefix)",
+             f"{'stage':<15} {'full rows':>12} {'suffix rows':>12} {'tok/full':>8} {'items':>6} {'head-sets':>9} {'GPU-h':>8} {'CPU-h':>8}"]
+    gpu, cpu = d.get("gpu_hours") or {}, d.get("cpu_hours") or {}
+    fmt = lambda h, s: f"{h[s]:8.2f}" if s in h else f"{'-':>8}"  # noqa: E731
+    for name, s in d["stages"].items():
+        lines.append(f"{name:<15} {s['full']:>12,} {s['suffix']:>12,} {s['tokens_full']:>8} {s['items']:>6} {s['head_sets']:>9} "
+                     f"{fmt(gpu, name)} {fmt(cpu, name)}")
+    lines.append(f"{'total':<15} {d['full_rows']:>12,} {d['suffix_rows']:>12,} {'':>8} {'':>6} {'':>9} {fmt(gpu, 'total')} {fmt(cpu, 'total')}")
+    if d.get("gpu_device"):
+        lines.append(f"GPU: {d['gpu_device']}; " + d["rate_model"])
+    lines.append(f"rates: {d.get('rates', '')}")
+    return "\n".join(lines)
