@@ -146,22 +146,29 @@ def spread(k: int, n_layers: int, n_heads: int, selection: str = "flat") -> list
 
 
 def control_pool(name: str, counts: list[int], n_heads: int) -> int | None:
-    """Distinct head-sets control ``name`` can draw for an S with ``counts`` heads per layer:
-    ``layer-matched`` (and ``attention-matched``, matched on fewer heads: at most as many)
-    ``Π_l C(H − s_l, s_l)``; ``any-layer`` ``C(L·H − k, k)``; ``random-n@n`` ``C(L·H − k, n)``;
-    a deterministic control one; ``None`` for a name not known here."""
+    """Distinct head-sets control ``name`` can draw for an S with ``counts`` heads per layer
+    (the counts of :func:`vheads.evaluation.control_pool_size`): ``layer-matched``
+    ``Π_l C(H, s_l) − 1`` (every other head-set of the pattern); ``any-layer`` ``C(L·H, k) − 1``;
+    ``random-n@n`` ``C(L·H, n)`` (less S when n = k); the S-disjoint ones (and
+    ``attention-matched``, matched on fewer heads: at most as many) ``Π_l C(H − s_l, s_l)`` and
+    ``C(L·H − k, k)``; a deterministic control one; ``None`` for a name not known here."""
     from vheads.evaluation import get_control, split_control_name
 
     base, n = split_control_name(name)
     k, total = sum(counts), len(counts) * n_heads
     if not get_control(base).random:
         return 1
-    if base in ("layer-matched", "attention-matched"):
+    if base == "layer-matched":
+        return math.prod(math.comb(n_heads, s) for s in counts) - 1
+    if base in ("layer-matched-disjoint", "attention-matched"):
         return math.prod(math.comb(n_heads - s, s) for s in counts)
     if base == "any-layer":
+        return math.comb(total, k) - 1
+    if base == "any-layer-disjoint":
         return math.comb(total - k, k)
     if base == "random-n":
-        return math.comb(total - k, n if n is not None else k)
+        n = n if n is not None else k
+        return math.comb(total, n) - (n == k)
     return None
 
 
