@@ -5,7 +5,8 @@ import json
 import numpy as np
 
 from tests.report.synth import make_run
-from vheads.evaluation import HeadSet, layer_matched_controls
+from vheads.evaluation import HeadSet
+from vheads.evaluation._controls import layer_matched_disjoint_controls
 from vheads.report import load_run, protocol_checks
 from vheads.report._tables import sweep_table
 from vheads.store import Store
@@ -23,21 +24,23 @@ def _scores() -> np.ndarray:
     return s
 
 
-def test_k_sweep_draws_record_their_fallback_and_the_report_shows_it(tmp_path):
+def test_disjoint_draws_record_their_fallback_and_the_report_shows_it(tmp_path):
     st = Store(tmp_path)
     sc = _scores()
+    S8 = HeadSet([(1, 0), (2, 0)] + [(3, h) for h in range(6)], L, H)
     st.commit_unit("discovery/x", "discovery", 0.0, {"discovery": [
-        ("cm-ref-out", "referring", "out", "comics", 4, 2, json.dumps(sc.tolist()), json.dumps([[1, 0], [2, 0]]))]})
-    cfg = config_from_dict({"model": "unused", "controls": {"layer-matched": 5}, "k_sweep": [2, 8], "k_sweep_controls": 4,
-                            "algebra_controls": 0})
+        ("cm-ref-out", "referring", "out", "comics", 4, 8, json.dumps(sc.tolist()), json.dumps([list(h) for h in S8.heads]))]})
+    cfg = config_from_dict({"model": "unused", "controls": {"layer-matched": 5, "layer-matched-disjoint": 4},
+                            "k_sweep": [2, 8], "k_sweep_controls": 4, "algebra_controls": 0})
     _headset_stage(st, cfg, (L, H))
     recorded = json.loads(st.get_meta("control_fallbacks"))
     st.close()
-    # S at k = 8 has 6 of layer 3's 8 heads: a layer-matched draw can take only the other 2 there
-    S8 = HeadSet([(1, 0), (2, 0)] + [(3, h) for h in range(6)], L, H)
-    want = [str(f) for f in layer_matched_controls(S8, 4, 0).fallbacks]
+    # S has 6 of layer 3's 8 heads: an S-disjoint layer-matched draw can take only the other 2 there
+    want = [str(f) for f in layer_matched_disjoint_controls(S8, 4, 0).fallbacks]
     assert want and want[0].startswith("layer 3: S has 6 heads there but only 2")
-    assert recorded == {"cm-ref-out": {"layer-matched@k=8": want}}  # main (k = 2) and k = 2 draws keep counts
+    # the exchangeable draws (main and k sweep) keep S's counts in every layer: no fallback
+    assert recorded == {"cm-ref-out": {"layer-matched-disjoint": want}}
+    recorded = {"cm-ref-out": {"layer-matched@k=8": want}}  # as a run before issue 41 stored a k-sweep fallback
 
     d = make_run(tmp_path / "run", settings=["cm-ref-out", "cm-ref-qsp"], R=3, n_items=4, tests=("cers",),
                  row_groups=False, text=False, extra_controls=False, overlap=False, strips=False, any_layer=False,
