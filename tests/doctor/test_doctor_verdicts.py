@@ -167,18 +167,22 @@ def test_a_setting_compares_a_small_pool_whole_and_r_of_a_large_one():
 
 
 def test_control_pools_equal_the_sets_a_control_can_draw():
-    """Enumerated on a 3-layer x 4-head model: every layer-matched set of S with one head in
-    layers 0 and 1 (S's heads excluded), every any-layer set of its size."""
+    """Enumerated on a 3-layer x 4-head model: every layer-matched set with one head in
+    layers 0 and 1 but S itself (overlap with S allowed: exchangeable), every other any-layer
+    set of its size; and the S-disjoint pools."""
     from vheads.evaluation import HeadSet, draw_controls
 
     L, H = 3, 4
     S = [(0, 0), (1, 0)]
     heads = [(l, h) for l in range(L) for h in range(H)]
-    lm_sets = {frozenset(c) for c in itertools.combinations([x for x in heads if x not in S], 2)
-               if sorted(l for l, _ in c) == [0, 1]}
-    any_sets = {frozenset(c) for c in itertools.combinations([x for x in heads if x not in S], 2)}
-    assert control_pool("layer-matched", [1, 1, 0], H) == len(lm_sets) == 9
-    assert control_pool("any-layer", [1, 1, 0], H) == len(any_sets) == math.comb(10, 2)
+    others = [frozenset(c) for c in itertools.combinations(heads, 2) if frozenset(c) != frozenset(S)]
+    lm_sets = {c for c in others if sorted(l for l, _ in c) == [0, 1]}
+    any_sets = set(others)
+    disjoint = {c for c in others if not c & frozenset(S)}
+    assert control_pool("layer-matched", [1, 1, 0], H) == len(lm_sets) == 15
+    assert control_pool("any-layer", [1, 1, 0], H) == len(any_sets) == math.comb(12, 2) - 1
+    assert control_pool("layer-matched-disjoint", [1, 1, 0], H) == len(lm_sets & disjoint) == 9
+    assert control_pool("any-layer-disjoint", [1, 1, 0], H) == len(disjoint) == math.comb(10, 2)
     assert spread(2, L, H) == [1, 1, 0] and spread(5, 2, 4, "per-layer") == [4, 4]
     drawn = {frozenset(d.heads) for d in draw_controls("layer-matched", HeadSet(S, L, H), 400, 0)}
     assert drawn <= lm_sets and len(drawn) == len(lm_sets)  # 400 draws reach the whole pool, and nothing beyond it
