@@ -15,6 +15,7 @@ import torch
 from vheads.data.synthetic import kind_items
 from vheads.engine import Engine
 from vheads.evaluation import HeadSet, cers, layer_matched_controls, ncs, rank_p
+from vheads.evaluation._controls import layer_matched_disjoint_controls
 
 
 def test_random_head_sets_are_not_at_the_rank_p_floor_more_often_than_chance(tmp_path):
@@ -79,7 +80,7 @@ def test_planted_head_set_reaches_the_rank_p_floor_and_steers(tiny):
     S = _top_image_heads(Engine(tiny), per_layer=3)
     eng = Engine(_planted(tiny, S))
     R = 100
-    controls = list(layer_matched_controls(S, R, seed=0))
+    controls = list(layer_matched_disjoint_controls(S, R, seed=0))  # S-disjoint: heads that write nothing
     matched = kind_items("class-matched", 12, 3)
     mismatched = kind_items("class-mismatched", 12, 3)
     out = ncs(eng, matched, mismatched, [S, *controls], batch_size=101)
