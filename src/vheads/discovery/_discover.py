@@ -98,9 +98,7 @@ def headset_records(lm, corpora: Sequence[Corpus], scores: dict[str, SettingScor
     """One :class:`HeadSetRecord` per scored setting."""
     by_key = {(c.name, c.query): c for c in corpora}
     kk = resolve_k(len(lm.attention_layers), lm.n_heads, k, mode)
-    model = {"id": lm.model_id, "revision": lm.revision, "fingerprint": lm.fingerprint, "n_layers": lm.n_layers, "n_heads": lm.n_heads}
-    if len(lm.attention_layers) < lm.n_layers:  # hybrid: only these layers have heads
-        model["attention_layers"] = list(lm.attention_layers)
+    model = lm.record()  # id, revision, fingerprint, shape, a local folder's resolved path
     records = []
     for sid, sc in scores.items():
         c = by_key[(sc.setting.corpus, sc.setting.query)]

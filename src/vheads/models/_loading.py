@@ -57,6 +57,22 @@ class LoadedModel:
     #: the softmax-attention layers, the only ones with heads (all layers but the linear-
     #: attention ones of a hybrid stack; see :meth:`Adapter.attention_layers`)
     attention_layers: tuple[int, ...] = ()
+    #: the resolved (absolute) folder of a local checkpoint other than the built-in tiny
+    #: model; None for ``tiny`` and a hub id (which find themselves again by their id)
+    path: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """What a head-set file stores of this model (its ``model`` key): the id as given, the
+        revision, the fingerprint that proves a later load is the same model, the shape, and
+        for a local folder its resolved ``path``, so the file finds the model again from any
+        working folder (:func:`vheads.discovery.model_to_load`)."""
+        rec: dict[str, Any] = {"id": self.model_id, "revision": self.revision, "fingerprint": self.fingerprint,
+                               "n_layers": self.n_layers, "n_heads": self.n_heads}
+        if self.path is not None:
+            rec["path"] = self.path
+        if len(self.attention_layers) < self.n_layers:  # hybrid: only these layers have heads
+            rec["attention_layers"] = list(self.attention_layers)
+        return rec
 
     def __post_init__(self) -> None:
         if not self.attention_layers:
@@ -377,6 +393,7 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "a
         n_kv_heads=_layer_attribute(tc, "num_key_value_heads", layers[0]) or n_heads,
         head_dim=head_dim,
         attention_layers=layers,
+        path=str(Path(path).resolve()) if local and model != "tiny" else None,
     )
 
 
