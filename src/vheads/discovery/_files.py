@@ -261,12 +261,14 @@ def read_head_list(path: str | Path) -> list[tuple[int, int]] | None:
     checked against the model once it is loaded (:func:`load_headset_files`)."""
     path = Path(path)
     d = read_json(path, f"head-set file {path}")
-    if isinstance(d, dict) and "schema" in d:
-        return None
+    if isinstance(d, dict) and ("schema" in d or {"setting", "scores", "selection"} & d.keys()):
+        return None  # a vheads.headset/1 file (a damaged one is load_headset's to explain)
     heads = d.get("heads") if isinstance(d, dict) else d
-    if not isinstance(heads, list) or not heads:
-        raise VheadsError(f"head-set file {path}: expected a vheads.headset/1 file, a JSON list of [layer, head] pairs, "
-                          'or {"heads": [[layer, head], ...]}; got ' + (f"{type(d).__name__}" if heads is None else repr(heads)[:60]))
+    if isinstance(heads, list) and not heads:
+        raise VheadsError(f"head-set file {path} holds an empty head list; list at least one [layer, head] pair")
+    if not isinstance(heads, list):
+        raise VheadsError(f"head-set file {path}: expected a vheads.headset/1 file (a JSON object), a JSON list of "
+                          f'[layer, head] pairs, or {{"heads": [[layer, head], ...]}}; got {repr(d)[:60]}')
     return [check_head_pair(h, f"head-set file {path}: head {i}") for i, h in enumerate(heads)]
 
 
