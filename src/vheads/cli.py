@@ -15,12 +15,25 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+import typer.core
 
 from vheads import _options
 from vheads._quiet import one_line_warning as _one_line_warning  # noqa: F401  (re-exported)
 from vheads._quiet import quiet_libraries as _quiet_libraries
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Find and test the visual attention heads of VLMs.")
+#: the order ``vheads --help`` lists the commands in: a study's workflow, then the tools around it
+COMMAND_ORDER = ("study", "discover", "overlap", "evaluate", "audit", "causal-map", "report", "export", "compare",
+                 "doctor", "models", "data", "tiny")
+
+
+class _WorkflowOrder(typer.core.TyperGroup):
+    def list_commands(self, ctx) -> list[str]:
+        rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+        return sorted(super().list_commands(ctx), key=lambda name: (rank.get(name, len(rank)), name))
+
+
+app = typer.Typer(cls=_WorkflowOrder, add_completion=False, no_args_is_help=True,
+                  help="Find and test the visual attention heads of VLMs.")
 
 
 @app.callback()
@@ -134,11 +147,9 @@ def evaluate(
     lists = {(f"heads-{i + 1}" if len(heads) > 1 else "heads"): parse_heads(h) for i, h in enumerate(heads)}
     records = [load_headset(p) for p in headset if read_head_list(p) is None]
     if out is not None:
-        from vheads._errors import check_output_path
+        from vheads._errors import check_output_file
 
-        out = check_output_path(out, "--out")
-        if out.is_dir():
-            raise VheadsError(f"--out {out} is a folder; pass a file name for the JSON document (e.g. results.json)")
+        out = check_output_file(out, "--out")  # a rerun overwrites it
     _options.check_load_flags(device, device_map, quantize)
     real = _real_items(source, cell)
     if real is not None:  # every photo or benchmark row read (and checked) before the model loads
@@ -294,8 +305,16 @@ def report(
         _fail_clearly(check_output_path, out, "--out")
     from vheads.study import build_report_if_available
 
+    png = (out if out is not None else run_dir) / "report.png"
+    before = png.stat().st_mtime_ns if png.is_file() else None
     path = _fail_clearly(build_report_if_available, run_dir, out, metric, screenshot)
     typer.echo(f"report: {path}")
+    if screenshot and (not png.is_file() or png.stat().st_mtime_ns == before):  # the screenshot never fails the report: say so
+        from vheads.report._screenshot import CHROMIUM_NAMES, find_chromium
+
+        why = (f"no Chromium on PATH ({', '.join(CHROMIUM_NAMES)}); install one (Debian: apt-get install chromium)"
+               if find_chromium() is None else "Chromium ran but wrote no image")
+        typer.echo(f"⚠ --screenshot: report.png not written: {why}", err=True)
 
 
 @app.command()
