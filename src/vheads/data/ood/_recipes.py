@@ -174,8 +174,9 @@ def build_items(task: str, spec: str, recipe: str, records: list[MCQRecord], kin
     pool = usable(recipe, records, spec)
     if n > len(pool):
         why = "with four or more choices" if recipe == "overlay" else "in a family with four different answers"
-        raise VheadsError(f"{spec}: {n} items asked (--n {n}), but it has {len(pool)} usable questions ({why}, of "
-                          f"{len(records)}); pass --n {len(pool)} or fewer: a question is never repeated")
+        raise VheadsError(f"{spec}: {n} items asked, but it has {len(pool)} usable questions ({why}, of "
+                          f"{len(records)} read); ask for {len(pool)} or fewer (--n; n_ood / n_eval in a study config): "
+                          "a question is never repeated, as repeats would count as independent items")
     drawn = [pool[int(k)] for k in rng.permutation(len(pool))[: int(n)]]
     items = []
     for i in range(int(n)):
