@@ -23,10 +23,10 @@ def text_table(rows: list[dict], title: str = "") -> str:
         return f"{title}\n(no rows)" if title else "(no rows)"
     keys = list(rows[0])
     cells = [[_cell(r.get(k)) for k in keys] for r in rows]
+    numeric = [all(isinstance(r.get(k), (int, float)) or r.get(k) is None for r in rows) for k in keys]  # right-aligned
     widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
-    lines = ["  ".join(k.ljust(w) for k, w in zip(keys, widths))]
-    lines += ["  ".join(c.rjust(w) if r and c[:1] in "-0123456789n" else c.ljust(w) for c, w in zip(r, widths))
-              for r in cells]
+    lines = ["  ".join(k.rjust(w) if num else k.ljust(w) for k, w, num in zip(keys, widths, numeric))]
+    lines += ["  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(r, widths, numeric)) for r in cells]
     return "\n".join(([title] if title else []) + lines)
 
 
