@@ -165,6 +165,23 @@ def check_output_path(path: str | Path, what: str = "--out") -> Path:
     return path
 
 
+def check_output_file(path: str | Path, what: str = "--out", suffix: str | None = None) -> Path:
+    """``path`` if a command may write it as one output file (a rerun overwrites it), else
+    :class:`VheadsError` naming ``what``: a folder (with the name to pass instead), another
+    suffix than ``suffix``, a folder that does not exist, or a name :func:`check_output_path` refuses."""
+    path = Path(path)
+    if path.is_dir():
+        example = path / f"results{suffix or '.json'}"
+        raise VheadsError(f"{what} {str(path)!r} is a folder; pass a file name{f' ({suffix})' if suffix else ''}, e.g. {str(example)!r}")
+    if suffix is not None and path.suffix.lower() != suffix:
+        raise VheadsError(f"{what} must be a {suffix} file, got {str(path)!r}")
+    if not path.parent.is_dir():
+        raise MissingFileError(f"folder {str(path.parent)!r} of {what} does not exist")
+    if not path.exists():
+        check_output_path(path, what)  # a name too long, or below a file
+    return path
+
+
 def make_output_folder(path: str | Path, hint: str = "pass --out to a writable folder") -> Path:
     """``mkdir -p path``; a read-only or full disk is one line that says the input is untouched."""
     path = check_output_path(Path(path), "output folder")

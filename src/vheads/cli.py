@@ -15,11 +15,25 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+import typer.core
 
+from vheads import _options
 from vheads._quiet import one_line_warning as _one_line_warning  # noqa: F401  (re-exported)
 from vheads._quiet import quiet_libraries as _quiet_libraries
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Find and test the visual attention heads of VLMs.")
+#: the order ``vheads --help`` lists the commands in: a study's workflow, then the tools around it
+COMMAND_ORDER = ("study", "discover", "overlap", "evaluate", "audit", "causal-map", "report", "export", "compare",
+                 "plan", "doctor", "models", "data", "tiny")
+
+
+class _WorkflowOrder(typer.core.TyperGroup):
+    def list_commands(self, ctx) -> list[str]:
+        rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+        return sorted(super().list_commands(ctx), key=lambda name: (rank.get(name, len(rank)), name))
+
+
+app = typer.Typer(cls=_WorkflowOrder, add_completion=False, no_args_is_help=True,
+                  help="Find and test the visual attention heads of VLMs.")
 
 
 @app.callback()
@@ -77,20 +91,34 @@ def study(
         typer.echo(f"report: {res.report}")
 
 
+#: why ``vheads evaluate`` steers at a fixed β unless asked for the study's rule (said under its table)
+BETA_FIXED_WHY = ("fixed (--beta-rule fixed, the default: the seed study's beta; `vheads study` chooses beta by its "
+                  "controls rule, which first sweeps beta over random heads: pass --beta-rule controls to apply it here)")
+
+
 @app.command()
 def evaluate(
-    headset: Annotated[list[Path], typer.Option(help="head-set file(s) from `vheads discover`; repeat for several")],
+    headset: Annotated[Optional[list[Path]], typer.Option(help="head-set file(s): from `vheads discover`, or a plain head list (JSON: a list of (layer, head) pairs, or an object whose 'heads' is one); repeat for several")] = None,  # noqa: UP007
+    heads: Annotated[Optional[list[str]], typer.Option("--heads", help="a head list on the command line, 0-based: L1H0,L2H3 (with --model); repeat for several head-sets")] = None,  # noqa: UP007
     test: Annotated[list[str], typer.Option(help="cers, cers-sym, ncs, ncs-grid, text; repeat for several")] = ["cers", "ncs"],  # noqa: B006
     controls: Annotated[str, typer.Option(help="e.g. layer-matched:100,any-layer:100")] = "layer-matched:100,any-layer:100",
-    n: Annotated[int, typer.Option(help="items per evaluation set")] = 24,
-    beta: Annotated[float, typer.Option(help="steering strength (CERS)")] = 1e4,
+    n: Annotated[int, typer.Option(help="items per evaluation set (a benchmark file: at most its rows)")] = 24,
+    beta: Annotated[float, typer.Option(help="steering strength (CERS) under --beta-rule fixed")] = 1e4,
+    beta_rule: Annotated[str, typer.Option(help="fixed (--beta) or controls[:TOL]: the study's rule, the largest beta of 1..1e4 at which 5 layer-matched draws' CERS has RMS <= TOL (default 0.05)")] = "fixed",
     rows: Annotated[str, typer.Option(help="row group masks act at (NCS, NCS_grid): all, image, question, last")] = "all",
     steer_rows: Annotated[str, typer.Option(help="row group CERS steers at: all (default), image, question, last")] = "all",
     seed: Annotated[int, typer.Option(help="seed of items and control draws")] = 0,
-    model: Annotated[Optional[str], typer.Option(help="model (default: the one named in the head-set file)")] = None,  # noqa: UP007
+    model: Annotated[Optional[str], typer.Option(help="model (default: the one a head-set file names, found by its recorded folder or hub id)")] = None,  # noqa: UP007
+    revision: _options.Revision = None,
+    device: _options.Device = "cpu",
+    dtype: _options.Dtype = "auto",
+    device_map: _options.DeviceMap = None,
+    quantize: _options.Quantize = None,
+    trust_remote_code: _options.TrustRemoteCode = False,
     force: Annotated[bool, typer.Option("--force", help="use head-sets discovered on another model")] = False,
     batch_size: Annotated[int, typer.Option(help="head-sets per batched forward")] = 128,
-    json_out: Annotated[bool, typer.Option("--json", help="machine-readable output with per-item outcomes")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="machine-readable output with per-item outcomes, beta, n, seed, the model and each head list")] = False,
+    out: Annotated[Optional[Path], typer.Option(help="also write that JSON document to this file")] = None,  # noqa: UP007
     source: Annotated[Optional[str], typer.Option(help="real photos (imagenet:DIR, imagefolder:DIR, hf:DIR[,SPLIT]) or a benchmark (cvbench:DIR, mcq:FILE.jsonl, …)")] = None,  # noqa: UP007
     cell: Annotated[int, typer.Option(help="real photos: pixels per grid cell")] = 224,
     system_prompt: Annotated[Optional[str], typer.Option(help="a system turn before each prompt (default: what the chat template does without one)")] = None,  # noqa: UP007
@@ -100,35 +128,75 @@ def evaluate(
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
-    from vheads.discovery import load_headset
+    from vheads._errors import VheadsError
+    from vheads.discovery import load_headset, model_to_load, parse_heads, read_head_list
     from vheads.evaluation import check_request
+    from vheads.study._headline import parse_beta_rule
 
     # every argument, and every head-set file, is checked before the model (or torch) is loaded
+    headset, heads = headset or [], heads or []
+    if not headset and not heads:
+        raise VheadsError("name the heads to test: --headset FILE (from `vheads discover`, or a JSON list of [layer, head] "
+                          "pairs) or --heads L1H0,L2H3 with --model")
     _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size, steer_rows=steer_rows, seed=seed,
                   ablation=ablation, reference_n=reference_n)
-    records = [_fail_clearly(load_headset, p) for p in headset]
+    try:
+        parse_beta_rule(beta_rule)
+    except ValueError as e:
+        raise VheadsError(f"--beta-rule: {e}") from None
+    lists = {(f"heads-{i + 1}" if len(heads) > 1 else "heads"): parse_heads(h) for i, h in enumerate(heads)}
+    records = [load_headset(p) for p in headset if read_head_list(p) is None]
+    if out is not None:
+        from vheads._errors import check_output_file
+
+        out = check_output_file(out, "--out")  # a rerun overwrites it
+    _options.check_load_flags(device, device_map, quantize)
     real = _real_items(source, cell)
-    if real is not None:  # every photo read (and checked) before the model loads
+    if real is not None:  # every photo or benchmark row read (and checked) before the model loads
         from vheads.evaluation import TEST_SETS, item_sets
 
         _fail_clearly(item_sets, [k for t in test for k in TEST_SETS[t]], n, lambda kind: seed, real)
     if model is None:
-        model = records[0].model["id"]
+        if not records:
+            raise VheadsError("--heads and plain head lists need --model: the model the heads belong to ('tiny', a folder or a hub id)")
+        model, recorded_revision = model_to_load(records[0])
+        revision = revision or recorded_revision
     from vheads.discovery import load_headset_files
     from vheads.engine import Engine
     from vheads.evaluation import evaluate_headsets
     from vheads.models import load_model
+    from vheads.study._headline import beta_by_rule
 
     with _quiet_libraries(quiet):
-        lm = _fail_clearly(load_model, model, system_prompt=system_prompt, chat_template=chat_template)
-        hs = _fail_clearly(load_headset_files, headset, lm, force)
-        results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size,
-                                not (json_out or quiet), steer_rows, real, ablation=ablation, reference_n=reference_n)
-    if json_out:
-        from vheads._io import json_safe
+        lm = load_model(model, revision=revision, dtype=dtype, device=device, device_map=device_map, quantization=quantize,
+                        trust_remote_code=trust_remote_code, system_prompt=system_prompt, chat_template=chat_template)
+        hs = load_headset_files(headset, lm, force, heads=lists)
+        engine = Engine(lm)
+        steering = any(t.startswith("cers") for t in test)
+        beta, beta_record = (beta_by_rule(engine, hs, beta_rule, beta, n, seed, steer_rows=steer_rows, source=real,
+                                          batch_size=batch_size, progress=not (json_out or quiet))
+                             if steering else (beta, {"rule": "unused (no CERS test)", "beta": beta}))
+        results = evaluate_headsets(engine, hs, test, controls, n, beta, rows, seed, batch_size,
+                                    not (json_out or quiet), steer_rows, real, ablation=ablation, reference_n=reference_n)
+    run = {"model": lm.record(), "beta": beta, "beta_rule": beta_record, "n": n, "seed": seed, "controls_spec": controls,
+           "rows": rows, "steer_rows": steer_rows, "source": source}
+    if json_out or out is not None:
+        from vheads._io import atomic_write, json_safe
 
-        typer.echo(json.dumps(json_safe([r.to_dict(per_item=True) for r in results]), indent=1, allow_nan=False))
-        return
+        doc = [{**r.to_dict(per_item=True), "heads": [list(h) for h in hs[r.name].heads], **run} for r in results]
+        text = json.dumps(json_safe(doc), indent=1, allow_nan=False)
+        if out is not None:
+            atomic_write(out, lambda fh: fh.write(text + "\n"))
+        if json_out:
+            typer.echo(text)
+            return
+    typer.echo(f"model {lm.model_id} ({lm.fingerprint}); n = {n} items per set, seed {seed}")
+    if steering:
+        why = BETA_FIXED_WHY if beta_record["rule"] == "fixed" else (
+            f"by the study's rule {beta_record['rule']} (CERS RMS of random layer-matched heads by beta: "
+            + ", ".join(f"{b}: {r:.3f}" for b, r in beta_record["rms"].items())
+            + ("" if beta_record["met"] else "; no beta met the tolerance: the one of smallest RMS") + ")")
+        typer.echo(f"beta = {beta:g}: {why}")
     if ablation != "attention":
         typer.echo(f"ablation: {ablation} (S's head outputs replaced at the row group, not its attention masked)")
     typer.echo(f"{'head-set':<14} {'test':<10} {'T_S':>8} {'95% CI':>19}  control          mean ± sd        z     rank p   Holm p  draws")
@@ -143,16 +211,24 @@ def evaluate(
             bca = (f"; fewer than 30 items per arm: may undercover, BCa [{r.ci_bca[0]:8.4f},{r.ci_bca[1]:8.4f}]"
                    if r.ci_bca is not None else "")
             typer.echo(f"{'':<25} bootstrap [{r.ci_bootstrap[0]:8.4f},{r.ci_bootstrap[1]:8.4f}] (both arms resampled, 2000{bca})")
+    if out is not None:
+        typer.echo(f"results: {out}")
 
 
 @app.command()
 def audit(
-    model: Annotated[str, typer.Option(help="'tiny', a local folder or a hub id")] = "tiny",
-    n: Annotated[int, typer.Option(help="items per set")] = 24,
-    seed: Annotated[int, typer.Option()] = 0,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    model: _options.Model = "tiny",
+    n: Annotated[int, typer.Option(help="items per set (a benchmark file: at most its rows)")] = 24,
+    seed: Annotated[int, typer.Option(help="seed of the items")] = 0,
+    json_out: Annotated[bool, typer.Option("--json", help="one JSON document: per set its n, mean P(key), expected range and ok")] = False,
     source: Annotated[Optional[str], typer.Option(help="real photos (imagenet:DIR, imagefolder:DIR, hf:DIR[,SPLIT]) or a benchmark (cvbench:DIR, mcq:FILE.jsonl, …)")] = None,  # noqa: UP007
     cell: Annotated[int, typer.Option(help="real photos: pixels per grid cell")] = 224,
+    revision: _options.Revision = None,
+    device: _options.Device = "cpu",
+    dtype: _options.Dtype = "auto",
+    device_map: _options.DeviceMap = None,
+    quantize: _options.Quantize = None,
+    trust_remote_code: _options.TrustRemoteCode = False,
 ) -> None:
     """Baseline audit of the evaluation sets: oracle, floor, matched, mismatched, leak."""
     from vheads._errors import MAX_ITEMS, MAX_SEED, check_range
@@ -160,6 +236,7 @@ def audit(
 
     _fail_clearly(check_range, "--n", n, 1, MAX_ITEMS)
     _fail_clearly(check_range, "--seed", seed, 0, MAX_SEED)
+    _options.check_load_flags(device, device_map, quantize)
     from vheads.data import default_templates
 
     real = _real_items(source, cell)
@@ -168,7 +245,8 @@ def audit(
     from vheads.evaluation import baseline_audit
     from vheads.models import load_model
 
-    lm = _fail_clearly(load_model, model)
+    lm = _fail_clearly(load_model, model, revision=revision, dtype=dtype, device=device, device_map=device_map,
+                       quantization=quantize, trust_remote_code=trust_remote_code)
     rep = baseline_audit(Engine(lm), sets)
     if json_out:
         typer.echo(json.dumps(rep, indent=1))
@@ -181,10 +259,10 @@ def audit(
 @app.command()
 def doctor(
     model: Annotated[str, typer.Option(help="'tiny', a local folder or a hub id")] = "tiny",
-    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N, mps")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")] = "auto",
-    device_map: Annotated[Optional[str], typer.Option("--device-map", help="place the layers as a study's device_map: auto | balanced | balanced_low_0 | sequential (accelerate), or one device")] = None,  # noqa: UP007
-    quantize: Annotated[Optional[str], typer.Option("--quantize", help="load the weights as a study's quantization: 4bit | 8bit (bitsandbytes, CUDA only)")] = None,  # noqa: UP007
+    device: _options.Device = "cpu",
+    dtype: _options.Dtype = "auto",
+    device_map: _options.DeviceMap = None,
+    quantize: _options.Quantize = None,
     config: Annotated[Optional[Path], typer.Option(help="study config (TOML) whose projected time to print; default: the built-in study")] = None,  # noqa: UP007
     json_out: Annotated[bool, typer.Option("--json", help="one JSON document")] = False,
 ) -> None:
@@ -192,9 +270,7 @@ def doctor(
     from vheads.study import load_config
 
     study = _fail_clearly(load_config, config, model=model)  # its sizes and the questions this model is asked (no torch)
-    from vheads.models import check_load_options
-
-    _fail_clearly(_check_doctor_load, device, device_map, quantize, check_load_options)  # before any work
+    _options.check_load_flags(device, device_map, quantize)  # before any work, each refusal naming its flag
     from vheads.doctor import doctor as run_doctor
 
     rep = _fail_clearly(run_doctor, model, device, dtype, study=study, device_map=device_map, quantization=quantize)
@@ -225,17 +301,6 @@ def plan(
     typer.echo(json.dumps(d, indent=1) if json_out else plan_text(d))
 
 
-def _check_doctor_load(device: str, device_map: str | None, quantize: str | None, check) -> None:
-    """``--device-map`` / ``--quantize`` as the study checks ``device_map`` / ``quantization``,
-    named by flag."""
-    from vheads._errors import VheadsError
-
-    for flag, args in (("--device-map", (device, device_map, None)), ("--quantize", (device, device_map, quantize))):
-        try:
-            check(*args)
-        except VheadsError as e:
-            raise VheadsError(f"{flag}: {e}") from None
-
 
 @app.command()
 def report(
@@ -257,8 +322,16 @@ def report(
         _fail_clearly(check_output_path, out, "--out")
     from vheads.study import build_report_if_available
 
+    png = (out if out is not None else run_dir) / "report.png"
+    before = png.stat().st_mtime_ns if png.is_file() else None
     path = _fail_clearly(build_report_if_available, run_dir, out, metric, screenshot)
     typer.echo(f"report: {path}")
+    if screenshot and (not png.is_file() or png.stat().st_mtime_ns == before):  # the screenshot never fails the report: say so
+        from vheads.report._screenshot import CHROMIUM_NAMES, find_chromium
+
+        why = (f"no Chromium on PATH ({', '.join(CHROMIUM_NAMES)}); install one (Debian: apt-get install chromium)"
+               if find_chromium() is None else "Chromium ran but wrote no image")
+        typer.echo(f"⚠ --screenshot: report.png not written: {why}", err=True)
 
 
 @app.command()
@@ -306,8 +379,8 @@ def causal_map(
     seed: Annotated[int, typer.Option(help="seed of the items and the design")] = 0,
     batch_size: Annotated[int, typer.Option(help="head-sets per batched forward")] = 128,
     out: Annotated[Path, typer.Option(help="folder for causal_map.json and causal_map.png")] = Path("causal_map"),
-    device: Annotated[str, typer.Option(help="torch device")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16")] = "auto",
+    device: _options.Device = "cpu",
+    dtype: _options.Dtype = "auto",
     metric: Annotated[str, typer.Option(help="metric the figure and the printed top heads show: p4, logprob, logit-diff")] = "p4",
     top: Annotated[int, typer.Option(help="print this many heads of largest effect per test")] = 10,
     json_out: Annotated[bool, typer.Option("--json", help="print one JSON document: every map, the regression's fits, the backup pairs, Spearman rho and top-k recall between every pair of methods")] = False,

@@ -72,7 +72,7 @@ def test_strip_folder_errors(tmp_path):
         d.mkdir()
         (d / "strips.json").write_text('{"strips": []}')
         load_strip_folder(d, "ordinal")
-    with pytest.raises(ValueError, match=r"panel 6 box \(160, 0, 200, 32\) lies outside the 192x32 image"):
+    with pytest.raises(ValueError, match=r"panel 6 box \[160, 0, 200, 32\] lies outside the 192x32 image"):
         load_strip_folder(make_strip_folder(tmp_path / "bad", bad_box=True), "ordinal")
     with pytest.raises(FileNotFoundError, match="image 's2.png'.*is missing"):
         load_strip_folder(make_strip_folder(tmp_path / "miss", missing=True), "ordinal")

@@ -79,3 +79,39 @@ def test_random_n_spec_takes_its_own_head_count():
     for bad in ("random-n:3@0", "random-n:3@x", "layer-matched:3@5", "random-n:3@200,random-n:4@200"):
         with pytest.raises(ValueError):
             parse_control_spec(bad)
+
+
+@pytest.mark.slow
+def test_evaluate_beta_rule_controls_applies_the_study_rule_to_the_controls_cers(tiny_headset):
+    """`--beta-rule controls` chooses β as the study does: the largest sweep point at which
+    the layer-matched draws' CERS has RMS <= 0.05, else the point of smallest RMS; each RMS
+    is recomputed here from a plain `--beta B` run's per-item values of the same draws."""
+    from vheads.cli import app
+    from vheads.study._headline import EVALUATE_SWEEP, EVALUATE_SWEEP_DRAWS
+
+    args = ["evaluate", "--headset", str(tiny_headset), "--test", "cers", "--n", "2", "--seed", "1", "--json", "--quiet"]
+    r = CliRunner().invoke(app, [*args, "--controls", "layer-matched:2", "--beta-rule", "controls"])
+    assert r.exit_code == 0, r.output
+    (res,) = json.loads(r.stdout)
+    rms = {}
+    for b in EVALUATE_SWEEP:
+        rb = CliRunner().invoke(app, [*args, "--controls", f"layer-matched:{EVALUATE_SWEEP_DRAWS}", "--beta", str(b)])
+        assert rb.exit_code == 0, rb.output
+        (one,) = json.loads(rb.stdout)
+        draws = [np.mean(v) for h, v in one["per_item"]["values"].items() if h.startswith("layer-matched#")]
+        rms[b] = float(np.sqrt(np.mean(np.square(draws))))
+    assert res["beta_rule"]["rms"] == pytest.approx({f"{b:g}": v for b, v in rms.items()}, abs=1e-12)
+    ok = [b for b, v in rms.items() if v <= 0.05]
+    assert res["beta"] == (max(ok) if ok else min(rms, key=rms.get))
+    assert res["beta_rule"]["met"] == bool(ok)
+
+
+def test_evaluate_says_which_beta_it_steers_at_and_why(tiny_headset):
+    from vheads.cli import app
+
+    r = CliRunner().invoke(app, ["evaluate", "--headset", str(tiny_headset), "--test", "cers", "--controls", "layer-matched:2",
+                                 "--n", "2", "--beta", "100", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert "beta = 100: fixed" in r.stdout and "--beta-rule controls" in r.stdout
+    bad = CliRunner().invoke(app, ["evaluate", "--headset", str(tiny_headset), "--beta-rule", "auto"])
+    assert bad.exit_code == 2 and "--beta-rule" in bad.stderr and "Traceback" not in bad.output

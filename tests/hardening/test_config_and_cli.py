@@ -130,7 +130,8 @@ def headset_file(tmp_path):
     (lambda t: json.dumps({k: v for k, v in json.loads(t).items() if k != "model"}), "'model' is a required property"),
     (lambda t: json.dumps({**json.loads(t), "model": {"fingerprint": "x", "n_layers": 3, "n_heads": 4}}), "'id' is a required property"),
     (lambda t: json.dumps({**json.loads(t), "selection": [1]}), "at selection: [1] is not of type 'object'"),
-    (lambda t: "[]", "JSON object"),
+    (lambda t: "[]", "empty head list"),  # a plain head list (issue 44), but an empty one
+    (lambda t: "3", "JSON object"),
 ])
 def test_evaluate_reads_head_set_files_inside_the_handler(headset_file, content, fragment):
     headset_file.write_text(content(headset_file.read_text()))

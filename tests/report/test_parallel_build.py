@@ -49,3 +49,23 @@ def test_the_worker_count_follows_the_environment(monkeypatch):
     assert report_workers() == 3
     monkeypatch.setenv("VHEADS_REPORT_WORKERS", "many")
     assert report_workers() == 1
+
+
+def test_workers_under_the_study_sigterm_handler_end_without_a_traceback(tmp_path, capfd):
+    """`vheads study` raises KeyboardInterrupt on SIGTERM (to stop with a resume line); the
+    forked section workers must not inherit it, or ending the pool prints ForkPoolWorker
+    tracebacks after a successful study (issue 44)."""
+    import signal
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt("SIGTERM")
+
+    run = load_run(make_run(tmp_path, settings=["cm-ord-last", "cm-ref-qsp"], R=3, n_items=6))
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        sections, _ = build_sections(run, workers=2)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = capfd.readouterr().err
+    assert sections
+    assert "Traceback" not in err and "ForkPoolWorker" not in err and "KeyboardInterrupt" not in err, err

@@ -110,14 +110,32 @@ def _box(value: object, what: str) -> tuple[int, int, int, int]:
     return tuple(int(v) for v in value)
 
 
+def box_problem(box: tuple[int, int, int, int], w: int | None = None, h: int | None = None) -> str | None:
+    """Why ``box`` is not a panel of a ``w`` x ``h`` image (None: it is; without a size, only
+    its shape is checked). Boxes are ``[x0, y0, x1, y1]``, pixel edges, x1/y1 exclusive; a
+    box that reads right as ``[x, y, width, height]`` is said to look like one."""
+    x0, y0, x1, y1 = box
+    fits = w is None or (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h)
+    if x0 < x1 and y0 < y1 and fits:
+        return None
+    xywh = (x0, y0, x0 + x1, y0 + y1)
+    looks = min(x1, y1) > 0 and (w is None or (0 <= xywh[0] < xywh[2] <= w and 0 <= xywh[1] < xywh[3] <= h))
+    hint = (f"; it looks like [x, y, width, height], which is {list(xywh)} as [x0, y0, x1, y1]" if looks else "")
+    if not (x0 < x1 and y0 < y1):
+        return f"box {list(box)} is empty or reversed: boxes are [x0, y0, x1, y1] (corners, x1/y1 exclusive), so x1 > x0 and y1 > y0{hint}"
+    return f"box {list(box)} lies outside the {w}x{h} image (boxes are [x0, y0, x1, y1] pixel corners, x1/y1 exclusive){hint}"
+
+
 def read_strip_index(folder: str | Path, index: str = STRIP_INDEX) -> dict:
     """The validated ``strips.json`` of a strip folder (images are checked for existence).
 
     Refused, with the file and key named: a non-object, no or an empty ``strips`` list;
     a ``corpus`` / ``abbrev`` that is not a plain name (they become parts of file names);
     an ``image`` that is absolute or climbs out of the folder; panels without a box of 4
-    whole-pixel numbers or without a non-empty string label; two panels of one strip with
-    the same box (the asked panel could not be told apart).
+    whole-pixel numbers or without a non-empty string label; an empty or reversed box (with a
+    hint when it reads as ``[x, y, w, h]``); two panels of one strip with the same box (the
+    asked panel could not be told apart); one image listed twice (its two items would share
+    an id).
     """
     folder = Path(folder)
     path = folder / index
@@ -135,6 +153,7 @@ def read_strip_index(folder: str | Path, index: str = STRIP_INDEX) -> dict:
         safe_name(data["corpus"], f"{path}: key 'corpus'")
     if data.get("abbrev") is not None:
         safe_name(data["abbrev"], f"{path}: key 'abbrev'", ABBREV)
+    seen: dict[str, int] = {}
     for i, s in enumerate(strips):
         if not isinstance(s, dict) or "image" not in s or not isinstance(s.get("panels"), list) or not s["panels"]:
             raise VheadsError(f"{path}: strip {i} needs an 'image' and a non-empty 'panels' list")
@@ -145,10 +164,16 @@ def read_strip_index(folder: str | Path, index: str = STRIP_INDEX) -> dict:
             if not isinstance(p, dict) or "box" not in p or "label" not in p:
                 raise VheadsError(f"{where} needs 'box' [x0, y0, x1, y1] and 'label'")
             boxes.append(_box(p["box"], where))
+            problem = box_problem(boxes[-1])
+            if problem:
+                raise VheadsError(f"{where}: {problem}")
             plain_text(p["label"], f"{where}: 'label'")
         if len(set(boxes)) < len(boxes):
             twin = next(b for b in boxes if boxes.count(b) > 1)
             raise VheadsError(f"{path}: strip {i} ({image}) has two panels with the same box {list(twin)}")
+        first = seen.setdefault(PurePosixPath(image.replace("\\", "/")).as_posix(), i)
+        if first != i:  # both items would get one id: one would replace the other in the store
+            raise VheadsError(f"{path}: strips {first} and {i} both list the image {image!r}; list each image once")
         if not (folder / image).is_file():
             raise MissingFileError(f"strip folder {folder}: image {image!r} (strip {i} of {index}) is missing")
         inside_data_folder(folder, folder / image, f"strip folder {folder}: image {image!r} (strip {i} of {index})")
@@ -184,9 +209,10 @@ def load_strip_folder(folder: str | Path, query: str, n: int | None = None, seed
         img = open_rgb(folder / s["image"], where)
         w, h = img.size
         boxes = [_box(p["box"], where) for p in s["panels"]]
-        for j, (x0, y0, x1, y1) in enumerate(boxes):
-            if not (0 <= x0 < x1 <= w and 0 <= y0 < y1 <= h):
-                raise VheadsError(f"{where}: panel {j + 1} box {(x0, y0, x1, y1)} lies outside the {w}x{h} image")
+        for j, box in enumerate(boxes):
+            problem = box_problem(box, w, h)
+            if problem:
+                raise VheadsError(f"{where}: panel {j + 1} {problem}")
         labels = [str(p["label"]) for p in s["panels"]]
         asked = _ask(query, labels, rng)
         if asked is None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
-from vheads._errors import MAX_SEED, VheadsError, check_output_path, check_range
+from vheads._errors import MAX_SEED, VheadsError, check_output_file, check_range
 from vheads._io import atomic_write
 from vheads.data.builders import check_cell
 from vheads.data._items import OPTION_LETTERS, Item
@@ -115,14 +115,7 @@ MAX_PREVIEW = 1000
 
 def write_preview(source: str, kind: str, out: str | Path, n: int = 8, seed: int = 0, cell: int = 224) -> Path:
     """Build the items and write their contact sheet to ``out`` (PNG); nothing is written on error."""
-    out = Path(out)
-    if out.suffix.lower() != ".png":
-        raise ValueError(f"--out must be a .png file, got {str(out)!r}")
-    if not out.parent.is_dir():
-        raise FileNotFoundError(f"folder {str(out.parent)!r} of --out does not exist")
-    check_output_path(out)
-    if out.is_dir():
-        raise VheadsError(f"--out {str(out)!r} is a folder; pass the contact sheet's file name (.png)")
+    out = check_output_file(out, "--out", ".png")  # a rerun overwrites the sheet; a folder is named as one
     check_range("--n", n, 1, MAX_PREVIEW)
     check_range("--seed", seed, 0, MAX_SEED)
     check_cell(cell, "--cell")

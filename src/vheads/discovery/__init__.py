@@ -4,7 +4,8 @@
   corpus × query × source setting (DESIGN.md "Discovery score");
 - :func:`select_heads` — flat top-k or top-k per layer, k scaled to the model;
 - :func:`save_headset` / :func:`load_headset` / :func:`load_headset_files` — ``vheads.headset/1`` files
-  with provenance;
+  with provenance (plain head lists too: :func:`read_head_list`, :func:`parse_heads`);
+  :func:`model_to_load` finds a file's model again;
 - :func:`headset_schema` / :func:`validate_headset_json` — the shipped JSON Schema of those files;
 - :func:`overlap_report` — overlap matrix, split-half noise ceilings, geometric-mean
   ceilings, overlap curves; :func:`plot_overlap_heatmap`;
@@ -28,7 +29,8 @@ if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.discovery._cli import discover as discover_command
     from vheads.discovery._cli import overlap as overlap_command
     from vheads.discovery._files import (
-        SCHEMA, HeadSetRecord, check_model, load_headset, load_headset_files, load_per_item, save_headset, save_per_item,
+        SCHEMA, HeadSetRecord, check_model, load_headset, load_headset_files, load_per_item, model_to_load, parse_heads,
+        read_head_list, save_headset, save_per_item,
     )
     from vheads.discovery._overlap import (
         Ceiling, OverlapReport, PairOverlap, pair_overlap, split_half_overlap, geometric_ceiling, overlap_curve, overlap_fraction, overlap_matrix, overlap_report,

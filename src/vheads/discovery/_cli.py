@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from vheads import _options
 from vheads._errors import MAX_ITEMS, MAX_SEED, VheadsError, check_range
 from vheads._io import json_safe
 
@@ -31,7 +32,7 @@ def check_positive(**values: int) -> None:
 
 
 def discover(
-    model: Annotated[str, typer.Option(help="'tiny', a local model folder or a hub id")] = "tiny",
+    model: _options.Model = "tiny",
     corpus: Annotated[list[str], typer.Option(help="comics, photo, strips:FOLDER, coco:IMAGES[,ANN.json]; repeat for several")] = ["comics", "photo"],  # noqa: B006
     query: Annotated[list[str], typer.Option(help="ordinal and/or referring; repeat for several")] = ["ordinal", "referring"],  # noqa: B006
     source: Annotated[list[str], typer.Option(help="last, qspan and/or out; repeat for several")] = ["last", "qspan", "out"],  # noqa: B006
@@ -44,11 +45,12 @@ def discover(
     json_out: Annotated[bool, typer.Option("--json", help="print machine-readable JSON")] = False,
     max_new_tokens: Annotated[int, typer.Option(help="greedy answer length for the 'out' source")] = 4,
     panel_size: Annotated[int, typer.Option(help="COCO panel side in pixels")] = 224,
-    device: Annotated[str, typer.Option(help="torch device")] = "cpu",
-    dtype: Annotated[str, typer.Option(help="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16")] = "auto",
-    device_map: Annotated[Optional[str], typer.Option(help="place the layers instead of --device: auto, balanced, sequential or a device (needs accelerate)")] = None,  # noqa: UP007
-    quantize: Annotated[Optional[str], typer.Option(help="4bit or 8bit weights through bitsandbytes (CUDA only)")] = None,  # noqa: UP007
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="let the checkpoint run its own Python code")] = False,
+    revision: _options.Revision = None,
+    device: _options.Device = "cpu",
+    dtype: _options.Dtype = "auto",
+    device_map: _options.DeviceMap = None,
+    quantize: _options.Quantize = None,
+    trust_remote_code: _options.TrustRemoteCode = False,
     with_overlap: Annotated[bool, typer.Option("--overlap", help="then print the overlap matrix with half-split ceilings and write overlap.png")] = False,
     splits: Annotated[int, typer.Option(help="half-splits for the noise ceilings (with --overlap)")] = 200,
     force: Annotated[bool, typer.Option("--force", help="overwrite head-set files already in --out")] = False,
@@ -75,18 +77,18 @@ def discover(
     from vheads.data import default_templates
 
     corpora = load_corpora(corpus, query, n, seed, panel_size, default_templates(model))  # the model's question set
-    from vheads.models import check_load_options, load_model, preflight_prompts, read_chat_template
+    from vheads.models import load_model, preflight_prompts, read_chat_template
 
-    check_load_options(device, device_map, quantize)  # asks torch what this machine has
+    _options.check_load_flags(device, device_map, quantize)  # asks torch what this machine has
     if chat_template is not None:
         read_chat_template(chat_template)  # exists and parses
     # the prompts can be built (template renders the image, ...), checked on the processor alone
-    preflight_prompts(model, chat_template=chat_template, system_prompt=system_prompt, trust_remote_code=trust_remote_code)
+    preflight_prompts(model, revision, chat_template=chat_template, system_prompt=system_prompt, trust_remote_code=trust_remote_code)
     from vheads._quiet import quiet_libraries
 
     bars = not (json_out or quiet)
     with quiet_libraries(quiet):
-        lm = load_model(model, dtype=dtype, device=device, device_map=device_map, quantization=quantize,
+        lm = load_model(model, revision=revision, dtype=dtype, device=device, device_map=device_map, quantization=quantize,
                         trust_remote_code=trust_remote_code, system_prompt=system_prompt, chat_template=chat_template)
         if named is not None:
             from vheads.discovery._scored import discover_scores

@@ -11,6 +11,8 @@ A corpus spec names where the strips come from:
 
 from __future__ import annotations
 
+import warnings
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,9 +100,7 @@ def headset_records(lm, corpora: Sequence[Corpus], scores: dict[str, SettingScor
     """One :class:`HeadSetRecord` per scored setting."""
     by_key = {(c.name, c.query): c for c in corpora}
     kk = resolve_k(len(lm.attention_layers), lm.n_heads, k, mode)
-    model = {"id": lm.model_id, "revision": lm.revision, "fingerprint": lm.fingerprint, "n_layers": lm.n_layers, "n_heads": lm.n_heads}
-    if len(lm.attention_layers) < lm.n_layers:  # hybrid: only these layers have heads
-        model["attention_layers"] = list(lm.attention_layers)
+    model = lm.record()  # id, revision, fingerprint, shape, a local folder's resolved path
     records = []
     for sid, sc in scores.items():
         c = by_key[(sc.setting.corpus, sc.setting.query)]
@@ -112,10 +112,16 @@ def headset_records(lm, corpora: Sequence[Corpus], scores: dict[str, SettingScor
 def load_corpora(corpora: Sequence[str], queries: Sequence[str], n: int, seed: int = 0, panel_size: int = 224,
                  templates: Templates = DEFAULT_TEMPLATES) -> list[Corpus]:
     """Every corpus × query of a discovery run (no model needed), asked with ``templates``,
-    refused on bad input: ``n`` < 1, two corpora with one setting-id abbreviation."""
+    refused on bad input: ``n`` < 1, two corpora with one setting-id abbreviation. A corpus
+    with fewer usable items than ``n`` gives all it has, each once, with a warning."""
     if n < 1:
         raise VheadsError(f"--n must be at least 1 discovery item per corpus and query, got {n}")
     loaded = [load_corpus(spec, q, n, seed, panel_size, templates) for spec in dict.fromkeys(corpora) for q in dict.fromkeys(queries)]
+    for c in loaded:  # a folder of fewer strips than --n: all of them, each once, said aloud
+        if len(c.items) < n:
+            warnings.warn(f"corpus {c.id} ({c.query}) has {len(c.items)} usable items, fewer than the {n} asked (--n); "
+                          f"discovery uses those {len(c.items)}, none repeated (the head-set file records n_items)",
+                          UserWarning, stacklevel=2)
     seen: dict[str, str] = {}
     for c in loaded:
         if seen.setdefault(c.abbrev, c.id) != c.id:

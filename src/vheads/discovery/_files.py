@@ -12,6 +12,7 @@ Schema ``vheads.headset/1`` (all keys required unless marked optional)::
                    #           "keys": "mass", "across": "mean", "select": "flat", "k": 20}
       "model":     {"id": "tiny", "revision": null, "fingerprint": "sha256:…",
                     "n_layers": 4, "n_heads": 8,
+                    "path": "/abs/folder",           # optional: a local folder, resolved
                     "attention_layers": [1, 3]},     # optional: hybrid models only
       "corpus":    {"id": "synthetic:comics", "n_items": 64, "seed": 0},
       "seed": 0,
@@ -230,14 +231,104 @@ def check_model(rec: HeadSetRecord, lm, force: bool = False) -> None:
         )
 
 
-def load_headset_files(paths: list[str | Path], lm, force: bool = False) -> dict[str, HeadSet]:
+def model_to_load(rec: HeadSetRecord) -> tuple[str, str | None]:
+    """``(model, revision)`` that loads the model ``rec`` was discovered on, from any working
+    folder: ``tiny``; a local folder by its recorded resolved ``path`` (else its ``id``, when
+    that is a folder from here); a hub id with its revision. A local folder that is found
+    nowhere is refused in one line (never tried on the hub: its fingerprint says it was a
+    folder). Whether what loads is the same model is checked by its fingerprint
+    (:func:`check_model`)."""
+    m = rec.model
+    mid, path, fp = str(m["id"]), m.get("path"), str(m.get("fingerprint", ""))
+    if mid == "tiny":
+        return "tiny", None
+    for cand in (path, mid):
+        if cand and Path(cand).is_dir():
+            return str(cand), None
+    if path is not None or fp.startswith("sha256:"):
+        where = f"{path!r} (given as {mid!r})" if path and path != mid else repr(path or mid)
+        raise VheadsError(f"head-set file {rec.path}: its model, the local folder {where}, is not found from "
+                          f"{Path.cwd()}; pass --model FOLDER (the folder's weights must match fingerprint {fp})")
+    return mid, m.get("revision")
+
+
+def read_head_list(path: str | Path) -> list[tuple[int, int]] | None:
+    """The heads of a plain head-list file, or None for a ``vheads.headset/1`` file.
+
+    A head list is what an interpretability notebook has: ``[[1, 0], [2, 3]]`` (a JSON list
+    of ``[layer, head]`` pairs, e.g. ``json.dump([(1, 0), (2, 3)], f)``) or
+    ``{"heads": [[1, 0], [2, 3]]}`` (an object without a ``schema`` key). Its heads are
+    checked against the model once it is loaded (:func:`load_headset_files`)."""
+    path = Path(path)
+    d = read_json(path, f"head-set file {path}")
+    if isinstance(d, dict) and ("schema" in d or {"setting", "scores", "selection"} & d.keys()):
+        return None  # a vheads.headset/1 file (a damaged one is load_headset's to explain)
+    heads = d.get("heads") if isinstance(d, dict) else d
+    if isinstance(heads, list) and not heads:
+        raise VheadsError(f"head-set file {path} holds an empty head list; list at least one [layer, head] pair")
+    if not isinstance(heads, list):
+        raise VheadsError(f"head-set file {path}: expected a vheads.headset/1 file (a JSON object), a JSON list of "
+                          f'[layer, head] pairs, or {{"heads": [[layer, head], ...]}}; got {repr(d)[:60]}')
+    return [check_head_pair(h, f"head-set file {path}: head {i}") for i, h in enumerate(heads)]
+
+
+def check_head_pair(h: object, where: str) -> tuple[int, int]:
+    """A ``[layer, head]`` pair of non-negative integers (the range is the model's to check)."""
+    if not (isinstance(h, (list, tuple)) and len(h) == 2 and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in h)):
+        raise VheadsError(f"{where} is {h!r}; a head is [layer, head], two integers from 0 (0-based, as transformers counts layers)")
+    return int(h[0]), int(h[1])
+
+
+def parse_heads(text: str, flag: str = "--heads") -> list[tuple[int, int]]:
+    """``"L1H0,L2H3"`` (also ``1:0,2:3``) as ``[(1, 0), (2, 3)]``; 0-based, as the head-set
+    files and transformers count."""
+    import re
+
+    heads = []
+    for part in [p.strip() for p in str(text).split(",") if p.strip()]:
+        m = re.fullmatch(r"[Ll](\d+)[Hh](\d+)|(\d+):(\d+)", part)
+        if m is None:
+            raise VheadsError(f"{flag} {text!r}: {part!r} is not a head; write L<layer>H<head> pairs, comma-separated "
+                              "and 0-based, e.g. L1H0,L2H3")
+        a, b = (m.group(1), m.group(2)) if m.group(1) is not None else (m.group(3), m.group(4))
+        heads.append((int(a), int(b)))
+    if not heads:
+        raise VheadsError(f"{flag} {text!r} names no head; write L<layer>H<head> pairs, e.g. L1H0,L2H3")
+    return heads
+
+
+def load_headset_files(paths: list[str | Path], lm, force: bool = False,
+                       heads: dict[str, list[tuple[int, int]]] | None = None) -> dict[str, HeadSet]:
     """Read head-set files for ``lm`` as ``{setting id: HeadSet}`` (another model's files are
-    refused unless ``force``; a second file of the same setting is keyed by its file stem)."""
+    refused unless ``force``; a second file of the same setting is keyed by its file stem).
+    A plain head-list file (:func:`read_head_list`) is keyed by its file stem; ``heads``
+    (``{name: [(layer, head), ...]}``, e.g. from ``--heads``) are added as given. Both are
+    checked against ``lm``'s layers and heads."""
     out = {}
     for p in paths:
+        pairs = read_head_list(p)
+        if pairs is not None:
+            out[_unique(Path(p).stem, out)] = _model_heads(pairs, lm, f"head-set file {p}")
+            continue
         rec = load_headset(p, lm=lm, force=force)
         out[rec.setting.id if rec.setting.id not in out else Path(p).stem] = rec.headset
+    for name, pairs in (heads or {}).items():
+        out[_unique(name, out)] = _model_heads(pairs, lm, name)
     return out
+
+
+def _unique(name: str, taken: dict) -> str:
+    i, key = 2, name
+    while key in taken:
+        key, i = f"{name}-{i}", i + 1
+    return key
+
+
+def _model_heads(pairs, lm, where: str) -> HeadSet:
+    try:
+        return HeadSet(pairs, lm.n_layers, lm.n_heads, lm.attention_layers)
+    except ValueError as e:
+        raise VheadsError(f"{where}: {e}") from None
 
 
 def ids_hash(items) -> str:

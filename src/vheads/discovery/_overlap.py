@@ -193,6 +193,28 @@ class OverlapReport:
     pairs: list["PairOverlap"]  # each unordered pair once, in input order
     curves: dict[str, np.ndarray]  # "a|b" -> overlap for k = 1 … len
 
+    def to_records(self) -> list[dict]:
+        """One flat row per pair: overlap on all items, at half size (mean and 2.5–97.5
+        percentiles over the splits), each setting's ceiling, and the fraction of their
+        geometric mean (what ``vheads overlap`` prints)."""
+        ceiling = dict(zip(self.ids, self.ceilings))
+        return [{"a": p.a, "b": p.b, "k": p.k, "all": p.all_items, "half": p.half.mean, "half_lo": p.half.lo,
+                 "half_hi": p.half.hi, "ceil_a": ceiling[p.a].mean, "ceil_b": ceiling[p.b].mean,
+                 "fraction": float(p.fraction)} for p in self.pairs]
+
+    def to_frame(self):
+        """:meth:`to_records` as a pandas DataFrame (where pandas is installed)."""
+        from vheads._table import frame
+
+        return frame(self.to_records())
+
+    def __repr__(self) -> str:
+        from vheads._table import text_table
+
+        rows = self.to_records() or [{"setting": i, "ceiling": c.mean, "lo": c.lo, "hi": c.hi} for i, c in zip(self.ids, self.ceilings)]
+        return text_table(rows, f"OverlapReport: top-{self.k} ({self.mode}) of {len(self.ids)} head-sets; "
+                                "to_records(), to_frame(), to_dict() for the rest")
+
     def to_dict(self) -> dict:
         return {
             "settings": self.ids, "k": self.k, "mode": self.mode,

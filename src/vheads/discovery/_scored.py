@@ -80,9 +80,7 @@ def discover_scores(lm, corpora: Sequence, named: Sequence[tuple[str, ScorePoint
     if twice:
         raise VheadsError(f"--score: the name {twice[0]!r} is given twice; give each point its own name (NAME:axis=value,...)")
     named = [(n, p if k is None else replace(p, k=k)) for n, p in named]
-    model = {"id": lm.model_id, "revision": lm.revision, "fingerprint": lm.fingerprint, "n_layers": lm.n_layers, "n_heads": lm.n_heads}
-    if len(lm.attention_layers) < lm.n_layers:
-        model["attention_layers"] = list(lm.attention_layers)
+    model = lm.record()  # id, revision, fingerprint, shape, a local folder's resolved path
     records, per_item = [], {}
     for c in tqdm(corpora, desc="scores", unit="corpus", disable=not progress):
         settings = [ScoreSetting(c.name, c.query, n, p, c.abbrev) for n, p in named]

@@ -40,6 +40,29 @@ class HeadsetResult:
     ablation: str = "attention"  # what hiding S meant (ABLATIONS)
     reference: dict | None = None  # the mean ablation's reference items ({kind: ids}, seed) / the resample seed
 
+    def to_records(self) -> list[dict]:
+        """One flat row per control kind: the head-set's T_S and 95% interval (``ci_method``:
+        t over items, or Welch over NCS's two arms) beside that control's mean, SD, z, rank p
+        and Holm p over its distinct draws (what ``vheads evaluate`` prints)."""
+        lead = {"headset": self.name, "test": self.test, "T_S": self.t_s, "ci_lo": self.ci[0], "ci_hi": self.ci[1],
+                "ci_method": self.ci_method}
+        return [{**lead, "control": name, "mean": c.get("mean"), "sd": c.get("sd"), "z": c.get("z"),
+                 "rank_p": c.get("rank_p"), "holm_p": c.get("holm_p"), "draws": c.get("distinct")}
+                for name, c in self.controls.items()] or [lead]
+
+    def to_frame(self):
+        """:meth:`to_records` as a pandas DataFrame (where pandas is installed)."""
+        from vheads._table import frame
+
+        return frame(self.to_records())
+
+    def __repr__(self) -> str:
+        from vheads._table import text_table
+
+        n = "" if self.outcomes is None else f", {len(self.outcomes.item_ids)} items"
+        return text_table(self.to_records(), f"HeadsetResult {self.name} {self.test}{n}; to_records(), to_frame(), "
+                                             "to_dict(per_item=True) for the rest")
+
     def to_dict(self, per_item: bool = False) -> dict:
         d = {"headset": self.name, "test": self.test, "T_S": self.t_s, "ci95": list(self.ci),
              "ci95_method": self.ci_method, "controls": self.controls, "ablation": self.ablation}

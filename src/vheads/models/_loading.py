@@ -57,6 +57,22 @@ class LoadedModel:
     #: the softmax-attention layers, the only ones with heads (all layers but the linear-
     #: attention ones of a hybrid stack; see :meth:`Adapter.attention_layers`)
     attention_layers: tuple[int, ...] = ()
+    #: the resolved (absolute) folder of a local checkpoint other than the built-in tiny
+    #: model; None for ``tiny`` and a hub id (which find themselves again by their id)
+    path: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """What a head-set file stores of this model (its ``model`` key): the id as given, the
+        revision, the fingerprint that proves a later load is the same model, the shape, and
+        for a local folder its resolved ``path``, so the file finds the model again from any
+        working folder (:func:`vheads.discovery.model_to_load`)."""
+        rec: dict[str, Any] = {"id": self.model_id, "revision": self.revision, "fingerprint": self.fingerprint,
+                               "n_layers": self.n_layers, "n_heads": self.n_heads}
+        if self.path is not None:
+            rec["path"] = self.path
+        if len(self.attention_layers) < self.n_layers:  # hybrid: only these layers have heads
+            rec["attention_layers"] = list(self.attention_layers)
+        return rec
 
     def __post_init__(self) -> None:
         if not self.attention_layers:
@@ -130,16 +146,45 @@ def _safetensors_problem(f: Path) -> str | None:
     return None
 
 
+#: the files a local model folder needs beside ``config.json`` and its ``*.safetensors``
+#: weights (what ``save_pretrained`` of the model, its processor and tokenizer writes):
+#: the image processor's config, and the tokenizer in one of its formats
+IMAGE_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tekken.json", "spiece.model", "vocab.txt")
+#: said in every refusal of a folder that lacks one (docs/data_formats.md says the same)
+FOLDER_NEEDS = ("a model folder needs config.json, *.safetensors weights, preprocessor_config.json (the image "
+                "processor) and tokenizer files (tokenizer.json, or tokenizer.model, or vocab.json + merges.txt), "
+                "as model.save_pretrained(DIR), processor.save_pretrained(DIR) write them")
+
+
+def _processor_files_problem(path: Path) -> str | None:
+    """What of the processor a local folder lacks (image processor config, tokenizer files), or None.
+
+    Transformers would fail on a missing image processor with a long ``OSError`` and, worse,
+    build an empty tokenizer from a folder without tokenizer files (every prompt check then
+    fails on the image token); both are refused here, before anything loads."""
+    image = [n for n in IMAGE_PROCESSOR_FILES if (path / n).is_file()]
+    if not image or image == ["processor_config.json"] and "image_processor" not in (read_json(path / "processor_config.json") or {}):
+        return "no preprocessor_config.json (the image processor's settings)"
+    if not any((path / n).is_file() for n in TOKENIZER_FILES):
+        return "no tokenizer files (tokenizer.json, tokenizer.model or vocab.json)"
+    return None
+
+
 def check_model_folder(path: str | Path, weights: bool = True) -> Path:
     """Refuse (:class:`VheadsError`, one line naming the file) a local model folder whose
     files cannot load, before anything is loaded: ``config.json`` missing or not a JSON
     object; no weights; only pickled weights (``*.bin``: vheads never unpickles a file, as
-    unpickling can run code); a ``*.safetensors`` file that is truncated or damaged.
-    ``weights=False`` checks ``config.json`` only."""
+    unpickling can run code); a ``*.safetensors`` file that is truncated or damaged; no
+    image processor config or no tokenizer files (:data:`FOLDER_NEEDS`).
+    ``weights=False`` checks every file but the weights."""
     path = Path(path)
     config = read_json(path / "config.json", f"model folder {path}: config.json")
     if not isinstance(config, dict):
         raise VheadsError(f"model folder {path}: config.json must hold a JSON object, got {type(config).__name__}")
+    missing = _processor_files_problem(path)
+    if missing:
+        raise VheadsError(f"model folder {path} has {missing}; {FOLDER_NEEDS}")
     if not weights:
         return path
     weights = sorted(path.glob("*.safetensors"))
@@ -377,6 +422,7 @@ def load_model(model: str = "tiny", revision: str | None = None, dtype: str = "a
         n_kv_heads=_layer_attribute(tc, "num_key_value_heads", layers[0]) or n_heads,
         head_dim=head_dim,
         attention_layers=layers,
+        path=str(Path(path).resolve()) if local and model != "tiny" else None,
     )
 
 
@@ -391,13 +437,29 @@ def _model_config(model: str, revision: str | None, remote: dict, weights: bool 
         raise FileNotFoundError(f"model folder {model!r} does not exist")
     if os.path.isdir(path):
         check_model_folder(path, weights=weights)
-    config = AutoConfig.from_pretrained(path, revision=revision, **remote)
+    try:
+        config = AutoConfig.from_pretrained(path, revision=revision, **remote)
+    except OSError as e:  # not a folder here, and the hub (or its cache, offline) does not have it
+        raise VheadsError(_not_found(model, revision, e)) from None
     if getattr(config, "vision_config", None) is None:
         raise ValueError(
             f"{model!r} (model type {config.model_type!r}) has no vision config: it is not a vision-language model; "
             f"supported VLM families: {', '.join(sorted(ADAPTERS))} (see `vheads models`)"
         )
     return path, config
+
+
+def _not_found(model: str, revision: str | None, e: OSError) -> str:
+    """One line for a model that is neither a folder here nor loadable from the hub."""
+    from huggingface_hub import constants
+
+    why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    rev = f" at revision {revision!r}" if revision else ""
+    if constants.HF_HUB_OFFLINE:
+        return (f"model {model!r}{rev} is not a folder here and not in the Hugging Face cache, and the hub is off "
+                "(HF_HUB_OFFLINE is set): download it where there is network, or pass a local folder")
+    return (f"model {model!r}{rev} is not a folder here and could not be loaded from the Hugging Face hub ({why}); "
+            f"check the id, or pass a local folder ({FOLDER_NEEDS})")
 
 
 def preflight_prompts(model: str, revision: str | None = None, *, chat_template: str | Path | None = None,

@@ -51,6 +51,16 @@ def report_workers() -> int:
     return max(1, min(2, len(os.sched_getaffinity(0))))
 
 
+def _worker_start() -> None:
+    """A forked section worker's signals as a fresh process has them: the parent's handlers
+    (``vheads study`` raises KeyboardInterrupt on SIGTERM, to stop with a resume line) would
+    print a ``ForkPoolWorker`` traceback when the pool ends its workers."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+
+
 def _build_one(i: int):
     """Section ``i`` of the registry built for the run the forked worker inherited."""
     return i, [b for b in registered_sections()[i].build(_RUN) if b is not None]
@@ -73,9 +83,11 @@ def build_sections(run: RunData, workers: int | None = None) -> tuple[list[Secti
         order = sorted(range(len(specs)), key=lambda i: rank.get(specs[i].id, len(rank)))
         _RUN = run
         try:
-            with mp.get_context("fork").Pool(min(workers, len(specs))) as pool:
+            with mp.get_context("fork").Pool(min(workers, len(specs)), initializer=_worker_start) as pool:
                 for i, blocks in pool.imap_unordered(_build_one, order):
                     built[i] = blocks
+                pool.close()  # every section is in: let the workers exit, not be terminated
+                pool.join()
         finally:
             _RUN = None
     else:

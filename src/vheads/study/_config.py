@@ -759,7 +759,8 @@ def _validate_ood(cfg: StudyConfig, bad) -> None:
 
 
 def load_config(path: str | Path | None = None, **overrides) -> StudyConfig:
-    """The default config, or the TOML file at ``path``, with ``overrides`` applied."""
+    """The default config, or the TOML file at ``path``, with ``overrides`` applied (a refused
+    key is named with the file)."""
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -772,7 +773,12 @@ def load_config(path: str | Path | None = None, **overrides) -> StudyConfig:
     data.update({k: v for k, v in overrides.items() if v is not None})
     if overrides.get("model") is not None:  # a model given on the command line replaces the config's models
         data.pop("models", None)
-    return config_from_dict(data)
+    if path is None:
+        return config_from_dict(data)
+    try:
+        return config_from_dict(data)
+    except VheadsError as e:  # every refusal of a key names the file it is in
+        raise type(e)(f"config file {str(path)!r}: {e}") from None
 
 
 def load_config_for_plan(path: str | Path | None = None, **overrides) -> StudyConfig:

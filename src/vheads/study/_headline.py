@@ -81,3 +81,33 @@ def headline_beta(store, cfg) -> float:
                       n_draws=len(next(iter(by_beta.values()))))
     store.set_meta(headline_beta=json.dumps(record))
     return float(record["beta"])
+
+
+#: the β points and layer-matched draws ``vheads evaluate --beta-rule controls`` sweeps (the
+#: study's defaults, ``beta_sweep`` and ``beta_sweep_controls``)
+EVALUATE_SWEEP = (1.0, 10.0, 100.0, 1000.0, 10000.0)
+EVALUATE_SWEEP_DRAWS = 5
+
+
+def beta_by_rule(engine, headsets: dict, rule: str, beta: float, n: int, seed: int, *, steer_rows: str = "all",
+                 source=None, batch_size: int = 128, progress: bool = False) -> tuple[float, dict]:
+    """The β ``vheads evaluate`` steers at, chosen by the study's rule (:func:`parse_beta_rule`):
+    ``fixed`` → ``beta``; ``controls[:TOL]`` → CERS of :data:`EVALUATE_SWEEP_DRAWS`
+    layer-matched draws of every head-set at each point of :data:`EVALUATE_SWEEP` (S's own
+    values never read), then :func:`controls_rule` over those draws, as the study does.
+    Returns ``(β, record)``, the record as the study stores it (rule, tolerance, rms by β, met)."""
+    from vheads.evaluation import evaluate_headsets
+
+    name, tol = parse_beta_rule(rule)
+    if name == "fixed":
+        return float(beta), {"rule": rule, "beta": float(beta)}
+    by_beta: dict[float, list[float]] = {}
+    for b in EVALUATE_SWEEP:
+        results = evaluate_headsets(engine, headsets, ["cers"], f"layer-matched:{EVALUATE_SWEEP_DRAWS}", n, b, "all", seed,
+                                    batch_size, progress, steer_rows, source)
+        for r in results:
+            by_beta.setdefault(b, []).extend(float(np.mean(r.outcomes.values[j])) for j, hid in enumerate(r.headset_ids)
+                                             if hid.startswith("layer-matched#"))
+    chosen, rms, met = controls_rule({b: np.array(v) for b, v in by_beta.items()}, tol)
+    return chosen, {"rule": rule, "beta": chosen, "tolerance": tol, "rms": {f"{b:g}": r for b, r in rms.items()}, "met": met,
+                    "n_draws": len(next(iter(by_beta.values())))}

@@ -57,6 +57,14 @@ def _records(spec: str):
     return tuple(TASKS[kind].reader(arg, spec))
 
 
+@lru_cache(maxsize=8)
+def _opened(spec: str):
+    records = _records(spec)
+    for rec in records:
+        rec.image().close()  # an error names the file and row
+    return records
+
+
 @dataclass(frozen=True)
 class BenchmarkItems:
     """Evaluation items of one pointing-suite task (``TASK:PATH``), ``cell`` pixels per grid cell."""
@@ -77,8 +85,9 @@ class BenchmarkItems:
         return self.source.partition(":")[0]
 
     def open(self):
-        """Read (and check) every question of the local copy."""
-        return _records(self.source)
+        """Read (and check) every question of the local copy, and open every image once: a
+        missing or unreadable image is refused before the model loads, whatever ``--n``."""
+        return _opened(self.source)
 
     def items(self, kind: str, n: int, seed: int = 0):
         return build_items(self.task, self.source, TASKS[self.task].recipe, list(self.open()), kind, n, seed, self.cell, self.templates)

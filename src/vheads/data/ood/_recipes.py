@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from vheads._errors import VheadsError
 from vheads.data._items import OPTION_LETTERS, Item
 from vheads.data.builders import BLANK, fit_square, grid_regions
 from vheads.data.ood._records import MCQRecord
@@ -75,13 +76,31 @@ class Converted:
     overlay: bool
 
 
-def convert(recipe: str, records: list[MCQRecord], rng: np.random.Generator, spec: str) -> Converted:
-    """Draw one question and build its four cells by ``recipe``."""
+def usable(recipe: str, records: list[MCQRecord], spec: str) -> list[MCQRecord]:
+    """The questions ``recipe`` can convert: four or more choices (overlay); in a family with
+    four different answers (retrieval). None is an error naming what is missing."""
     if recipe == "overlay":
         pool = [r for r in records if len(r.choices) >= 4]
         if not pool:
             raise ValueError(f"{spec}: no question has four choices, which the overlay recipe needs")
-        r = pool[int(rng.integers(len(pool)))]
+        return pool
+    if recipe == "retrieval":
+        by_group: dict[str, list[MCQRecord]] = {}
+        for r in records:
+            by_group.setdefault(r.group, []).append(r)
+        pool = [r for g, rs in sorted(by_group.items()) if len({x.choices[x.answer] for x in rs}) >= 4 for r in rs]
+        if not pool:
+            raise ValueError(f"{spec}: no question family has four different answers, which the retrieval recipe needs")
+        return pool
+    raise ValueError(f"unknown recipe {recipe!r}; choose one of: {', '.join(RECIPES)}")
+
+
+def convert(recipe: str, records: list[MCQRecord], rng: np.random.Generator, spec: str,
+            record: MCQRecord | None = None) -> Converted:
+    """Build the four cells of question ``record`` (None: one drawn from :func:`usable`) by ``recipe``."""
+    pool = usable(recipe, records, spec)
+    if recipe == "overlay":
+        r = record if record is not None else pool[int(rng.integers(len(pool)))]
         wrong = [c for k, c in enumerate(r.choices) if k != r.answer]
         texts = [r.choices[r.answer], *(str(c) for c in rng.choice(wrong, size=3, replace=False))]
         order = [int(k) for k in rng.permutation(4)]  # cell -> text
@@ -91,10 +110,7 @@ def convert(recipe: str, records: list[MCQRecord], rng: np.random.Generator, spe
         for r in records:
             by_group.setdefault(r.group, []).append(r)
         # a family with four different answers always has three answers besides the drawn one
-        pool = [r for g, rs in sorted(by_group.items()) if len({x.choices[x.answer] for x in rs}) >= 4 for r in rs]
-        if not pool:
-            raise ValueError(f"{spec}: no question family has four different answers, which the retrieval recipe needs")
-        r = pool[int(rng.integers(len(pool)))]
+        r = record if record is not None else pool[int(rng.integers(len(pool)))]
         rs = by_group[r.group]
         seen, cells = {r.choices[r.answer]}, [r]
         for k in rng.permutation(len(rs)):
@@ -144,7 +160,10 @@ def converted_item(conv: Converted, kind: str, iid: str, cell: int, rng: np.rand
 
 def build_items(task: str, spec: str, recipe: str, records: list[MCQRecord], kind: str, n: int, seed: int, cell: int,
                 templates: Templates = DEFAULT_TEMPLATES) -> list[Item]:
-    """``n`` items of ``kind`` converted from ``records`` with ``recipe`` (seeded)."""
+    """``n`` items of ``kind`` converted from ``records`` with ``recipe`` (seeded): ``n``
+    different questions, drawn without replacement. More items than the file has usable
+    questions is refused, naming the count (repeated questions would enter the intervals as
+    independent items)."""
     if kind not in KINDS:
         raise ValueError(f"{spec}: kind {kind!r} is not built for benchmark tasks; choose one of: {', '.join(KINDS)}")
     if not isinstance(n, (int, np.integer)) or n < 1:
@@ -152,9 +171,16 @@ def build_items(task: str, spec: str, recipe: str, records: list[MCQRecord], kin
     rng = seeded_rng(seed, "ood", task, kind)
     prov = {"task": task, "source": spec, "recipe": recipe, "seed": int(seed), "kind": kind, "cell": cell, "resize": "pad",
             "n_records": len(records), "skipped_fewer_than_four_choices": sum(len(r.choices) < 4 for r in records) if recipe == "overlay" else 0}
+    pool = usable(recipe, records, spec)
+    if n > len(pool):
+        why = "with four or more choices" if recipe == "overlay" else "in a family with four different answers"
+        raise VheadsError(f"{spec}: {n} items asked, but it has {len(pool)} usable questions ({why}, of "
+                          f"{len(records)} read); ask for {len(pool)} or fewer (--n; n_ood / n_eval in a study config): "
+                          "a question is never repeated, as repeats would count as independent items")
+    drawn = [pool[int(k)] for k in rng.permutation(len(pool))[: int(n)]]
     items = []
     for i in range(int(n)):
-        conv = convert(recipe, records, rng, spec)
+        conv = convert(recipe, records, rng, spec, drawn[i])
         other = None
         if kind == "class-mismatched":
             rest = [r for r in records if r is not conv.record]
