@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from vheads.evaluation import VERDICTS, holm_floors, required_n, verdict
+from vheads.evaluation import VERDICTS, holm_floors, member_required_n, required_n, verdict
 
 FAMILIES = [(9,), (4, 4), (19, 3), (39, 4, 4), (5, 2, 7), (3, 3, 3, 3), (9, 1, 5, 2), (24, 2, 1)]
 
@@ -65,3 +65,13 @@ def test_bad_input_is_refused():
         holm_floors([])
     with pytest.raises(ValueError, match="alpha"):
         verdict(0.1, 0.01, alpha=1.5)
+
+
+@pytest.mark.parametrize("ns", [(99, 99, 99, 10), (9, 9, 9), (39, 4, 4), (24, 2, 1)])
+def test_member_required_n_is_the_smallest_n_that_lets_that_member_reach_alpha(ns):
+    """Searched by hand over n = 1 … 10,000 with every other member's n as it is."""
+    for i in range(len(ns)):
+        def floor_with(n):
+            return holm_floors([*ns[:i], n, *ns[i + 1:]])[i]
+        by_hand = next(n for n in range(1, 10_001) if floor_with(n) <= 0.05)
+        assert member_required_n(list(ns), i) == by_hand

@@ -255,6 +255,24 @@ def required_n(m: int, alpha: float = 0.05) -> int:
     return max(1, int(np.ceil(m / alpha - 1e-9)) - 1)
 
 
+def member_required_n(n_compared, i: int, alpha: float = 0.05) -> int:
+    """The fewest distinct controls member ``i`` needs, the family's other n's as they are,
+    for its Holm floor (:func:`holm_floors`) to reach ``alpha``. At most :func:`required_n` of
+    the family's size (then its rank p comes first and Holm multiplies it by m); fewer where
+    the other members' n's are large (n's of 99, 99, 99 beside it: 19, the single-test floor)."""
+    n = [int(x) for x in n_compared]
+    if not 0 <= i < len(n):
+        raise ValueError(f"member {i} is not in a family of {len(n)}")
+    lo, hi = 1, max(required_n(len(n), alpha), 1)
+    while lo < hi:  # the floor falls as n_i grows: the smallest n_i that reaches alpha
+        mid = (lo + hi) // 2
+        if holm_floors(n[:i] + [mid] + n[i + 1:])[i] <= alpha + 1e-12:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 #: a verdict's three values: S beats its controls; it does not; the controls compared cannot say
 VERDICTS = ("yes", "no", "cannot tell")
 
