@@ -31,13 +31,16 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
              config_R: int | None = None, seed: int = 0, meta_extra: dict | None = None, metrics: bool = True,
              config_extra: dict | None = None, causal: bool = False, atp: bool = False, ablations: tuple[str, ...] = (),
              score_points: dict[str, str | None] | None = None, k_sweep_tests: tuple[str, ...] = ("cers",),
-             k_points: tuple[int, ...] = (2, 8)) -> Path:
+             k_points: tuple[int, ...] = (2, 8), small_pools: dict[str, int] | None = None) -> Path:
     """Write a store into ``run_dir``. ``audit``: 'ok', 'bad' (oracle out of range) or None.
     ``metrics=False``: no logprob / logit-diff columns (a store of an older vheads).
     ``causal``: an exact causal map (NCS, per item and arm, every head and layer) and the
     causal setting ``causal-ncs`` tested like the others; ``atp`` (with ``causal``): its AtP
     estimate too (method 'atp', heads only, p4: a noisy copy of each exact value, the other
-    metrics NULL), drawn from a generator of its own so every other value stays as without."""
+    metrics NULL), drawn from a generator of its own so every other value stays as without.
+    ``small_pools``: setting -> the size of its layer-matched pool, smaller than R on purpose:
+    that many draws are stored, and meta ``control_pools`` records the pool as compared whole
+    (as a study records a pool of at most 2R); the other settings' pools are recorded as sampled."""
     rng = np.random.default_rng(seed)
     store = Store(run_dir)
     controls = {"layer-matched": R} | ({"any-layer": R} if any_layer else {})
@@ -46,7 +49,12 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
               "beta": 10000.0,
               "row_groups": ["all", "image", "question", "last"] if row_groups else ["all"] if "ncs-all" in tests else [],
               **(config_extra or {})}
-    store.set_meta(config=config, model_id="vheads/tiny-test", n_layers=L, n_heads=H, **(meta_extra or {}))
+    small_pools = small_pools or {}
+    pools = {s: {c: ({"mode": "exact", "pool": small_pools[s], "n": small_pools[s], "R": r}
+                     if s in small_pools and c == "layer-matched" else {"mode": "sampled", "pool": None, "n": r, "R": r})
+                 for c, r in controls.items()} for s in settings}
+    store.set_meta(config=config, model_id="vheads/tiny-test", n_layers=L, n_heads=H,
+                   **({"control_pools": json.dumps(pools)} if small_pools else {}), **(meta_extra or {}))
 
     rows: dict[str, list[tuple]] = {k: [] for k in ("discovery", "overlap", "ceilings", "headsets", "outcomes",
                                                    "arms", "audit", "strip_attention", "random_overlap", "causal_map")}
@@ -109,7 +117,7 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
                 s_vals = arm_vals["matched"] - arm_vals["mismatched"].mean()
             rows["outcomes"] += [(f"u-{s}-{test}", s, test, "S", it, float(v)) for it, v in zip(items, s_vals)]
             for c, r in all_controls.items():
-                for d in range(r):
+                for d in range(small_pools.get(s, r) if c == "layer-matched" else r):
                     hid = f"{c}#{d}"
                     v = rng.normal(0, 0.05, n_items) + rng.normal(0, 0.02)
                     rows["outcomes"] += [(f"u-{s}-{test}", s, test, hid, it, float(x)) for it, x in zip(items, v)]

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.discovery._cli import overlap as overlap_command
     from vheads.discovery._files import (
         SCHEMA, HeadSetRecord, check_model, load_headset, load_headset_files, load_per_item, model_to_load, parse_heads,
-        read_head_list, save_headset, save_per_item,
+        read_head_list, save_headset, save_headset_dict, save_per_item,
     )
     from vheads.discovery._overlap import (
         Ceiling, OverlapReport, PairOverlap, pair_overlap, split_half_overlap, geometric_ceiling, overlap_curve, overlap_fraction, overlap_matrix, overlap_report,

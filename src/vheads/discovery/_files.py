@@ -109,6 +109,21 @@ def save_headset(record: HeadSetRecord, path: str | Path) -> Path:
     return out
 
 
+def save_headset_dict(d: dict[str, Any], path: str | Path) -> Path:
+    """Write a head-set file from its dict (the layout of :meth:`HeadSetRecord.to_dict`),
+    atomically, checked first against the shipped JSON Schema and the heads' range: what the
+    report writes from a run's results store (``RUN/headsets/<setting>.json``). The reader,
+    :func:`load_headset`, runs every check of :func:`save_headset` on it; this writer skips
+    only the score axes' check, which loads torch (the report never does)."""
+    validate_headset_json(d, "the head-set to write")
+    m = d["model"]
+    HeadSet(d["heads"], m["n_layers"], m["n_heads"], m.get("attention_layers"))  # range, duplicate and layer checks
+    if len(d["heads"]) != len(d["head_scores"]):
+        raise ValueError(f"the head-set to write has {len(d['heads'])} heads but {len(d['head_scores'])} head scores")
+    text = _dumps(d)
+    return atomic_write(Path(path), lambda fh: fh.write(text))
+
+
 def _dumps(d: dict[str, Any]) -> str:
     """One line per key (the score matrix one line per layer): readable and diffable."""
     lines = []

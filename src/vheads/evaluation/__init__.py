@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.evaluation._stats import (
         MIN_BOOTSTRAP_N, ArmsDifference, BootstrapInterval, bca_diff_ci, Holm, Interval, PairedT, RankP, Spearman,
         ZScore, bootstrap_ci, bootstrap_diff_ci, welch_interval, holm, ncs_difference_t, paired_one_sided_p,
-        paired_t, rank_p, spearman, t_interval, z_score,
+        paired_t, rank_p, spearman, t_interval, z_score, VERDICTS, holm_floors, member_required_n, required_n, verdict,
     )
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__)

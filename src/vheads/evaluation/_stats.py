@@ -224,6 +224,72 @@ def holm(pvals, alpha: float = 0.05) -> Holm:
     return Holm(p_adj, p_adj <= alpha, alpha)
 
 
+def holm_floors(n_compared) -> np.ndarray:
+    """The smallest Holm-adjusted p each member of a family can reach, in input order.
+
+    Member i is compared with ``n_i`` distinct control head-sets, so its rank p is one of
+    ``j / (n_i + 1)``, j = 1 … n_i + 1, at least ``f_i = 1 / (n_i + 1)``. Holm's adjusted p
+    is non-decreasing in every raw p of the family, so each member's smallest adjusted p is
+    reached when every member sits at its own floor: the floors are :func:`holm` of
+    ``(f_1, …, f_m)``. Sorted ``f_(1) ≤ … ≤ f_(m)`` (``f_(1)`` from the family's largest n),
+    the member at place r gets ``min(1, max_{j ≤ r} (m − j + 1) · f_(j))``. With one n for
+    all, that is ``m / (n + 1)``; every floor is at least ``max(m / (n_max + 1), 1 / (n_i + 1))``,
+    and above it when several members share a small n (n = 99, 9, 9: the floors are 0.03,
+    0.2, 0.2, not 0.1). Checked against an enumeration of every attainable rank p with
+    statsmodels' Holm in the tests.
+    """
+    n = np.asarray(n_compared)
+    if n.ndim != 1 or not len(n):
+        raise ValueError(f"n_compared must be a non-empty 1-d list of control counts, got {n_compared!r}")
+    if not np.issubdtype(n.dtype, np.integer) or np.any(n < 1):
+        raise ValueError(f"each member needs a whole number ≥ 1 of distinct controls compared, got {list(n_compared)}")
+    return holm(1.0 / (n.astype(float) + 1)).p_adjusted
+
+
+def required_n(m: int, alpha: float = 0.05) -> int:
+    """The fewest distinct controls per member at which Holm over m members can reach
+    ``alpha``: the smallest n with ``m / (n + 1) ≤ alpha``, i.e. ``n ≥ m / alpha − 1``
+    (239 for m = 12 at 0.05; 19 for a single test)."""
+    if m < 1 or not 0 < alpha < 1:
+        raise ValueError(f"need a family of m ≥ 1 and 0 < alpha < 1, got m={m}, alpha={alpha}")
+    return max(1, int(np.ceil(m / alpha - 1e-9)) - 1)
+
+
+def member_required_n(n_compared, i: int, alpha: float = 0.05) -> int:
+    """The fewest distinct controls member ``i`` needs, the family's other n's as they are,
+    for its Holm floor (:func:`holm_floors`) to reach ``alpha``. At most :func:`required_n` of
+    the family's size (then its rank p comes first and Holm multiplies it by m); fewer where
+    the other members' n's are large (n's of 99, 99, 99 beside it: 19, the single-test floor)."""
+    n = [int(x) for x in n_compared]
+    if not 0 <= i < len(n):
+        raise ValueError(f"member {i} is not in a family of {len(n)}")
+    lo, hi = 1, max(required_n(len(n), alpha), 1)
+    while lo < hi:  # the floor falls as n_i grows: the smallest n_i that reaches alpha
+        mid = (lo + hi) // 2
+        if holm_floors(n[:i] + [mid] + n[i + 1:])[i] <= alpha + 1e-12:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+#: a verdict's three values: S beats its controls; it does not; the controls compared cannot say
+VERDICTS = ("yes", "no", "cannot tell")
+
+
+def verdict(p_holm: float, floor: float, alpha: float = 0.05) -> str:
+    """``"cannot tell"`` where ``floor`` — the smallest adjusted p the member could reach
+    with the controls it was compared with (:func:`holm_floors`; ``1 / (n + 1)`` for a test
+    outside any family) — is above ``alpha``: no outcome of S could have read "yes", so a
+    "no" would be no evidence. Else ``"yes"`` where ``p_holm ≤ alpha``, ``"no"`` where not."""
+    p_holm, floor = _scalar(p_holm, "p_holm"), _scalar(floor, "floor")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie strictly between 0 and 1, got {alpha}")
+    if floor > alpha:
+        return "cannot tell"
+    return "yes" if p_holm <= alpha else "no"
+
+
 @dataclass(frozen=True)
 class ZScore:
     """How many control SDs a head-set's statistic lies above the controls' mean."""

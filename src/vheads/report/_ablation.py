@@ -16,7 +16,7 @@ import re
 
 from vheads.report._data import RunData
 from vheads.report._doc import Table
-from vheads.report._tables import fmt_ci, fmt_p, significance
+from vheads.report._tables import fmt, fmt_ci, fmt_p, fmt_verdict, significance
 
 CONTROL = "layer-matched"
 _ID = re.compile(r"^ncs-(?P<group>[a-z]+)@ablation=(?P<ablation>[a-z]+)$")
@@ -49,9 +49,10 @@ def ablation_table(run: RunData) -> Table | None:
     stats = {a: {st.setting: st for st in significance(run, t, controls=(CONTROL,))} for a, t in tests.items()}
     columns, groups = ["Setting"], [("", 1)]
     for a in tests:
-        columns += ["NCS [95% CI]", f"{CONTROL} p (Holm)"]
-        groups.append((a, 2))
-    rows, passing = [], {a: set() for a in tests}
+        m = max((st.controls[CONTROL].family_m for st in stats[a].values() if CONTROL in st.controls), default=0)
+        columns += ["NCS [95% CI]", "z", f"{CONTROL} p (Holm over {m})", "verdict"]
+        groups.append((a, 4))
+    rows, passing, undecided = [], {a: set() for a in tests}, {a: set() for a in tests}
     for s in run.settings:
         if not any(s in stats[a] for a in tests):
             continue
@@ -60,23 +61,30 @@ def ablation_table(run: RunData) -> Table | None:
             st = stats[a].get(s)
             cs = st.controls.get(CONTROL) if st is not None else None
             if st is None or cs is None or cs.rank is None:
-                row += [fmt_ci(st.interval, st.s) if st is not None else "–", "–"]
+                row += [fmt_ci(st.interval, st.s) if st is not None else "–", "–", "–", "–"]
                 continue
-            ph = fmt_p(cs.p_holm) if cs.p_holm is not None else "n/a"
-            row += [fmt_ci(st.interval, st.s), f"{fmt_p(cs.rank.p)} (**{ph}**)" if cs.reject else f"{fmt_p(cs.rank.p)} ({ph})"]
-            if cs.reject:
+            ph = fmt_p(cs.p_holm) if cs.p_holm is not None else "none: a reference"
+            row += [fmt_ci(st.interval, st.s), fmt(cs.z, 1),
+                    f"{fmt_p(cs.rank.p)} (**{ph}**)" if cs.reject else f"{fmt_p(cs.rank.p)} ({ph})", fmt_verdict(cs.verdict)]
+            if cs.verdict == "yes" and cs.family_m:
                 passing[a].add(s)
+            elif cs.verdict == "cannot tell" and cs.family_m:
+                undecided[a].add(s)
         rows.append(row)
     seed = passing["attention"]
     differ = [a for a in tests if a != "attention" and passing[a] != seed]
     names = ", ".join(sorted(seed)) or "none"
     if differ:
-        verdict = "does not hold under every ablation: " + "; ".join(
+        verdict_line = "does not hold under every ablation: " + "; ".join(
             f"under {a} {', '.join(sorted(passing[a])) or 'none'} pass" for a in differ)
     else:
-        verdict = "holds under every ablation (the same settings pass)"
+        verdict_line = "holds under every ablation (the same settings pass)"
+    cannot = "; ".join(f"{a}: {len(v)}" for a, v in undecided.items() if v)
     caption = (f"NCS at {group} rows of S under each ablation (attention: S's image keys hidden; zero / mean / resample: S's "
-               f"head outputs replaced; DESIGN.md \"Ablation types\"), Welch 95% interval over the two arms; p: one-sided rank "
-               f"p against the {CONTROL} draws run under the same ablation, Holm over the settings in parentheses (bold ≤ 0.05: "
-               f"the setting passes). The seed's conclusion — passing under attention: {names} — {verdict}.")
+               f"head outputs replaced; DESIGN.md \"Ablation types\"), Welch 95% interval over the two arms; z and p: against "
+               f"the {CONTROL} draws run under the same ablation (one-sided rank p), Holm over the grid settings in parentheses "
+               f"(one family per ablation; bold ≤ 0.05); verdict as in Table 3: yes (the setting passes), no, or cannot tell "
+               f"(its Holm floor is above 0.05: no result could have passed). The seed's conclusion — passing under attention: "
+               f"{names} — {verdict_line}."
+               + (f" Cells that cannot tell, by ablation (not counted as failing): {cannot}." if cannot else ""))
     return Table("Ablation × setting: NCS under each ablation type", columns, rows, caption, groups)

@@ -5,7 +5,8 @@ Writes into ``run_dir`` (or ``out_dir``):
 - ``report.md`` — Markdown, figures linked from ``figures/``;
 - ``report.html`` — one self-contained page (inline CSS, figures as ``data:`` PNG URIs,
   no external reference), the file to open or send;
-- ``figures/*.png`` — every figure.
+- ``figures/*.png`` — every figure;
+- ``headsets/<setting>.json`` — each discovered setting's head-set file (:mod:`vheads.report._headsets`).
 
 The sections are the registered ones (:mod:`vheads.report._registry`, one module each
 under :mod:`vheads.report.sections`), in their order; sections whose data the run lacks
@@ -22,6 +23,7 @@ from vheads._errors import make_output_folder, path_inside
 from vheads.report._crossmodel import CROSSMODEL_FIGURES, build_crossmodel_report, is_multi_model, load_model_run, multi_model_names
 from vheads.report._data import RunData, load_run, settings_text
 from vheads.report._doc import Section
+from vheads.report._headsets import write_headset_files
 from vheads.report._registry import registered_sections
 from vheads.report._write import write_report
 
@@ -109,6 +111,7 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None, model: 
     run = load_run(run_dir, model, metric)
     out = make_output_folder(Path(out_dir) if out_dir is not None else Path(run_dir), "pass --out to a writable folder for the report")
     sections, warnings = build_sections(run)
+    write_headset_files(run, out)  # RUN/headsets/<setting>.json: each setting's S, for vheads evaluate
 
     L, H = run.shape
     title = f"vheads report — {run.model_id}"

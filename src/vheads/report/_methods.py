@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from vheads.evaluation import holm
 from vheads.report._data import RunData, fallback_note, identical_to
 from vheads.report._doc import Figure, Table
-from vheads.report._tables import ALPHA, TEST_NAMES, compare, fmt, fmt_ci, fmt_p, s_interval
+from vheads.report._tables import ALPHA, TEST_NAMES, adjust_family, compare, fmt, fmt_ci, fmt_p, fmt_verdict, s_interval
 
 CONTROL = "layer-matched"
 AXIS_ORDER = ("rows", "region", "norm", "keys", "across", "select", "k", "sinks", "sink_layer", "sink_factor")
@@ -143,11 +142,7 @@ def methods_tests(run: RunData, test: str, alpha: float = ALPHA) -> dict[str, ob
     stats = {s: compare(run.cells[(s, test)], s, test, s_interval(run, s, test, run.cells[(s, test)].s))
              for s in run.score_settings if (s, test) in run.cells}
     members = [st for st in stats.values() if CONTROL in st.controls and st.controls[CONTROL].rank is not None]
-    if members:
-        h = holm([st.controls[CONTROL].rank.p for st in members], alpha=alpha)
-        for st, p_adj, rej in zip(members, h.p_adjusted, h.reject):
-            st.controls[CONTROL].p_holm = float(p_adj)
-            st.controls[CONTROL].reject = bool(rej)
+    adjust_family([st.controls[CONTROL] for st in members], "score point", alpha)
     return stats
 
 
@@ -173,20 +168,24 @@ def methods_tests_table(run: RunData, tests: list[str] | None = None) -> Table |
     columns, groups = ["Score setting"], [("", 1)]
     for t in tests:
         Rs = [st.controls[CONTROL].R for st in per[t].values() if CONTROL in st.controls]
-        columns += ["S [95% CI]", f"{CONTROL} (R={max(Rs) if Rs else 0}) mean ± SD [distinct]", "z", "p (Holm)"]
-        groups.append((_test_name(t), 4))
-    rows = []
+        m = max((st.controls[CONTROL].family_m for st in per[t].values() if CONTROL in st.controls), default=0)
+        columns += ["S [95% CI]", f"{CONTROL} (R={max(Rs) if Rs else 0}) mean ± SD [distinct]", "z",
+                    f"p (Holm over {m})", "verdict"]
+        groups.append((_test_name(t), 5))
+    rows, undecided = [], []
     for s in run.score_settings:
         row = [s]
         for t in tests:
             st = per[t].get(s)
             cs = st.controls.get(CONTROL) if st is not None else None
             if cs is None:
-                row += [fmt_ci(st.interval, st.s) if st is not None else "–", "–", "–", "–"]
+                row += [fmt_ci(st.interval, st.s) if st is not None else "–", "–", "–", "–", "–"]
                 continue
             ph = fmt_p(cs.p_holm) if cs.p_holm is not None else "n/a"
-            row += [fmt_ci(st.interval, st.s) + ("*" if cs.reject else ""), cs.summary(), fmt(cs.z, 1),
-                    f"{fmt_p(cs.rank.p)} (**{ph}**)" if cs.reject else f"{fmt_p(cs.rank.p)} ({ph})"]
+            row += [fmt_ci(st.interval, st.s) + ("*" if cs.verdict == "yes" else ""), cs.summary(), fmt(cs.z, 1),
+                    f"{fmt_p(cs.rank.p)} (**{ph}**)" if cs.reject else f"{fmt_p(cs.rank.p)} ({ph})", fmt_verdict(cs.verdict)]
+            if cs.verdict == "cannot tell":
+                undecided.append(f"{s} (floor {cs.holm_floor:.3f})")
         rows.append(row)
     note = fallback_note(run.meta, CONTROL, run.score_settings)
     title = ("Published methods vs the seed's settings: necessity and steerability" if len(tests) > 1 else
@@ -197,7 +196,10 @@ def methods_tests_table(run: RunData, tests: list[str] | None = None) -> Table |
                  "its 95% interval (NCS: Welch over the two arms). p: one-sided rank p (1 + #{controls ≥ S}) / (n + 1) over "
                  "the n distinct head-sets compared; "
                  "in parentheses Holm-adjusted over the score settings of this run (one family per test; bold ≤ 0.05; "
-                 "*: Holm-significant)." + note, groups)
+                 "*: verdict yes). verdict as in Table 3: yes, no, or cannot tell (the smallest adjusted p this point's n "
+                 "and its family's allow is above 0.05). A score point with the same heads as a grid setting gets its "
+                 "verdict in this family, the grid setting in the grid's: the same p can read differently."
+                 + (f" Cannot tell: {', '.join(undecided)}." if undecided else "") + note, groups)
 
 
 def methods_overlap_figure(run: RunData) -> bytes | None:

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vheads.causal import CAUSAL_SETTING
-from vheads.evaluation import Interval, RankP, bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score
-from vheads.report._data import Cell, RunData, cfg_get, fallback_note, sweep_points
+from vheads.evaluation import (
+    Interval, RankP, bootstrap_diff_ci, holm, holm_floors, member_required_n, rank_p, required_n, t_interval, verdict, welch_interval, z_score,
+)
+from vheads.report._data import Cell, RunData, cfg_get, control_pools, fallback_note, sweep_points
 from vheads.report._doc import Table
 
 ALPHA = 0.05
@@ -80,7 +82,18 @@ class ControlStat:
     p_holm: float | None = None  # None when S is outside the Holm family
     reject: bool = False
     n_distinct: int = 0
-    holm_floor: float | None = None  # m/(n+1) of its Holm family (None outside one)
+    #: the smallest adjusted p this member could reach with the n's of its family
+    #: (:func:`vheads.evaluation.holm_floors`); outside a family, its rank p's floor 1/(n+1)
+    holm_floor: float | None = None
+    verdict: str | None = None  # "yes" | "no" | "cannot tell" (vheads.evaluation.verdict); None: not read
+    family: str | None = None  # what the verdict was adjusted over: "12 grid settings", "4 score points", "none"
+    family_m: int = 0  # its size (0: outside any family, unadjusted)
+    n_needed: int | None = None  # distinct head-sets it needs, the family's other n's as they are, to reach 0.05
+
+    @property
+    def p_verdict(self) -> float | None:
+        """The p the verdict reads: Holm-adjusted in a family, the rank p outside one."""
+        return self.p_holm if self.family_m else (self.rank.p if self.rank is not None else None)
 
     @property
     def R(self) -> int:
@@ -166,16 +179,68 @@ def significance(run: RunData, test: str, alpha: float = ALPHA, adjust: bool = T
         return stats
     listed = holm_family(run)
     for c in controls:
-        members = [st for st in stats if c in st.controls and st.controls[c].rank is not None
-                   and (listed is None or st.setting in listed)]
-        if not members:
-            continue
-        h = holm([st.controls[c].rank.p for st in members], alpha=alpha)
-        for st, p_adj, rej in zip(members, h.p_adjusted, h.reject):
-            st.controls[c].p_holm = float(p_adj)
-            st.controls[c].reject = bool(rej)
-            st.controls[c].holm_floor = min(1.0, len(members) / (st.controls[c].n + 1))
+        ranked = [st for st in stats if c in st.controls and st.controls[c].rank is not None]
+        members = [st for st in ranked if listed is None or st.setting in listed]
+        adjust_family([st.controls[c] for st in members], "grid setting", alpha)
+        for st in ranked:
+            if st not in members:  # the causal setting: a reference, read on its own rank p
+                unadjusted(st.controls[c], alpha)
     return stats
+
+
+def adjust_family(members: list[ControlStat], what: str, alpha: float = ALPHA) -> None:
+    """Holm over ``members`` (one control type of one test, in one metric), and each one's
+    verdict: its adjusted p, its own floor given every member's n
+    (:func:`vheads.evaluation.holm_floors`) and :func:`vheads.evaluation.verdict`. ``what``
+    names a member ("grid setting", "score point"): the family reads "12 grid settings"."""
+    if not members:
+        return
+    m = len(members)
+    h = holm([cs.rank.p for cs in members], alpha=alpha)
+    ns = [cs.n for cs in members]
+    floors = holm_floors(ns)
+    for i, (cs, p_adj, rej, floor) in enumerate(zip(members, h.p_adjusted, h.reject, floors)):
+        cs.p_holm, cs.reject, cs.holm_floor = float(p_adj), bool(rej), float(floor)
+        cs.verdict = verdict(cs.p_holm, cs.holm_floor, alpha)
+        cs.family, cs.family_m = f"{m} {what}{'s' * (m != 1)}", m
+        if cs.verdict == "cannot tell":
+            cs.n_needed = member_required_n(ns, i, alpha)
+
+
+def unadjusted(cs: ControlStat, alpha: float = ALPHA) -> None:
+    """The verdict of a test outside every Holm family (the causal setting, a reference): its
+    rank p against ``alpha``, with the rank p's own floor 1/(n+1)."""
+    cs.holm_floor = 1 / (cs.n + 1)
+    cs.verdict = verdict(cs.rank.p, cs.holm_floor, alpha)
+    cs.family, cs.family_m = "none (a reference: unadjusted)", 0
+    if cs.verdict == "cannot tell":
+        cs.n_needed = required_n(1, alpha)
+
+
+def fmt_verdict(v: str | None) -> str:
+    """A verdict as the tables print it: **yes**, no, cannot tell; – when not read."""
+    return "–" if v is None else "**yes**" if v == "yes" else v
+
+
+def limit_text(run: RunData, setting: str, cs: ControlStat, alpha: float = ALPHA) -> str:
+    """What would let a *cannot tell* cell decide: ``cs.n_needed`` distinct head-sets (the
+    family's other n's as they are; :func:`vheads.evaluation.member_required_n`; with one n
+    for all, Holm over m needs n ≥ m/α − 1, :func:`vheads.evaluation.required_n`). Where the
+    control's pool was compared whole and holds fewer, the pool is the limit (a larger k or a
+    larger model enlarges it), not R; else the key ``[controls] <control> = N``. A control
+    without a countable pool (attention-matched) that gave fewer than R says so."""
+    m, control, n = max(cs.family_m, 1), cs.control, cs.n
+    need = cs.n_needed or required_n(m, alpha)
+    over = f"Holm over {m}" if cs.family_m else "a rank p alone"
+    rec = control_pools(run.meta).get(setting, {}).get(control, {})
+    pool, whole = rec.get("pool"), rec.get("mode") == "exact"
+    if whole and isinstance(pool, int) and pool < need:
+        return (f"the {control} pool holds {pool} head-sets (compared whole), {over} needs n ≥ {need}: "
+                "the pool is the limit — a larger k or a larger model enlarges it")
+    if pool is None and rec and n < (rec.get("R") or 0):
+        return (f"{n} distinct {control} head-sets of R = {rec['R']} drawn (its pool is not countable), {over} "
+                f"needs n ≥ {need}: a larger k or a larger model widens it")
+    return f"n = {n} {control} head-sets, {over} needs n ≥ {need}: set [controls] {control} = {need}"
 
 
 def _control_order(name: str) -> tuple[int, str]:
@@ -185,8 +250,9 @@ def _control_order(name: str) -> tuple[int, str]:
 def significance_table(run: RunData, tests: list[str], title: str, caption: str,
                        controls: tuple[str, ...] = MAIN_CONTROLS) -> Table | None:
     """Table 3 layout: settings as rows; per test, S [95% CI] and per control type
-    ``mean ± SD``, ``z`` and ``p (Holm)``. ``**`` marks Holm-adjusted p ≤ 0.05; ``*`` on S
-    marks significance against the first control type shown (layer-matched)."""
+    ``mean ± SD [n]``, ``z``, ``p (Holm)`` and the verdict (yes / no / cannot tell,
+    :func:`vheads.evaluation.verdict`). ``**`` marks Holm-adjusted p ≤ 0.05; ``*`` on S
+    marks a *yes* against the first control type shown (layer-matched)."""
     tests = [t for t in tests if any((s, t) in run.cells for s in run.settings)]
     if not tests:
         return None
@@ -197,10 +263,11 @@ def significance_table(run: RunData, tests: list[str], title: str, caption: str,
         cols = ["S [95% CI]"]
         for c in shown[t]:
             R = max(st.controls[c].R for st in per_test[t].values() if c in st.controls)
-            cols += [f"{c} (R={R}) mean ± SD [n compared]", "z", "p (Holm)"]
+            m = max((st.controls[c].family_m for st in per_test[t].values() if c in st.controls), default=0)
+            cols += [f"{c} (R={R}) mean ± SD [n compared]", "z", f"p (Holm over {m})" if m else "p", "verdict"]
         columns += cols
         groups.append((TEST_NAMES.get(t, t), len(cols)))
-    rows, unreachable = [], False
+    rows, undecided = [], []
     for s in run.settings:
         if not any(s in per_test[t] for t in tests):
             continue
@@ -208,29 +275,32 @@ def significance_table(run: RunData, tests: list[str], title: str, caption: str,
         for t in tests:
             st = per_test[t].get(s)
             if st is None:
-                row += ["–"] * (1 + 3 * len(shown[t]))
+                row += ["–"] * (1 + 4 * len(shown[t]))
                 continue
             first = next((st.controls[c] for c in shown[t] if c in st.controls), None)
-            mark = "*" if first is not None and first.reject else ""
+            mark = "*" if first is not None and first.verdict == "yes" else ""
             row.append(fmt_ci(st.interval, st.s) + mark)
             for c in shown[t]:
                 cs = st.controls.get(c)
                 if cs is None:
-                    row += ["–", "–", "–"]
+                    row += ["–"] * 4
                     continue
                 row.append(cs.summary())
                 row.append(fmt(cs.z, 1))
                 p = fmt_p(cs.rank.p) if cs.rank else "–"
-                ph = fmt_p(cs.p_holm) if cs.p_holm is not None else "n/a"
-                out_of_reach = cs.p_holm is not None and cs.holm_floor is not None and cs.holm_floor > ALPHA
-                row.append((f"{p} (**{ph}**)" if cs.reject else f"{p} ({ph})") + ("†" if out_of_reach else ""))
-                unreachable |= out_of_reach
+                ph = fmt_p(cs.p_holm) if cs.p_holm is not None else "none: a reference"
+                row.append(f"{p} (**{ph}**)" if cs.reject else f"{p} ({ph})")
+                row.append(fmt_verdict(cs.verdict))
+                if cs.verdict == "cannot tell":
+                    undecided.append(f"{s} ({c}, floor {cs.holm_floor:.3f})")
         rows.append(row)
     note = fallback_note(run.meta, sorted({c for t in tests for c in shown[t]}))
-    if unreachable:
-        note += (f" †: with n distinct head-sets compared, Holm over the family's m settings cannot fall below "
-                 f"m/(n+1) > {ALPHA}: this cell cannot show significance whatever S does (the control's pool is too "
-                 "small for the family; see the checklist).")
+    note += (f" verdict: yes where the Holm-adjusted p ≤ {ALPHA}; no where it is not; cannot tell where even S above "
+             "every control could not have reached it — the smallest adjusted p this setting's n and the family's "
+             "other n's allow (its Holm floor; m/(n+1) when every member has the same n) is above "
+             f"{ALPHA}, so the cell is no evidence either way.")
+    if undecided:
+        note += f" Cannot tell: {', '.join(undecided)} (see the checklist's floors for the R or pool that would decide)."
     return Table(title, columns, rows, caption + note, groups)
 
 
@@ -631,7 +701,7 @@ def metric_robustness_table(run: RunData) -> Table | None:
     per = {(m, t): {st.setting: st for st in significance(runs[m], t, controls=(control,))} for m in metrics for t in tests}
     columns, groups = ["Test", "Setting"], [("", 2)]
     for m in metrics:
-        columns += ["S [95% CI]", f"p (Holm) vs {control}"]
+        columns += ["S [95% CI]", f"p (Holm) vs {control}, verdict"]
         groups.append((METRIC_NAMES.get(m, m), 2))
     columns.append("conclusion")
     groups.append(("", 1))
@@ -645,24 +715,32 @@ def metric_robustness_table(run: RunData) -> Table | None:
             verdicts = []
             for st in sts:
                 cs = st.controls[control]
-                verdicts.append(cs.reject)
-                ph = fmt_p(cs.p_holm) if cs.p_holm is not None else "n/a"
-                row += [fmt_ci(st.interval, st.s), f"**{ph}**" if cs.reject else ph]
+                verdicts.append(cs.verdict)
+                p = fmt_p(cs.p_verdict)
+                row += [fmt_ci(st.interval, st.s), f"{f'**{p}**' if cs.verdict == 'yes' else p} {cs.verdict}"]
             if len(set(verdicts)) == 1:
-                row.append("same: " + ("significant" if verdicts[0] else "not significant"))
+                row.append(f"same: {verdicts[0]}")
             else:
-                row.append("changes: significant under " + ", ".join(m for m, v in zip(metrics, verdicts) if v))
-                changed.append(f"{s} ({t})")
+                row.append("changes: " + "; ".join(f"{v} under {', '.join(m for m, x in zip(metrics, verdicts) if x == v)}"
+                                                   for v in dict.fromkeys(verdicts)))
+                if {"yes", "no"} <= set(verdicts):  # decided both ways: the metric changes the conclusion
+                    changed.append(f"{s} ({t})")
             rows.append(row)
     if not rows:
         return None
     missing = [m for m in ("p4", "logprob", "logit-diff") if m not in runs]
-    verdict = (f"The conclusion changes with the metric for {len(changed)} of {len(rows)} rows: {', '.join(changed)}."
-               if changed else f"The conclusion is the same under every metric shown, for all {len(rows)} rows.")
+    undecided = sum("cannot tell" in r[-1] for r in rows)
+    verdict_line = (f"The conclusion changes (yes under one metric, no under another) for {len(changed)} of {len(rows)} rows: "
+                    f"{', '.join(changed)}." if changed else
+                    f"No row is decided yes under one metric and no under another ({len(rows)} rows).")
+    if undecided:
+        verdict_line += f" {undecided} row(s) cannot tell under at least one metric: their controls cannot reach {ALPHA} there."
     return Table("Metric robustness: Table 3's CERS and NCS under each metric", columns, rows,
-                 f"{verdict} Each metric's S and interval as in Table 3 (NCS: Welch over its arms; CERS: t over items), "
+                 f"{verdict_line} Each metric's S and interval as in Table 3 (NCS: Welch over its arms; CERS: t over items), "
                  f"drops and contrasts taken in that metric; p: one-sided rank p against the {control} draws, "
-                 "Holm-adjusted over the settings (per test and metric); bold ≤ 0.05. p4 is P renormalised over the "
+                 "Holm-adjusted over the grid settings (one family per test and metric; the causal setting, a reference "
+                 "outside every family, unadjusted), and the verdict read from it as in Table 3 and the Findings: yes, no, or "
+                 "cannot tell (its Holm floor is above 0.05); bold ≤ 0.05. p4 is P renormalised over the "
                  "four option letters (bounded, saturates near 0 and 1); logprob and logit-diff are close to linear "
                  "in the logits. The report's other tables use " + run.metric + "."
                  + (f" Not stored in this run: {', '.join(missing)}." if missing else ""), groups, text_cols=2)

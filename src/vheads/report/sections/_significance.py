@@ -1,16 +1,15 @@
 """Causal tests against random controls: the seed's Table 3 (CERS and NCS of every setting
-against its controls), Figure 3, Table 9, the metric robustness and ablation tables, and
+against its controls; the Findings show them as Figure 3), Table 9, the metric robustness and ablation tables, and
 Table 16 (NCS_grid, symmetric CERS)."""
 
 from __future__ import annotations
 
 from vheads.causal import CAUSAL_SETTING
-from vheads.report import _figures as F
 from vheads.report import _tables as T
 from vheads.report._ablation import ablation_table
 from vheads.report._data import RunData, headline_beta
 from vheads.report._protocol import headline_text
-from vheads.report._registry import figure, section
+from vheads.report._registry import section
 
 HOW = (
     "One row per discovery setting (corpus-query-source, e.g. cm-ref-qsp). S is the discovered head-set's "
@@ -18,9 +17,10 @@ HOW = (
     "means, Welch's interval; the arms table adds a bootstrap resampling both arms). Each control type shows the mean ± SD of its "
     "n distinct random head-sets S is compared with (their number in brackets), z = (T_S − mean)/SD, the one-sided rank p = (1 + #{controls ≥ S})/(n+1) and, in "
     "parentheses, the Holm-adjusted p over the settings (one family per test and control type); bold: ≤ 0.05. "
-    "* on S: significant against the first control shown. A large z with an unadjusted p at its floor says S "
-    "beats every control drawn; only the Holm-adjusted p says so for the whole family. The figure shows each S "
-    "(red diamond) against its controls' draws: a diamond inside the band is not specific to the discovered heads."
+    "* on S: a yes against the first control shown. A large z with an unadjusted p at its floor says S "
+    "beats every control drawn; only the Holm-adjusted p says so for the whole family. The verdict beside it is yes, no, "
+    "or cannot tell: with too few controls for the family even S above all of them cannot reach 0.05 (the Findings "
+    "show S against every control, the random-band figure)."
 )
 
 
@@ -32,8 +32,7 @@ def main_tests(run: RunData) -> list[str]:
 @section("significance", "Causal tests against random controls (Table 3)", HOW, order=20,
          needs=("outcomes", "arms", "headsets", "meta"),
          tables=("Table 3 layout: *", "Rank p against layer-matched (A)*", "Metric robustness*", "Ablation × setting*",
-                 "* (seed Table 16 layout)"),
-         figures=("random_band",))
+                 "* (seed Table 16 layout)"))
 def significance(run: RunData) -> list:
     tests = main_tests(run)
     blocks: list = []
@@ -46,13 +45,10 @@ def significance(run: RunData) -> list:
             "else R drawn without repeats]; z in control SDs; "
             "p: one-sided rank p over the same n (floor 1/(n+1); the exact permutation p when the pool is compared whole), "
             "Holm-adjusted p in parentheses (family: the settings, per test "
-            "and control type; bold ≤ 0.05). *: Holm-significant against the first control type shown."
+            "and control type; bold ≤ 0.05). *: verdict yes against the first control type shown."
             + (f" β: {headline_text(run)}." if t == "cers" else "")
             + (f" {CAUSAL_SETTING}: the top-k heads of the exact causal map (each head alone, on a discovery split), "
                "tested the same way: a reference, outside the Holm family." if CAUSAL_SETTING in run.settings else "")))
-    blocks.append(figure("random_band", F.random_band_figure(run, tests),
-                         "Figure 3 layout: each discovered head-set S (red diamond) against its random head-sets (dots: one per "
-                         "draw; bar: mean ± SD; tick: mean), one panel per test."))
     blocks += [T.matched_controls_table(run), T.metric_robustness_table(run), ablation_table(run)]
     for t in ("ncs-grid", "cers-sym"):
         blocks.append(T.significance_table(run, [t], f"{T.TEST_NAMES[t]} (seed Table 16 layout)",
