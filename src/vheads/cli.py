@@ -80,7 +80,7 @@ def study(
 @app.command()
 def evaluate(
     headset: Annotated[list[Path], typer.Option(help="head-set file(s) from `vheads discover`; repeat for several")],
-    test: Annotated[list[str], typer.Option(help="cers, cers-sym, ncs, ncs-grid, text; repeat for several")] = ["cers", "ncs"],  # noqa: B006
+    test: Annotated[list[str], typer.Option(help="cers, cers-sym, ncs, ncs-grid, text, grounding; repeat for several")] = ["cers", "ncs"],  # noqa: B006
     controls: Annotated[str, typer.Option(help="e.g. layer-matched:100,any-layer:100")] = "layer-matched:100,any-layer:100",
     n: Annotated[int, typer.Option(help="items per evaluation set")] = 24,
     beta: Annotated[float, typer.Option(help="steering strength (CERS)")] = 1e4,
@@ -97,16 +97,31 @@ def evaluate(
     chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
     ablation: Annotated[str, typer.Option(help="what hiding S means: attention (mask its keys; default), zero, mean, resample (its head outputs; NCS and text only)")] = "attention",
     reference_n: Annotated[Optional[int], typer.Option(help="--ablation mean: reference items per kind (default --n)")] = None,  # noqa: UP007
+    grounding_rows: Annotated[str, typer.Option(help="grounding: query rows of the maps: last, qspan, out")] = "last",
+    aggregation: Annotated[str, typer.Option(help="grounding: a head-set's map: mean-norm (mean of per-head image-normalised maps), mean-raw")] = "mean-norm",
+    box_threshold: Annotated[float, typer.Option(help="grounding: the box rule keeps cells at least this fraction of the peak")] = 0.5,
+    connectivity: Annotated[int, typer.Option(help="grounding: connected components with 4 or 8 neighbours")] = 8,
+    refer: Annotated[Optional[str], typer.Option(help="grounding on a referring corpus: refer:DIR[,DATASET,SPLIT[,SPLITBY]] (refer API + COCO train2014) or refcoco-hf:DIR[,SPLIT] (lmms-lab parquet)")] = None,  # noqa: UP007
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
-    """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
+    """Test head-sets (CERS, NCS, NCS_grid, text arm, grounding) against random controls."""
     from vheads.discovery import load_headset
     from vheads.evaluation import check_request
 
     # every argument, and every head-set file, is checked before the model (or torch) is loaded
     _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size, steer_rows=steer_rows, seed=seed,
                   ablation=ablation, reference_n=reference_n)
+    from vheads.evaluation import GroundingRule
+
+    rule = _fail_clearly(GroundingRule, grounding_rows, aggregation, box_threshold, connectivity)
     records = [_fail_clearly(load_headset, p) for p in headset]
+    referring = None
+    if refer is not None:  # every row and image checked before the model loads
+        from vheads.data.refcoco import open_referring
+
+        if "grounding" not in test:
+            _die("--refer gives referring items, which only the grounding test reads; add --test grounding")
+        referring = _fail_clearly(open_referring, refer, n, seed)
     real = _real_items(source, cell)
     if real is not None:  # every photo read (and checked) before the model loads
         from vheads.evaluation import TEST_SETS, item_sets
@@ -123,7 +138,8 @@ def evaluate(
         lm = _fail_clearly(load_model, model, system_prompt=system_prompt, chat_template=chat_template)
         hs = _fail_clearly(load_headset_files, headset, lm, force)
         results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size,
-                                not (json_out or quiet), steer_rows, real, ablation=ablation, reference_n=reference_n)
+                                not (json_out or quiet), steer_rows, real, ablation=ablation, reference_n=reference_n,
+                                grounding_rule=rule, grounding_items=referring)
     if json_out:
         from vheads._io import json_safe
 
