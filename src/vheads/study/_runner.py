@@ -110,6 +110,10 @@ def _commit(store: Store, run_dir: Path, res: dict) -> None:
         atomic_write(path_inside(strips, f"{name}.png"), lambda fh: fh.write(png), mode="wb")
     for name, meta in payload.get("strip_meta", {}).items():
         atomic_write(path_inside(strips, f"{name}.json"), lambda fh: fh.write(json.dumps(meta)))
+    for name, png in payload.get("grounding_images", {}).items():  # S's grounding maps for the report (vheads.study._grounding)
+        atomic_write(path_inside(run_dir / "grounding", f"{name}.png"), lambda fh: fh.write(png), mode="wb")
+    for name, maps in payload.get("grounding_maps", {}).items():
+        atomic_write(path_inside(run_dir / "grounding", f"{name}.json"), lambda fh: fh.write(json.dumps(maps)))
     store.commit_unit(res["unit_id"], res["kind"], res["seconds"], payload["rows"])
     _log(run_dir, f"done {_logged(store, res['unit_id'])}")
 
