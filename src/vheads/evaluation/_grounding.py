@@ -7,8 +7,9 @@ image keys (the image-pad tokens only):
 1. **Maps.** One capture forward per item reads every head's map onto every image token,
    ``a[l,h][t] = mean_{q∈Q} A'[l,h][q,t]`` for ``t ∈ I`` — ``[L, H, |I|]``, never a full
    attention map. ``rows``: ``last`` (the last prompt token, as Localization Heads),
-   ``qspan`` (the tokens of the referring expression) or ``out`` (the model's greedy answer,
-   teacher-forced).
+   ``qspan`` (the tokens of the referring expression) or ``out`` (the model's own answer,
+   teacher-forced; given to :func:`capture_maps` — the evaluate and study commands read
+   ``last`` or ``qspan``).
 2. **Aggregation over S** (:data:`AGGREGATIONS`): ``mean-norm`` (default) — each head's map
    renormalised over the image keys per row (``A'[q,t] = A[q,t] / Σ_{u∈I} A[q,u]``), then
    the mean over S's heads, so every head weighs the same whatever its image mass;
@@ -125,20 +126,23 @@ def _rows_of(item: Item, layout, rows: str) -> list[int]:
     return pos
 
 
-def capture_maps(engine, items: Sequence[Item], rule: GroundingRule = GroundingRule(), max_new_tokens: int = 4):
+def capture_maps(engine, items: Sequence[Item], rule: GroundingRule = GroundingRule(), answers: Sequence[str] | None = None):
     """One capture forward per item (prompts share forwards within the engine's batching):
-    per item ``(maps [L, H, |I|] float64, PixelGrid)``; with ``rows="out"`` the model's greedy
-    answer first (an empty answer teacher-forces the end-of-turn token)."""
+    per item ``(maps [L, H, |I|] float64, PixelGrid)``. ``rows="out"`` reads the rows of
+    ``answers`` (one text per item, teacher-forced after the assistant prefix: the model's own
+    answers, e.g. from :func:`vheads.discovery.greedy_answer`); the evaluation and study
+    commands ground from ``last`` or ``qspan`` rows."""
     import torch
 
     from vheads.engine import positions_mask
 
     lm = engine.lm
-    answers: list[str | None] = [None] * len(items)
     if rule.rows == "out":
-        from vheads.discovery._scores import _eos_text, greedy_answer
-
-        answers = [greedy_answer(lm, lm.adapter.build(it, lm.processor), max_new_tokens) or _eos_text(lm) for it in items]
+        if answers is None or len(answers) != len(items):
+            raise VheadsError("grounding rows 'out' read the model's own answer tokens: pass one answer text per item "
+                              "(vheads.discovery.greedy_answer gives them), or choose rows 'last' or 'qspan'")
+    else:
+        answers = [None] * len(items)
     requests, grids = [], []
     from vheads.engine import Capture
 

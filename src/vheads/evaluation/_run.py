@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vheads._errors import VheadsError
 from vheads._seeds import derived_seed
 from vheads.evaluation._ablation import check_ablation
 from vheads.evaluation._controls import draw_controls, get_control
@@ -165,6 +166,9 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
     from vheads.data import default_templates
 
     requests = check_request(tests, controls, beta, rows, steer_rows=steer_rows, ablation=ablation, reference_n=reference_n)
+    if "grounding" in tests and grounding_rule is not None and grounding_rule.rows == "out":
+        raise VheadsError("grounding rows 'out' need the model's answers: evaluate grounds from rows 'last' or 'qspan' "
+                          "(vheads.evaluation.capture_maps takes answers for 'out')")
     templates = templates or default_templates(engine.lm.model_id)
     L, H = engine.shape
     for name, S in headsets.items():

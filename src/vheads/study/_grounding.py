@@ -16,6 +16,8 @@ with the item's image (``.png``) for the report's figure.
 
 from __future__ import annotations
 
+import io
+
 from vheads.evaluation import GroundingRule, capture_maps, grounding
 
 #: S's maps kept per setting for the report's figure
@@ -28,8 +30,6 @@ def grounding_rows(computer, unit: dict, sets: dict, ids: list[str], hsets: list
                    rule: GroundingRule = GroundingRule()) -> dict:
     """Rows of one grounding unit: ``hsets`` (head-sets ``ids[j]`` for ``j`` in ``which``) on
     ``sets["grid-oracle"]``; the capture is kept on ``computer`` for the next unit of the shard."""
-    from vheads.study._units import _png
-
     items = sets["grid-oracle"]
     key = (rule.rows, rule.aggregation, tuple(it.id for it in items))
     cache = computer.__dict__.setdefault("_grounding_capture", {})
@@ -53,5 +53,7 @@ def grounding_rows(computer, unit: dict, sets: dict, ids: list[str], hsets: list
         maps[name] = {"setting": setting, "item": m["item"], "question": by_id[m["item"]].question,
                       "xs": g.xs.tolist(), "ys": g.ys.tolist(), "density": m["density"].tolist(),
                       "truth": list(m["truth"]), "box": [float(v) for v in m["box"]], "rule": rule.__dict__}
-        images[name] = _png(by_id[m["item"]].image)
+        buf = io.BytesIO()
+        by_id[m["item"]].image.save(buf, format="PNG")
+        images[name] = buf.getvalue()
     return {"rows": out, "grounding_maps": maps, "grounding_images": images}
