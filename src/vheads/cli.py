@@ -100,7 +100,7 @@ BETA_FIXED_WHY = ("fixed (--beta-rule fixed, the default: the seed study's beta;
 def evaluate(
     headset: Annotated[Optional[list[Path]], typer.Option(help="head-set file(s): from `vheads discover`, or a plain head list (JSON: a list of (layer, head) pairs, or an object whose 'heads' is one); repeat for several")] = None,  # noqa: UP007
     heads: Annotated[Optional[list[str]], typer.Option("--heads", help="a head list on the command line, 0-based: L1H0,L2H3 (with --model); repeat for several head-sets")] = None,  # noqa: UP007
-    test: Annotated[list[str], typer.Option(help="cers, cers-sym, ncs, ncs-grid, text; repeat for several")] = ["cers", "ncs"],  # noqa: B006
+    test: Annotated[list[str], typer.Option(help="cers, cers-sym, ncs, ncs-grid, text, grounding; repeat for several")] = ["cers", "ncs"],  # noqa: B006
     controls: Annotated[str, typer.Option(help="e.g. layer-matched:100,any-layer:100")] = "layer-matched:100,any-layer:100",
     n: Annotated[int, typer.Option(help="items per evaluation set (a benchmark file: at most its rows)")] = 24,
     beta: Annotated[float, typer.Option(help="steering strength (CERS) under --beta-rule fixed")] = 1e4,
@@ -125,9 +125,14 @@ def evaluate(
     chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
     ablation: Annotated[str, typer.Option(help="what hiding S means: attention (mask its keys; default), zero, mean, resample (its head outputs; NCS and text only)")] = "attention",
     reference_n: Annotated[Optional[int], typer.Option(help="--ablation mean: reference items per kind (default --n)")] = None,  # noqa: UP007
+    grounding_rows: Annotated[str, typer.Option(help="grounding: query rows of the maps: last, qspan, out")] = "last",
+    aggregation: Annotated[str, typer.Option(help="grounding: a head-set's map: mean-norm (mean of per-head image-normalised maps), mean-raw")] = "mean-norm",
+    box_threshold: Annotated[float, typer.Option(help="grounding: the box rule keeps cells at least this fraction of the peak")] = 0.5,
+    connectivity: Annotated[int, typer.Option(help="grounding: connected components with 4 or 8 neighbours")] = 8,
+    refer: Annotated[Optional[str], typer.Option(help="grounding on a referring corpus: refer:DIR[,DATASET,SPLIT[,SPLITBY]] (refer API + COCO train2014) or refcoco-hf:DIR[,SPLIT] (lmms-lab parquet)")] = None,  # noqa: UP007
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
-    """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
+    """Test head-sets (CERS, NCS, NCS_grid, text arm, grounding) against random controls."""
     from vheads._errors import VheadsError
     from vheads.discovery import load_headset, model_to_load, parse_heads, read_head_list
     from vheads.evaluation import check_request
@@ -144,8 +149,18 @@ def evaluate(
         parse_beta_rule(beta_rule)
     except ValueError as e:
         raise VheadsError(f"--beta-rule: {e}") from None
+    from vheads.evaluation import GroundingRule
+
+    rule = _fail_clearly(GroundingRule, grounding_rows, aggregation, box_threshold, connectivity)
     lists = {(f"heads-{i + 1}" if len(heads) > 1 else "heads"): parse_heads(h) for i, h in enumerate(heads)}
     records = [load_headset(p) for p in headset if read_head_list(p) is None]
+    referring = None
+    if refer is not None:  # every row and image checked before the model loads
+        from vheads.data.refcoco import open_referring
+
+        if "grounding" not in test:
+            _die("--refer gives referring items, which only the grounding test reads; add --test grounding")
+        referring = _fail_clearly(open_referring, refer, n, seed)
     if out is not None:
         from vheads._errors import check_output_file
 
@@ -176,8 +191,9 @@ def evaluate(
         beta, beta_record = (beta_by_rule(engine, hs, beta_rule, beta, n, seed, steer_rows=steer_rows, source=real,
                                           batch_size=batch_size, progress=not (json_out or quiet))
                              if steering else (beta, {"rule": "unused (no CERS test)", "beta": beta}))
-        results = evaluate_headsets(engine, hs, test, controls, n, beta, rows, seed, batch_size,
-                                    not (json_out or quiet), steer_rows, real, ablation=ablation, reference_n=reference_n)
+        results = _fail_clearly(evaluate_headsets, engine, hs, test, controls, n, beta, rows, seed, batch_size,
+                                not (json_out or quiet), steer_rows, real, ablation=ablation, reference_n=reference_n,
+                                grounding_rule=rule, grounding_items=referring)
     run = {"model": lm.record(), "beta": beta, "beta_rule": beta_record, "n": n, "seed": seed, "controls_spec": controls,
            "rows": rows, "steer_rows": steer_rows, "source": source}
     if json_out or out is not None:

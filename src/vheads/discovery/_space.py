@@ -19,8 +19,11 @@ query rows of one item, ``R`` its key region, ``I`` its image keys):
   ``Σ_i |Q_i|·m_i / Σ_i |Q_i|``, so an item with more rows weighs more);
 - ``select`` — ``flat`` top-k; ``per-layer`` top-k of every layer; ``elbow``: every head
   ranked before the elbow of the SORTED (descending) score curve (:func:`elbow_count`; k
-  unused); ``entropy``: of the ``elbow`` heads, the k with the lowest spatial entropy
-  (:func:`spatial_entropy`). Ties always by ``(layer, head)``;
+  unused); ``entropy``: of the ``elbow`` heads, the k with the lowest spatial entropy —
+  ``shannon`` (default: :func:`spatial_entropy`, of the renormalised image attention) or
+  ``components`` (the Localization Heads paper's: of the connected components of the map
+  thresholded at its mean, drawn on the image through the token borders,
+  :func:`vheads.evaluation.component_entropy`; the point's ``entropy`` key). Ties always by ``(layer, head)``;
 - ``sinks`` — ``keep`` (every key of ``R``) or ``drop``: the image's sink tokens ``S`` (an
   image token whose hidden-state L2 norm at ``sink_layer`` exceeds ``sink_factor ×`` the
   item's median image-token norm, :func:`sink_tokens`) leave the region, ``R' = R \\ S``
@@ -63,6 +66,9 @@ AXES: dict[str, tuple[str, ...]] = {
     "sinks": ("keep", "drop"),
 }
 
+#: the spatial entropies of the ``entropy`` selection (the point's ``entropy`` key; the first is the default)
+ENTROPIES = ("shannon", "components")
+
 #: the sink rule's defaults (``sinks="drop"``): hidden states at transformers' index 2 (the
 #: output of decoder layer 1, where the massive activations of LLMs have appeared), a sink
 #: above 10 × the median image-token norm of its item
@@ -84,11 +90,16 @@ class ScorePoint:
     sinks: str = "keep"
     sink_layer: int | None = None  # sinks="drop": SINK_LAYER when unset
     sink_factor: float | None = None  # sinks="drop": SINK_FACTOR when unset
+    entropy: str = "shannon"  # select="entropy": which spatial entropy (ENTROPIES)
 
     def __post_init__(self) -> None:
         for axis, values in AXES.items():
             if getattr(self, axis) not in values:
                 raise VheadsError(f"unknown {axis} {getattr(self, axis)!r} in a score point; choose one of: {', '.join(values)}")
+        if self.entropy not in ENTROPIES:
+            raise VheadsError(f"unknown entropy {self.entropy!r} in a score point; choose one of: {', '.join(ENTROPIES)}")
+        if self.entropy != "shannon" and self.select != "entropy":
+            raise VheadsError(f"entropy {self.entropy!r} applies to select 'entropy' only; add select=entropy, or leave entropy out")
         if self.across == "hit-frequency" and self.keys != "hit":
             raise VheadsError(f"across 'hit-frequency' pools hits; it needs keys 'hit', got keys {self.keys!r}")
         if self.k is not None and (isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1):
@@ -121,6 +132,8 @@ class ScorePoint:
         """The point's axes and k; the sink rule's keys only when it drops sinks (so a
         sink-blind point's record is what it was before the rule existed)."""
         d = asdict(self)
+        if self.entropy == "shannon":  # the default: a point's record is what it was before the key existed
+            d.pop("entropy")
         if not self.drops_sinks:
             for key in ("sinks", "sink_layer", "sink_factor"):
                 d.pop(key)
@@ -160,8 +173,19 @@ def localization() -> ScorePoint:
     bug report), of those the ones with the lowest spatial entropy of their image attention;
     the head-set is the heads selected in the most items (selection frequency). vheads' spatial
     entropy is the Shannon entropy of the renormalized image attention (:func:`spatial_entropy`),
-    not the paper's entropy of connected components of the thresholded map. k = 10."""
+    not the paper's entropy of connected components of the thresholded map (that one is the
+    ``localization_cc`` preset). k = 10."""
     return ScorePoint(rows="last", region="image", norm="raw", keys="mass", across="frequency", select="entropy", k=10)
+
+
+@score("localization_cc")
+def localization_cc() -> ScorePoint:
+    """Localization heads with the paper's spatial entropy: ``localization``, except that each
+    head's image attention is drawn on the image through the token borders, thresholded at
+    its mean, and the entropy is that of its connected components' areas
+    (:func:`vheads.evaluation.component_entropy`, the grounding test's components)."""
+    return ScorePoint(rows="last", region="image", norm="raw", keys="mass", across="frequency", select="entropy", k=10,
+                      entropy="components")
 
 
 @score("vrh")
@@ -219,6 +243,8 @@ def parse_score(text: str) -> ScorePoint:
                 raise VheadsError(f"score point {text!r}: {axis} must be a {'positive' if axis == 'k' else 'non-negative'} "
                                   f"integer, got {value!r}")
             values[axis] = int(value)
+        elif axis == "entropy":
+            values[axis] = value
         elif axis == "sink_factor":
             try:
                 values[axis] = float(value)
@@ -227,7 +253,8 @@ def parse_score(text: str) -> ScorePoint:
         elif axis in AXES:
             values[axis] = value
         else:
-            raise VheadsError(f"score point {text!r}: unknown axis {axis!r}; axes: {', '.join(AXES)}, k, sink_layer, sink_factor")
+            raise VheadsError(f"score point {text!r}: unknown axis {axis!r}; axes: {', '.join(AXES)}, k, sink_layer, sink_factor, "
+                              "entropy")
     return ScorePoint(**values)
 
 
@@ -331,7 +358,7 @@ def point_statistics(engine: Engine, items: Sequence[Item], answers: Sequence[st
             sinks.append({"threshold": threshold, "dropped": np.flatnonzero(sink).tolist()})
             per_item.append(sink_free_keys(c["keys"].double().cpu().numpy(), region, sink, point.keys))
             if point.needs_entropy:
-                ents.append(spatial_entropy(c["image"].double().cpu().numpy()[..., ~sink]))
+                ents.append(_entropy(point, c["image"].double().cpu().numpy(), prompt.layout, ~sink))
         per_item = np.stack(per_item)  # [N, L, H]
         entropy = np.stack(ents) if point.needs_entropy else None
     else:
@@ -339,8 +366,23 @@ def point_statistics(engine: Engine, items: Sequence[Item], answers: Sequence[st
         if point.keys == "mean":
             per_item = per_item / np.asarray(n_region, dtype=float)[:, None, None]
         if point.needs_entropy:
-            entropy = np.stack([spatial_entropy(c["image"].double().cpu().numpy()) for c in caps])
+            entropy = np.stack([_entropy(point, c["image"].double().cpu().numpy(), prompt.layout)
+                                for c, (prompt, _) in zip(caps, requests)])
     return PointStatistics(per_item, np.asarray(n_rows), [it.id for it in items], entropy, sinks)
+
+
+def _entropy(point: ScorePoint, image_attention: np.ndarray, layout, keep: np.ndarray | None = None) -> np.ndarray:
+    """The point's spatial entropy of ``image_attention [L, H, |I|]`` → [L, H]; ``keep [|I|]``:
+    the image keys that are no sink (Shannon leaves the others out; the components entropy
+    sets them to 0, so the map keeps its place on the image)."""
+    if point.entropy == "shannon":
+        return spatial_entropy(image_attention if keep is None else image_attention[..., keep])
+    from vheads.evaluation import PixelGrid, component_entropy
+
+    a = image_attention if keep is None else np.where(keep, image_attention, 0.0)
+    L, H, N = a.shape
+    grid = PixelGrid.from_layout(layout)
+    return component_entropy(grid.to_pixels(a.reshape(L * H, N)), grid).reshape(L, H)
 
 
 def spatial_entropy(image_attention: np.ndarray) -> np.ndarray:

@@ -29,6 +29,10 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         check_sizes, item_sets, reference_sets,
     )
     from vheads.evaluation._run import HeadsetResult, evaluate_headsets, run_test
+    from vheads.evaluation._grounding import (
+        AGGREGATIONS, GROUNDING_MEASURES, GROUNDING_ROWS, GroundingRule, aggregate_maps, capture_maps, grounding, truth_box,
+    )
+    from vheads.evaluation._boxes import PixelGrid, box_iou, box_rule, component_entropy, pointing_hits
     from vheads.evaluation._stats import (
         MIN_BOOTSTRAP_N, ArmsDifference, BootstrapInterval, bca_diff_ci, Holm, Interval, PairedT, RankP, Spearman,
         ZScore, bootstrap_ci, bootstrap_diff_ci, welch_interval, holm, ncs_difference_t, paired_one_sided_p,

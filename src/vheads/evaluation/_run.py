@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vheads._errors import VheadsError
 from vheads._seeds import derived_seed
 from vheads.evaluation._ablation import check_ablation
 from vheads.evaluation._controls import draw_controls, get_control
+from vheads.evaluation._grounding import GroundingRule, capture_maps, grounding
 from vheads.evaluation._headsets import HeadSet
 from vheads.evaluation._metrics import Outcomes, cers, head_attention_mass, ncs, ncs_grid, text_arm
 from vheads.evaluation._probe import ProbeMemo
@@ -100,15 +102,44 @@ def headset_interval(out: Outcomes, j: int = 0, seed: int = 0):
     return "t", (ci.low, ci.high), None, None
 
 
+def _summary(name: str, test_id: str, out: Outcomes, ids: list[str], requests, meta: dict, bseed: int, ablation: str,
+             recorded) -> HeadsetResult:
+    """Head-set 0's statistic T_S with its interval, and per control family the mean, SD, z and
+    rank p over the distinct head-sets compared (``ids[j]``: ``S`` or ``<label>#<i>``)."""
+    T = out.means()
+    method, ci, boot, bca = headset_interval(out, 0, bseed)
+    res = HeadsetResult(name, test_id, float(T[0]), ci, outcomes=out, headset_ids=ids, ci_method=method, ci_bootstrap=boot,
+                        ci_bca=bca, bootstrap_seed=bseed if boot is not None else None, ablation=ablation, reference=recorded)
+    for req in requests:
+        idx = [j for j, h in enumerate(ids) if h.startswith(req.label + "#")]
+        # rank p, mean, SD and z over the distinct head-sets compared (draw_controls repeats none)
+        td = T[idx]
+        rp = rank_p(T[0], td)
+        z = z_score(T[0], td) if len(td) > 1 else None
+        res.controls[req.label] = {**meta[req.label], "distinct": len(td), "mean": float(td.mean()),
+                                  "sd": float(td.std(ddof=1)) if len(td) > 1 else float("nan"),
+                                  "z": None if z is None else float(z.z), "rank_p": float(rp.p)}
+    return res
+
+
 def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float, rows: str, seed: int, batch_size: int,
              progress: bool = False, cache: dict | None = None, memo: ProbeMemo | None = None, ablation: str = "attention",
-             reference: dict | None = None) -> Outcomes:
+             reference: dict | None = None, grounding_rule: GroundingRule | None = None) -> Outcomes:
     """Run ``test`` on ``sets`` (``{kind: items}``, kinds as in :data:`TEST_SETS`); ``memo``:
     rows already run (:class:`vheads.evaluation.ProbeMemo`). ``ablation``: what hiding S
     means (:data:`ABLATIONS`; NCS and the text arm take every one, CERS and NCS_grid only
     ``attention``); ``reference``: the ``mean`` ablation's ``{kind: items}``
-    (:func:`reference_sets`)."""
+    (:func:`reference_sets`). ``grounding``: its keys are ``grounding_rule`` (default
+    :class:`GroundingRule`), and ``cache`` keeps its one capture per item, so the next
+    head-sets on the same items run no forward."""
     check_ablation(ablation, [test])
+    if test == "grounding":
+        rule = grounding_rule or GroundingRule()
+        items = sets["grid-oracle"]
+        key = ("grounding-maps", rule.rows, rule.aggregation, tuple(it.id for it in items))
+        if cache is not None and key not in cache:
+            cache[key] = capture_maps(engine, items, rule)
+        return grounding(engine, items, headsets, rule, captured=None if cache is None else cache[key])
     if ablation != "attention":
         if test == "ncs":
             return ncs(engine, sets["class-matched"], sets["class-mismatched"], headsets, rows=rows, batch_size=batch_size,
@@ -131,7 +162,8 @@ def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float
 def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], controls: str = "layer-matched:100,any-layer:100",
                       n: int = 24, beta: float = 1e4, rows: str = "all", seed: int = 0, batch_size: int = 128,
                       progress: bool = True, steer_rows: str = "all", source=None, templates=None, ablation: str = "attention",
-                      reference_n: int | None = None) -> list[HeadsetResult]:
+                      reference_n: int | None = None, grounding_rule: GroundingRule | None = None,
+                      grounding_items: list | None = None) -> list[HeadsetResult]:
     """Test each named head-set with each test against the requested controls.
 
     ``ablation`` (DESIGN.md "Ablation types"; :mod:`vheads.evaluation._ablation`): what
@@ -144,12 +176,22 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
     :class:`vheads.data.builders.RealItems` to test on real photos (default: the synthetic
     items). ``templates``: the questions (default: the model's, :func:`vheads.data.default_templates`).
 
+    ``grounding`` (:mod:`vheads.evaluation._grounding`, keys ``grounding_rule``) runs on the
+    synthetic ``grid-oracle`` items (the referred cell's box), or on ``grounding_items`` (a
+    real corpus's referring items, :mod:`vheads.data.refcoco`); one capture per item serves
+    every head-set and control. It gives three results, each against the same controls:
+    ``grounding`` (T = pointing accuracy), ``grounding-iou`` (mean IoU of the box rule's box)
+    and ``grounding-acc50`` (Acc@0.5).
+
     All arguments are checked before any forward pass: unknown tests, a bad control spec
     (unknown name, R = 0), a non-finite β, a head-set of another model shape.
     """
     from vheads.data import default_templates
 
     requests = check_request(tests, controls, beta, rows, steer_rows=steer_rows, ablation=ablation, reference_n=reference_n)
+    if "grounding" in tests and grounding_rule is not None and grounding_rule.rows == "out":
+        raise VheadsError("grounding rows 'out' need the model's answers: evaluate grounds from rows 'last' or 'qspan' "
+                          "(vheads.evaluation.capture_maps takes answers for 'out')")
     templates = templates or default_templates(engine.lm.model_id)
     L, H = engine.shape
     for name, S in headsets.items():
@@ -164,7 +206,10 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
         inputs = head_attention_mass(engine, item_sets(["grid-neutral"], n, lambda kind: seed, templates=templates)["grid-neutral"])
     results: list[HeadsetResult] = []
     memo = ProbeMemo()  # head-sets tested together share many control draws
-    all_sets = {test: item_sets(TEST_SETS[test], n, lambda kind: seed, source, templates) for test in tests}  # every image opened first
+    all_sets = {test: item_sets(TEST_SETS[test], n, lambda kind: seed, source, templates)
+                if test != "grounding" or grounding_items is None else {"grid-oracle": list(grounding_items)}
+                for test in tests}  # every image opened first
+    grounding_cache: dict = {}  # the grounding test's one capture per item, shared by every head-set
     reference, recorded = None, None
     if ablation == "mean":
         reference = reference_sets([k for t in tests for k in TEST_SETS[t]], reference_n or n, seed, source, templates)
@@ -184,23 +229,16 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                     ids.append(f"{req.label}#{i}")
                     hs.append(d)
             out = run_test(engine, test, sets, hs, beta, steer_rows if test.startswith("cers") else rows, seed, batch_size,
-                           progress, memo=memo, ablation=ablation, reference=reference)
-            T = out.means()
-            bseed = derived_seed(seed, "bootstrap", name, test)  # each head-set and test resamples on its own
-            method, ci, boot, bca = headset_interval(out, 0, bseed)
-            res = HeadsetResult(name, test if test != "ncs" else f"ncs-{rows}", float(T[0]), ci, outcomes=out,
-                                headset_ids=ids, ci_method=method, ci_bootstrap=boot, ci_bca=bca,
-                                bootstrap_seed=bseed if boot is not None else None, ablation=ablation, reference=recorded)
-            for req in requests:
-                idx = [j for j, h in enumerate(ids) if h.startswith(req.label + "#")]
-                # rank p, mean, SD and z over the distinct head-sets compared (draw_controls repeats none)
-                td = T[idx]
-                rp = rank_p(T[0], td)
-                z = z_score(T[0], td) if len(td) > 1 else None
-                res.controls[req.label] = {**meta[req.label], "distinct": len(td), "mean": float(td.mean()),
-                                          "sd": float(td.std(ddof=1)) if len(td) > 1 else float("nan"),
-                                          "z": None if z is None else float(z.z), "rank_p": float(rp.p)}
-            results.append(res)
+                           progress, memo=memo, ablation=ablation, reference=reference,
+                           cache=grounding_cache if test == "grounding" else None, grounding_rule=grounding_rule)
+            if test == "grounding":  # three measures of the same maps, each against the same controls
+                named = [("grounding", out), *((f"grounding-{m}", Outcomes("grounding", out.detail[m], out.item_ids, {}))
+                                                 for m in ("iou", "acc50"))]
+            else:
+                named = [(test if test != "ncs" else f"ncs-{rows}", out)]
+            for test_id, o in named:
+                bseed = derived_seed(seed, "bootstrap", name, test_id if test == "grounding" else test)  # each resamples on its own
+                results.append(_summary(name, test_id, o, ids, requests, meta, bseed, ablation, recorded))
     # Holm over the family of head-sets tested together, per test and control (one ablation per call)
     for test in {r.test for r in results}:
         fam = [r for r in results if r.test == test]

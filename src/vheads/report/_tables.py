@@ -29,6 +29,7 @@ TEST_NAMES = {
     "cers": "CERS (steerability)", "cers-sym": "CERS, symmetric", "ncs-all": "NCS (necessity)", "ncs": "NCS (necessity)",
     "ncs-image": "NCS, image rows", "ncs-question": "NCS, question/option rows", "ncs-last": "NCS, last row",
     "ncs-grid": "NCS_grid (region contrast)", "text": "text-arm drop",
+    "grounding": "grounding: pointing accuracy", "grounding-iou": "grounding: mean IoU", "grounding-acc50": "grounding: Acc@0.5",
 }
 ROW_GROUP_TESTS = {"ncs-all": "all rows", "ncs-image": "image rows", "ncs-question": "question/option rows",
                    "ncs-last": "last row"}

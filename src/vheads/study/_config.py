@@ -57,7 +57,8 @@ scores = ["gaze", "localization", "vrh", "sparsemm"]   # published score points 
 score_on = "first"        # the scores' corpus x query: first (first corpus and query: cm-ord-gaze, ...) | all
 
 # evaluation
-tests = ["cers", "ncs", "ncs-grid", "text"]   # also: cers-sym (stored with cers anyway: same forwards)
+tests = ["cers", "ncs", "ncs-grid", "text", "grounding"]   # also: cers-sym (stored with cers anyway: same forwards);
+                          # grounding: pointing, IoU, Acc@0.5 of each head-set's map on the grid-oracle items (one capture per item)
 n_eval = 16               # items per evaluation set
 beta = 10000.0            # steering strength under beta_rule = "fixed"
 beta_rule = "controls"    # headline beta of Table 3's CERS, fixed before S is looked at: controls[:TOL] (the largest
@@ -183,7 +184,7 @@ class StudyConfig:
     splits: int = 200
     scores: list = field(default_factory=lambda: list(DEFAULT_SCORES))  # presets or points: study/_scores.py
     score_on: str = "first"
-    tests: list[str] = field(default_factory=lambda: ["cers", "ncs", "ncs-grid", "text"])
+    tests: list[str] = field(default_factory=lambda: ["cers", "ncs", "ncs-grid", "text", "grounding"])
     n_eval: int = 16
     beta: float = 1e4
     beta_rule: str = "controls"  # how the headline β is chosen (vheads.study._headline)

@@ -114,6 +114,10 @@ def _commit(store: Store, run_dir: Path, res: dict) -> None:
         atomic_write(path_inside(strips, f"{name}.png"), lambda fh: fh.write(png), mode="wb")
     for name, meta in payload.get("strip_meta", {}).items():
         atomic_write(path_inside(strips, f"{name}.json"), lambda fh: fh.write(json.dumps(meta)))
+    for name, png in payload.get("grounding_images", {}).items():  # S's grounding maps for the report (vheads.study._grounding)
+        atomic_write(path_inside(run_dir / "grounding", f"{name}.png"), lambda fh: fh.write(png), mode="wb")
+    for name, maps in payload.get("grounding_maps", {}).items():
+        atomic_write(path_inside(run_dir / "grounding", f"{name}.json"), lambda fh: fh.write(json.dumps(maps)))
     store.commit_unit(res["unit_id"], res["kind"], res["seconds"], payload["rows"])
     if res.get("forward_rows"):  # the batch rows the unit ran (vheads.study._plan projects them)
         with open(run_dir / FORWARD_ROWS, "a") as f:

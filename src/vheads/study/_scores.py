@@ -37,7 +37,7 @@ LOG = logging.getLogger("vheads.study")
 DEFAULT_SCORES = ["gaze", "localization", "vrh", "sparsemm"]
 SCORE_ON = ("first", "all")
 #: the keys of a ``scores`` table entry
-ENTRY_KEYS = ("name", "rows", "region", "norm", "keys", "across", "select", "k", "sinks", "sink_layer", "sink_factor")
+ENTRY_KEYS = ("name", "rows", "region", "norm", "keys", "across", "select", "k", "sinks", "sink_layer", "sink_factor", "entropy")
 #: the entry keys that hold numbers (the others are text)
 NUMBER_KEYS = {"k": "an integer", "sink_layer": "an integer", "sink_factor": "a number"}
 

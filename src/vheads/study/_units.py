@@ -150,6 +150,10 @@ class UnitComputer:
         # the k sweep's sets (S@k=K and its layer-matched@k=K controls) run in CERS and NCS
         # at all rows only (seed Tables 14 and 18)
         every = [j for j, h in enumerate(ids) if "@k=" not in h or test in K_SWEEP_TESTS]
+        if test == "grounding":  # one capture per shard serves every setting (vheads.study._grounding)
+            from vheads.study._grounding import grounding_rows
+
+            return grounding_rows(self, unit, sets, ids, [hsets[j] for j in every], every, out)
         if test == "ncs":
             cache: dict = {}  # prompts and unmasked baselines, shared by the row groups
             for g in unit.get("row_groups") or cfg.row_groups:
