@@ -47,7 +47,7 @@ def test_shipped_files_are_small_and_complete():
 
 def test_loads_offline_through_the_generic_loader(tiny):
     assert tiny.model.config.model_type == "qwen3_vl"
-    assert (tiny.n_layers, tiny.n_heads, tiny.n_kv_heads, tiny.head_dim) == (4, 8, 4, 16)
+    assert (tiny.n_layers, tiny.n_heads, tiny.n_kv_heads, tiny.head_dim) == (4, 16, 4, 8)
     assert tiny.adapter.family == "qwen-vl"
     assert tiny.fingerprint.startswith("sha256:")
 
