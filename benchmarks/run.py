@@ -1,6 +1,6 @@
 """vheads benchmarks: ratios measured side by side in one run.
 
-    python benchmarks/run.py [--quick] [--json PATH] [--only capture|evaluation|overhead|memory|layers|atp|study|ablation] [--model random|tiny|both|zoo|all]
+    python benchmarks/run.py [--quick] [--json PATH] [--only capture|evaluation|overhead|memory|layers|atp|study|ablation|grounding] [--model random|tiny|both|zoo|all]
 
 Runs on CUDA + bf16 when a GPU is there, else CPU + fp32 (the same command either way),
 on a random-initialised Qwen3-VL with the 2B language-model layout (28 layers × 16 heads
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import torch  # noqa: E402
 
-from benchmarks import _setup, bench_ablation, bench_atp, bench_capture, bench_evaluation, bench_layers, bench_overhead, bench_study  # noqa: E402
+from benchmarks import _setup, bench_ablation, bench_atp, bench_capture, bench_evaluation, bench_grounding, bench_layers, bench_overhead, bench_study  # noqa: E402
 
 CAPTURE_TIME_TARGET = 1.1  # at every prompt length from CAPTURE_TARGET_FROM tokens up
 CAPTURE_MEMORY_TARGET = 1.05
@@ -198,6 +198,9 @@ def bench_model(name, lm, model_dir, spec_line, args, p, device, dtype, log, mod
         res = bench_ablation.run(lm, eng, p["items"], p["image_tokens"], p["baseline_sample"], p["overhead_rows"], p["repeats"], device, log,
                                  bench_ablation.LIMIT_ABLATIONS, p["batched_sample"])
         entries += bench_ablation.entries(res, name, f"python benchmarks/run.py{q}{model_flag} --only ablation", entry, device)
+    if args.only in (None, "grounding"):
+        res = bench_grounding.run(lm, eng, p["items"], p["image_tokens"], bench_grounding.CONTROLS, p["repeats"], device, log)
+        entries += bench_grounding.entries(res, name, f"python benchmarks/run.py{q}{model_flag} --only grounding", entry)
     if args.only in (None, "memory") and model_dir != "tiny":
         T = _setup.prompt_of_length(lm, p["image_tokens"]).layout.n_tokens
         budgets = [r * T for r in p["budget_rows"]]
@@ -210,7 +213,7 @@ def main(argv=None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="shorter prompts, fewer repeats and samples (a few minutes on a 2-core CPU)")
     ap.add_argument("--json", type=Path, help="write the entries here")
-    ap.add_argument("--only", choices=["capture", "evaluation", "overhead", "memory", "layers", "atp", "study", "ablation"])
+    ap.add_argument("--only", choices=["capture", "evaluation", "overhead", "memory", "layers", "atp", "study", "ablation", "grounding"])
     ap.add_argument("--model", choices=["random", "tiny", "both", "zoo", "all"], default="both",
                     help="random 2B-layout Qwen3-VL, the built-in tiny model, both; zoo: capture rows on Qwen3.5 and InternVL; all: every one")
     ap.add_argument("--lengths", type=int, nargs="+", help="capture prompt lengths (tokens)")

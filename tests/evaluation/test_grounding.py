@@ -152,3 +152,16 @@ def test_vheads_evaluate_test_grounding(tmp_path):
     assert set(point.tolist()) <= {0.0, 1.0} and got[0]["T_S"] == pytest.approx(point.mean())
     bad = CliRunner().invoke(app, ["evaluate", "--headset", str(hs), "--test", "grounding", "--box-threshold", "2"])
     assert bad.exit_code == 2 and "threshold" in bad.output
+    # a RefCOCO split in the lmms-lab parquet layout (tests/data/test_refcoco.py writes it)
+    from tests.data.test_refcoco import _write_parquet
+
+    _write_parquet(tmp_path / "refcoco", "val", [("q1", "coffee", ["the cup", "white mug"], [150, 60, 300, 200]),
+                                                 ("q2", "chelsea", ["cat"], [10, 20, 100, 50])])
+    r = CliRunner().invoke(app, ["evaluate", "--headset", str(hs), "--test", "grounding", "--controls", "any-layer:3",
+                                 "--refer", f"refcoco-hf:{tmp_path / 'refcoco'},val", "--n", "3", "--json"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.stdout)
+    assert [i.split("-e")[0] for i in got[0]["per_item"]["item_ids"]] == ["refcoco-val-q1", "refcoco-val-q1", "refcoco-val-q2"]
+    bad = CliRunner().invoke(app, ["evaluate", "--headset", str(hs), "--test", "grounding",
+                                   "--refer", f"refcoco-hf:{tmp_path / 'refcoco'},testA"])
+    assert bad.exit_code == 2 and "no split 'testA'" in bad.output and len(bad.output.strip().splitlines()) == 1
