@@ -97,6 +97,7 @@ def evaluate(
     chat_template: Annotated[Optional[Path], typer.Option(help="a Jinja file replacing the checkpoint's chat template")] = None,  # noqa: UP007
     ablation: Annotated[str, typer.Option(help="what hiding S means: attention (mask its keys; default), zero, mean, resample (its head outputs; NCS and text only)")] = "attention",
     reference_n: Annotated[Optional[int], typer.Option(help="--ablation mean: reference items per kind (default --n)")] = None,  # noqa: UP007
+    controls_h: Annotated[int, typer.Option(help="h >= 1: Besag-Clifford sequential rank p over each exchangeable control's draws in draw order (stops at the h-th reaching S); 0: fixed-R rank p")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm) against random controls."""
@@ -104,6 +105,8 @@ def evaluate(
     from vheads.evaluation import check_request
 
     # every argument, and every head-set file, is checked before the model (or torch) is loaded
+    if controls_h < 0:
+        _die(f"--controls-h must be 0 (fixed R) or h >= 1, got {controls_h}")
     _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size, steer_rows=steer_rows, seed=seed,
                   ablation=ablation, reference_n=reference_n)
     records = [_fail_clearly(load_headset, p) for p in headset]
@@ -123,7 +126,8 @@ def evaluate(
         lm = _fail_clearly(load_model, model, system_prompt=system_prompt, chat_template=chat_template)
         hs = _fail_clearly(load_headset_files, headset, lm, force)
         results = _fail_clearly(evaluate_headsets, Engine(lm), hs, test, controls, n, beta, rows, seed, batch_size,
-                                not (json_out or quiet), steer_rows, real, ablation=ablation, reference_n=reference_n)
+                                not (json_out or quiet), steer_rows, real, ablation=ablation, reference_n=reference_n,
+                                controls_h=controls_h)
     if json_out:
         from vheads._io import json_safe
 

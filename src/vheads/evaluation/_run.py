@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from vheads._seeds import derived_seed
 from vheads.evaluation._ablation import check_ablation
-from vheads.evaluation._controls import draw_controls, get_control
+from vheads.evaluation._controls import draw_controls, get_control, is_exchangeable
+from vheads.evaluation._sequential import control_rank_p
 from vheads.evaluation._headsets import HeadSet
 from vheads.evaluation._metrics import Outcomes, cers, head_attention_mass, ncs, ncs_grid, text_arm
 from vheads.evaluation._probe import ProbeMemo
@@ -108,7 +109,7 @@ def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float
 def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], controls: str = "layer-matched:100,any-layer:100",
                       n: int = 24, beta: float = 1e4, rows: str = "all", seed: int = 0, batch_size: int = 128,
                       progress: bool = True, steer_rows: str = "all", source=None, templates=None, ablation: str = "attention",
-                      reference_n: int | None = None) -> list[HeadsetResult]:
+                      reference_n: int | None = None, controls_h: int = 0) -> list[HeadsetResult]:
     """Test each named head-set with each test against the requested controls.
 
     ``ablation`` (DESIGN.md "Ablation types"; :mod:`vheads.evaluation._ablation`): what
@@ -120,6 +121,12 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
     ``all``, the common practice of public steering code). ``source``: a
     :class:`vheads.data.builders.RealItems` to test on real photos (default: the synthetic
     items). ``templates``: the questions (default: the model's, :func:`vheads.data.default_templates`).
+
+    ``controls_h = h ≥ 1``: the rank p against an exchangeable control is Besag and Clifford's
+    sequential p over its draws in draw order, R_max = its draws
+    (:func:`vheads.evaluation.control_rank_p`; every draw still runs, those past the stop
+    enter mean, SD and z only); its record ``sequential`` says where it stopped. 0: the
+    fixed-R rank p.
 
     All arguments are checked before any forward pass: unknown tests, a bad control spec
     (unknown name, R = 0), a non-finite β, a head-set of another model shape.
@@ -172,11 +179,14 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                 idx = [j for j, h in enumerate(ids) if h.startswith(req.label + "#")]
                 # rank p, mean, SD and z over the distinct head-sets compared (draw_controls repeats none)
                 td = T[idx]
-                rp = rank_p(T[0], td)
+                seq = controls_h and is_exchangeable(req.label, S)
+                rp = control_rank_p(T[0], td, controls_h, len(td)) if seq else rank_p(T[0], td)
                 z = z_score(T[0], td) if len(td) > 1 else None
                 res.controls[req.label] = {**meta[req.label], "distinct": len(td), "mean": float(td.mean()),
                                           "sd": float(td.std(ddof=1)) if len(td) > 1 else float("nan"),
                                           "z": None if z is None else float(z.z), "rank_p": float(rp.p)}
+                if seq:
+                    res.controls[req.label]["sequential"] = rp.to_dict()
             results.append(res)
     # Holm over the family of head-sets tested together, per test and control (one ablation per call)
     for test in {r.test for r in results}:

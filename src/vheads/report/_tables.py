@@ -81,6 +81,7 @@ class ControlStat:
     reject: bool = False
     n_distinct: int = 0
     holm_floor: float | None = None  # m/(n+1) of its Holm family (None outside one)
+    n_max: int | None = None  # a sequential rank p's R_max (vheads.study._sequential): the floor's n, not the n compared
 
     @property
     def R(self) -> int:
@@ -135,9 +136,23 @@ def compare(cell: Cell, setting: str, test: str, interval: Interval | None = Non
         td = cell.distinct(name)  # one value per distinct head-set
         sd = float(np.std(td, ddof=1)) if len(td) >= 2 else None
         z = z_score(t_s, td).z if (t_s is not None and len(td) >= 2) else None
-        rank = rank_p(t_s, td) if t_s is not None else None  # over the distinct head-sets compared
-        st.controls[name] = ControlStat(name, t, float(np.mean(td)), sd, z, rank, n_distinct=len(td))
+        rank = control_rank(cell, name, t_s, td)
+        st.controls[name] = ControlStat(name, t, float(np.mean(td)), sd, z, rank, n_distinct=len(td),
+                                        n_max=cell.sequential[name][1] if name in cell.sequential else None)
     return st
+
+
+def control_rank(cell: Cell, name: str, t_s: float | None, td: np.ndarray):
+    """S's rank p against control ``name``'s distinct head-sets ``td`` (draw order): Besag and
+    Clifford's sequential p with the run's (h, R_max) for an exchangeable control of a
+    sequential run (:func:`vheads.evaluation.control_rank_p`), else the fixed-R rank p."""
+    if t_s is None:
+        return None
+    if name in cell.sequential:
+        from vheads.evaluation import control_rank_p
+
+        return control_rank_p(t_s, td, *cell.sequential[name])
+    return rank_p(t_s, td)  # over the distinct head-sets compared
 
 
 def holm_family(run: RunData) -> list[str] | None:
@@ -174,7 +189,7 @@ def significance(run: RunData, test: str, alpha: float = ALPHA, adjust: bool = T
         for st, p_adj, rej in zip(members, h.p_adjusted, h.reject):
             st.controls[c].p_holm = float(p_adj)
             st.controls[c].reject = bool(rej)
-            st.controls[c].holm_floor = min(1.0, len(members) / (st.controls[c].n + 1))
+            st.controls[c].holm_floor = min(1.0, len(members) / ((st.controls[c].n_max or st.controls[c].n) + 1))
     return stats
 
 
