@@ -130,6 +130,7 @@ def evaluate(
     box_threshold: Annotated[float, typer.Option(help="grounding: the box rule keeps cells at least this fraction of the peak")] = 0.5,
     connectivity: Annotated[int, typer.Option(help="grounding: connected components with 4 or 8 neighbours")] = 8,
     refer: Annotated[Optional[str], typer.Option(help="grounding on a referring corpus: refer:DIR[,DATASET,SPLIT[,SPLITBY]] (refer API + COCO train2014) or refcoco-hf:DIR[,SPLIT] (lmms-lab parquet)")] = None,  # noqa: UP007
+    controls_h: Annotated[int, typer.Option(help="h >= 1: Besag-Clifford sequential rank p over each exchangeable control's draws in draw order (stops at the h-th reaching S); 0: fixed-R rank p")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm, grounding) against random controls."""
@@ -143,6 +144,8 @@ def evaluate(
     if not headset and not heads:
         raise VheadsError("name the heads to test: --headset FILE (from `vheads discover`, or a JSON list of [layer, head] "
                           "pairs) or --heads L1H0,L2H3 with --model")
+    if controls_h < 0:
+        _die(f"--controls-h must be 0 (fixed R) or h >= 1, got {controls_h}")
     _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size, steer_rows=steer_rows, seed=seed,
                   ablation=ablation, reference_n=reference_n)
     try:
@@ -193,7 +196,7 @@ def evaluate(
                              if steering else (beta, {"rule": "unused (no CERS test)", "beta": beta}))
         results = _fail_clearly(evaluate_headsets, engine, hs, test, controls, n, beta, rows, seed, batch_size,
                                 not (json_out or quiet), steer_rows, real, ablation=ablation, reference_n=reference_n,
-                                grounding_rule=rule, grounding_items=referring)
+                                grounding_rule=rule, grounding_items=referring, controls_h=controls_h)
     run = {"model": lm.record(), "beta": beta, "beta_rule": beta_record, "n": n, "seed": seed, "controls_spec": controls,
            "rows": rows, "steer_rows": steer_rows, "source": source}
     if json_out or out is not None:

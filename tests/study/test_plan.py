@@ -28,7 +28,7 @@ def _stage_of(unit_id: str) -> str | None:
     if unit_id.startswith("beta-sweep/"):
         return "beta sweep"
     if unit_id.startswith("eval/"):
-        _, setting, test, _ = unit_id.split("/")
+        _, setting, test = unit_id.split("/")[:3]  # eval/<setting>/<test>/<lo>-<hi>[/r<round>]
         return "algebra" if "&" in setting else test
     if unit_id.startswith("causal-map/"):
         return "causal map"

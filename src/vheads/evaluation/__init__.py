@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         ABLATIONS, AUDIT_SETS, HEAD_OUTPUT_TESTS, METRICS, TEST_SETS, TESTS, audit_sets, check_ablation, check_request,
         check_sizes, item_sets, reference_sets,
     )
+    from vheads.evaluation._sequential import (
+        SequentialRankP, control_rank_p, run_sequential, sequential_decisions, sequential_rank_p,
+    )
     from vheads.evaluation._run import HeadsetResult, evaluate_headsets, run_test
     from vheads.evaluation._grounding import (
         AGGREGATIONS, GROUNDING_MEASURES, GROUNDING_ROWS, GroundingRule, aggregate_maps, capture_maps, grounding, truth_box,

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from vheads._errors import VheadsError
 from vheads._seeds import derived_seed
 from vheads.evaluation._ablation import check_ablation
-from vheads.evaluation._controls import draw_controls, get_control
+from vheads.evaluation._controls import draw_controls, get_control, is_exchangeable
 from vheads.evaluation._grounding import GroundingRule, capture_maps, grounding
+from vheads.evaluation._sequential import control_rank_p
 from vheads.evaluation._headsets import HeadSet
 from vheads.evaluation._metrics import Outcomes, cers, head_attention_mass, ncs, ncs_grid, text_arm
 from vheads.evaluation._probe import ProbeMemo
@@ -103,9 +104,10 @@ def headset_interval(out: Outcomes, j: int = 0, seed: int = 0):
 
 
 def _summary(name: str, test_id: str, out: Outcomes, ids: list[str], requests, meta: dict, bseed: int, ablation: str,
-             recorded) -> HeadsetResult:
+             recorded, S: HeadSet | None = None, controls_h: int = 0) -> HeadsetResult:
     """Head-set 0's statistic T_S with its interval, and per control family the mean, SD, z and
-    rank p over the distinct head-sets compared (``ids[j]``: ``S`` or ``<label>#<i>``)."""
+    rank p over the distinct head-sets compared (``ids[j]``: ``S`` or ``<label>#<i>``); with
+    ``controls_h`` ≥ 1 an exchangeable control's rank p is the sequential one in draw order."""
     T = out.means()
     method, ci, boot, bca = headset_interval(out, 0, bseed)
     res = HeadsetResult(name, test_id, float(T[0]), ci, outcomes=out, headset_ids=ids, ci_method=method, ci_bootstrap=boot,
@@ -114,11 +116,14 @@ def _summary(name: str, test_id: str, out: Outcomes, ids: list[str], requests, m
         idx = [j for j, h in enumerate(ids) if h.startswith(req.label + "#")]
         # rank p, mean, SD and z over the distinct head-sets compared (draw_controls repeats none)
         td = T[idx]
-        rp = rank_p(T[0], td)
+        seq = bool(controls_h) and is_exchangeable(req.label, S)
+        rp = control_rank_p(T[0], td, controls_h, len(td)) if seq else rank_p(T[0], td)
         z = z_score(T[0], td) if len(td) > 1 else None
         res.controls[req.label] = {**meta[req.label], "distinct": len(td), "mean": float(td.mean()),
                                   "sd": float(td.std(ddof=1)) if len(td) > 1 else float("nan"),
                                   "z": None if z is None else float(z.z), "rank_p": float(rp.p)}
+        if seq:
+            res.controls[req.label]["sequential"] = rp.to_dict()
     return res
 
 
@@ -163,7 +168,7 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                       n: int = 24, beta: float = 1e4, rows: str = "all", seed: int = 0, batch_size: int = 128,
                       progress: bool = True, steer_rows: str = "all", source=None, templates=None, ablation: str = "attention",
                       reference_n: int | None = None, grounding_rule: GroundingRule | None = None,
-                      grounding_items: list | None = None) -> list[HeadsetResult]:
+                      grounding_items: list | None = None, controls_h: int = 0) -> list[HeadsetResult]:
     """Test each named head-set with each test against the requested controls.
 
     ``ablation`` (DESIGN.md "Ablation types"; :mod:`vheads.evaluation._ablation`): what
@@ -182,6 +187,11 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
     every head-set and control. It gives three results, each against the same controls:
     ``grounding`` (T = pointing accuracy), ``grounding-iou`` (mean IoU of the box rule's box)
     and ``grounding-acc50`` (Acc@0.5).
+    ``controls_h = h ≥ 1``: the rank p against an exchangeable control is Besag and Clifford's
+    sequential p over its draws in draw order, R_max = its draws
+    (:func:`vheads.evaluation.control_rank_p`; every draw still runs, those past the stop
+    enter mean, SD and z only); its record ``sequential`` says where it stopped. 0: the
+    fixed-R rank p.
 
     All arguments are checked before any forward pass: unknown tests, a bad control spec
     (unknown name, R = 0), a non-finite β, a head-set of another model shape.
@@ -238,7 +248,7 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                 named = [(test if test != "ncs" else f"ncs-{rows}", out)]
             for test_id, o in named:
                 bseed = derived_seed(seed, "bootstrap", name, test_id if test == "grounding" else test)  # each resamples on its own
-                results.append(_summary(name, test_id, o, ids, requests, meta, bseed, ablation, recorded))
+                results.append(_summary(name, test_id, o, ids, requests, meta, bseed, ablation, recorded, S, controls_h))
     # Holm over the family of head-sets tested together, per test and control (one ablation per call)
     for test in {r.test for r in results}:
         fam = [r for r in results if r.test == test]

@@ -196,3 +196,23 @@ def sequential_decisions(ranks: Sequence[SequentialRankP], alpha: float = 0.05) 
             verdict = "no"
         out.append(SequentialDecision(r, float(p_adj), floor, verdict))
     return out
+
+
+def control_rank_p(t_s: float, t_controls, h: int, R_max: int | None = None) -> SequentialRankP:
+    """The rank p of S against one control's statistics in draw order, as a study reports it:
+
+    - ``h = 0`` (``controls_h = 0``): the fixed-R rank p over every control given,
+      ``(1 + g) / (n + 1)`` (:func:`vheads.evaluation.rank_p`), ``stopped`` ``"all"``;
+    - ``h ≥ 1``: :func:`sequential_rank_p` with ``R_max`` (default: the controls given);
+      an ``R_max`` below h can never see h controls reach T_S, so its p is the fixed-R
+      rank p over the first R_max (``stopped`` ``"R_max"``).
+
+    The same p whatever was stored past the stopping point (a batch runs past it)."""
+    t = np.asarray(t_controls, dtype=float).reshape(-1)
+    R_max = len(t) if R_max is None else int(R_max)
+    if h == 0 or R_max < h:
+        head = t if h == 0 else t[:R_max]
+        g = int(np.sum(head >= float(t_s)))
+        stopped = "all" if h == 0 or len(head) < R_max else "R_max"
+        return SequentialRankP((1 + g) / (len(head) + 1), g, len(head), len(t), int(h), R_max, stopped)
+    return sequential_rank_p(t_s, t, int(h), R_max)

@@ -90,6 +90,9 @@ class Cell:
     #: per control, the head-set each draw holds (its heads as stored; the draw's id where
     #: the store has no heads for it), aligned with ``controls``: a small pool repeats sets
     draw_sets: dict[str, list[str]] = field(default_factory=dict)
+    #: per exchangeable control of a sequential run (``controls_h ≥ 1``), ``(h, R_max)``: its
+    #: rank p is Besag–Clifford's over the draws in draw order (:func:`sequential_of`)
+    sequential: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def distinct(self, control: str) -> np.ndarray:
         """``T_r`` of the distinct head-sets of ``control``'s draws, one per head-set (its
@@ -265,6 +268,8 @@ def _load(store: Store, run_dir: Path, metric: str | None = None) -> RunData:
     others = tuple(m for m in METRIC_COLUMNS if m != metric and (m == "p4" or store.has_metric(m)))
     by_metric = outcome_cells_by_metric(store, (metric, *others), heads_of)  # one pass for every metric
     cells, ksweep, arms, nonfinite = by_metric.pop(metric)
+    for c in (cells, *(v[0] for v in by_metric.values())):
+        mark_sequential(c, config, heads_of)
 
     headset_sizes: dict[tuple[str, str], int] = {}
     for setting, hid, control, heads in store.query(
@@ -457,6 +462,38 @@ def _cells(s_values: dict[tuple[str, str, str], list[float]], means: dict[tuple[
         cell.controls[role] = np.asarray([v for _, v, _ in ts], dtype=float)
         cell.draw_sets[role] = [key for _, _, key in ts]
     return cells, dict(ksweep)
+
+
+def sequential_of(config: dict[str, Any], heads_of: dict[tuple[str, str], str]) -> dict[str, dict[str, tuple[int, int]]]:
+    """``setting -> control -> (h, R_max)`` of a run with ``controls_h = h ≥ 1``
+    (:mod:`vheads.study._sequential`): each exchangeable control's R_max is the number of its
+    draws (R, or its pool when smaller, or the whole pool of at most 2R); ``{}`` for a
+    fixed-R run (h = 0, or a run from before the key)."""
+    from vheads.evaluation import is_exchangeable
+    from vheads.study._sequential import sequential_params
+
+    h, _ = sequential_params(config)
+    if not h:
+        return {}
+    n_draws: dict[tuple[str, str], int] = defaultdict(int)
+    for setting, hid in heads_of:
+        p = parse_headset_id(hid)
+        if p.draw is not None and p.k is None and "&" not in setting:
+            n_draws[(setting, p.role)] += 1
+    out: dict[str, dict[str, tuple[int, int]]] = defaultdict(dict)
+    for (setting, role), n in n_draws.items():
+        size = len(json.loads(heads_of.get((setting, "S"), "[]")))
+        if is_exchangeable(role, [None] * size):
+            out[setting][role] = (h, n)
+    return dict(out)
+
+
+def mark_sequential(cells: dict[tuple[str, str], Cell], config: dict[str, Any], heads_of: dict[tuple[str, str], str]) -> None:
+    """Set each main cell's :attr:`Cell.sequential` (β-sweep cells keep their few draws whole)."""
+    seq = sequential_of(config, heads_of)
+    for (setting, test), cell in cells.items():
+        if setting in seq and parse_test_id(test).param != "beta":
+            cell.sequential = {c: v for c, v in seq[setting].items() if c in cell.controls}
 
 
 def settings_text(run: RunData) -> str:

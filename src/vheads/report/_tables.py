@@ -86,6 +86,7 @@ class ControlStat:
     #: the smallest adjusted p this member could reach with the n's of its family
     #: (:func:`vheads.evaluation.holm_floors`); outside a family, its rank p's floor 1/(n+1)
     holm_floor: float | None = None
+    n_max: int | None = None  # a sequential rank p's R_max (vheads.evaluation._sequential): the floor's n, not the n compared
     verdict: str | None = None  # "yes" | "no" | "cannot tell" (vheads.evaluation.verdict); None: not read
     family: str | None = None  # what the verdict was adjusted over: "12 grid settings", "4 score points", "none"
     family_m: int = 0  # its size (0: outside any family, unadjusted)
@@ -149,9 +150,23 @@ def compare(cell: Cell, setting: str, test: str, interval: Interval | None = Non
         td = cell.distinct(name)  # one value per distinct head-set
         sd = float(np.std(td, ddof=1)) if len(td) >= 2 else None
         z = z_score(t_s, td).z if (t_s is not None and len(td) >= 2) else None
-        rank = rank_p(t_s, td) if t_s is not None else None  # over the distinct head-sets compared
-        st.controls[name] = ControlStat(name, t, float(np.mean(td)), sd, z, rank, n_distinct=len(td))
+        rank = control_rank(cell, name, t_s, td)
+        st.controls[name] = ControlStat(name, t, float(np.mean(td)), sd, z, rank, n_distinct=len(td),
+                                        n_max=cell.sequential[name][1] if name in cell.sequential else None)
     return st
+
+
+def control_rank(cell: Cell, name: str, t_s: float | None, td: np.ndarray):
+    """S's rank p against control ``name``'s distinct head-sets ``td`` (draw order): Besag and
+    Clifford's sequential p with the run's (h, R_max) for an exchangeable control of a
+    sequential run (:func:`vheads.evaluation.control_rank_p`), else the fixed-R rank p."""
+    if t_s is None:
+        return None
+    if name in cell.sequential:
+        from vheads.evaluation import control_rank_p
+
+        return control_rank_p(t_s, td, *cell.sequential[name])
+    return rank_p(t_s, td)  # over the distinct head-sets compared
 
 
 def holm_family(run: RunData) -> list[str] | None:
@@ -198,7 +213,7 @@ def adjust_family(members: list[ControlStat], what: str, alpha: float = ALPHA) -
         return
     m = len(members)
     h = holm([cs.rank.p for cs in members], alpha=alpha)
-    ns = [cs.n for cs in members]
+    ns = [cs.n_max or cs.n for cs in members]  # a sequential p's floor is R_max's, not the n it stopped at
     floors = holm_floors(ns)
     for i, (cs, p_adj, rej, floor) in enumerate(zip(members, h.p_adjusted, h.reject, floors)):
         cs.p_holm, cs.reject, cs.holm_floor = float(p_adj), bool(rej), float(floor)
@@ -211,7 +226,7 @@ def adjust_family(members: list[ControlStat], what: str, alpha: float = ALPHA) -
 def unadjusted(cs: ControlStat, alpha: float = ALPHA) -> None:
     """The verdict of a test outside every Holm family (the causal setting, a reference): its
     rank p against ``alpha``, with the rank p's own floor 1/(n+1)."""
-    cs.holm_floor = 1 / (cs.n + 1)
+    cs.holm_floor = 1 / ((cs.n_max or cs.n) + 1)
     cs.verdict = verdict(cs.rank.p, cs.holm_floor, alpha)
     cs.family, cs.family_m = "none (a reference: unadjusted)", 0
     if cs.verdict == "cannot tell":

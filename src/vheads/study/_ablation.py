@@ -68,6 +68,8 @@ def ablation_rows(computer, unit, sets, ids, hsets, cache, out) -> None:
     cfg = computer.cfg
     group = (unit.get("row_groups") or cfg.row_groups)[0]
     keep = [j for j, h in enumerate(ids) if h == "S" or h.split("#")[0] in cfg.row_group_controls]
+    if not keep:  # a later round of controls (vheads.study._sequential) that runs none of them
+        return
     lo, hi = unit["shard"]
     uid, setting = unit["unit_id"], unit["setting"]
     for a, ref, meta in ablation_runs(cfg, computer.source, computer.templates, lo, hi):

@@ -84,6 +84,10 @@ ood_tasks = []            # pointing suite: TASK:PATH (cvbench, mmstar, mathvist
 n_ood = 80                # items per task (audit sets, CERS grids, NCS pairs)
 ood_controls = 1          # layer-matched draws tested with each S on every task (seed Tables 23-27: one)
 algebra_controls = 100    # layer-matched draws for the shared / only-one head-sets of ordinal vs referring (0 = skip)
+controls_h = 10           # sequential rank p (Besag & Clifford 1991): an exchangeable control (layer-matched, any-layer,
+                          # random-n of |S|) stops once h of its draws reach T_S in every cell of its (setting, test), p = h / L;
+                          # its [controls] R is then R_max; 0 = run every one of R (a fixed-R rank p)
+controls_batch = 32       # exchangeable control draws per round of the sequential comparison (the rows run past a stop)
 causal_tests = ["ncs"]    # exact causal map (each head alone, each whole layer) in ncs | ncs-grid | text, on n_eval items
 #                         # of a discovery split; its top-k NCS heads are the causal-ncs setting of Table 3 ([] = skip)
 causal_subsets = 0        # head attribution by regression: random head subsets (each head in with probability 1/2) on the
@@ -147,7 +151,9 @@ LATER_KEY_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_excl
                       "device_map": "", "quantization": "", "trust_remote_code": False, "templates": {},
                       "system_prompt": "", "chat_template": "",
                       "scores": DEFAULT_SCORES, "score_on": "first", "ablation": ["attention", "zero"],
-                      "causal_tests": ["ncs"], "causal_subsets": 0, "causal_method": "exact"}
+                      "causal_tests": ["ncs"], "causal_subsets": 0, "causal_method": "exact",
+                      # a run from before the sequential rank p compared every draw (controls_h = 0)
+                      "controls_h": 0, "controls_batch": 32}
 #: prompt keys left out of the stored config while at their default ("")
 PROMPT_KEYS = ("system_prompt", "chat_template")
 
@@ -208,6 +214,8 @@ class StudyConfig:
     n_ood: int = 80
     ood_controls: int = 1
     algebra_controls: int = 100
+    controls_h: int = 10  # sequential rank p: stop after h controls reach T_S (0 = fixed R; vheads.study._sequential)
+    controls_batch: int = 32  # exchangeable control draws per round
     causal_tests: list[str] = field(default_factory=lambda: ["ncs"])  # the causal map's tests (vheads.causal)
     causal_subsets: int = 0  # the regression design's subsets on the causal map's items (0: no regression map)
     causal_method: str = "exact"  # the map whose top-k NCS heads form the causal setting (exact | atp | regression)
@@ -373,6 +381,13 @@ def config_from_dict(data: dict[str, Any]) -> StudyConfig:
         kwargs["templates"] = _templates(kwargs["templates"], kwargs.get("model", base.model))
     cfg = StudyConfig(**kwargs)
     validate(cfg)
+    if "controls_h" in data:  # an h the config sets must be reachable (the default's h leaves a small R fixed)
+        from vheads.study._sequential import sequential_controls
+
+        for name in sequential_controls(cfg):
+            if cfg.controls[name] < cfg.controls_h:
+                raise VheadsError(f"config key 'controls_h': h = {cfg.controls_h} is more than controls.{name}'s R_max = "
+                                  f"{cfg.controls[name]}; raise R to at least h, lower h, or set controls_h = 0 (fixed R)")
     return cfg
 
 
@@ -511,6 +526,10 @@ def _validate_more(cfg: StudyConfig, bad) -> None:
         bad("causal_method", f"unknown method {cfg.causal_method!r}; choose from {', '.join(METHODS)}")
     elif cfg.causal_method == "regression" and not cfg.causal_subsets:
         bad("causal_method", "'regression' needs a design: set causal_subsets (e.g. 256)")
+    if cfg.controls_h < 0:
+        bad("controls_h", f"must be 0 (every one of R controls) or h >= 1 (stop once h controls reach S), got {cfg.controls_h}")
+    if not 1 <= cfg.controls_batch <= MAX_R:
+        bad("controls_batch", f"must be 1 to {MAX_R:,} control draws per round, got {cfg.controls_batch}")
     if not 0 <= cfg.algebra_controls <= MAX_R:
         bad("algebra_controls", f"must be 0 (skip) to {MAX_R:,} layer-matched draws, got {cfg.algebra_controls}")
     for kk in cfg.k_sweep:

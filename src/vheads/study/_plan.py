@@ -272,9 +272,31 @@ def load_rates(layout: Layout, path: str | Path | None = None) -> dict:
     return out
 
 
-def study_plan(cfg, layout: Layout, main_k: int | None = None, shared_draws: bool = False) -> Plan:
+#: the share of a sequential control's comparisons :func:`expected_compared` assumes S sits inside
+#: its controls (P(T_r ≥ T_S) = 1/2); the rest run to R_max
+INSIDE_SHARE = 1.0
+#: P(T_r ≥ T_S) of a control where S sits inside its controls (S a typical head-set)
+P_INSIDE = 0.5
+
+
+def expected_compared(R_max: int, h: int, batch: int, inside: float = INSIDE_SHARE, p: float = P_INSIDE) -> float:
+    """Expected draws a sequential control (``controls_h = h``) runs for one setting: where S
+    sits inside its controls, the h-th draw reaching T_S comes at about ``h / p`` (p =
+    P(T_r ≥ T_S) = 1/2: 2h draws), rounded up to whole rounds of ``batch``; a share
+    ``1 − inside`` of comparisons (S beats its controls) runs to R_max."""
+    if not h:
+        return float(R_max)
+    early = min(R_max, math.ceil(h / p / batch) * batch)
+    return inside * early + (1 - inside) * R_max
+
+
+def study_plan(cfg, layout: Layout, main_k: int | None = None, shared_draws: bool = False, sequential: bool = False,
+               inside: float = INSIDE_SHARE) -> Plan:
     """The :class:`Plan` of ``cfg`` on ``layout`` (module docstring). ``main_k``: the
-    head-set size (default: ``cfg.k``, or the study's k scaled to the layout)."""
+    head-set size (default: ``cfg.k``, or the study's k scaled to the layout). ``sequential``:
+    each exchangeable control of ``controls_h ≥ 1`` counted at its expected draws
+    (:func:`expected_compared`, a share ``inside`` of settings with S inside its controls)
+    instead of R_max (the upper bound)."""
     from vheads.discovery import resolve_k
     from vheads.evaluation import COMMON_DRAWS
     from vheads.study._causal import causal_map_units
@@ -308,11 +330,18 @@ def study_plan(cfg, layout: Layout, main_k: int | None = None, shared_draws: boo
         cm.head_sets = units
     plan.stages.append(cm)
 
-    def compared(name: str, R: int, size: int) -> float:
+    from vheads.study._sequential import sequential_controls
+
+    seq_names = set(sequential_controls(cfg)) if sequential else set()
+
+    def compared(name: str, R: int, size: int, main: bool = False) -> float:
         """Distinct head-sets of control ``name`` (R asked) one setting is compared with, or,
-        with ``shared_draws``, the settings' union divided among them."""
+        with ``shared_draws``, the settings' union divided among them; a main sequential
+        control at its expected draws."""
         pool = control_pool(name, spread(size, L, H, cfg.selection), H)
         per = compared_per_setting(pool, R)
+        if main and name in seq_names:
+            per = expected_compared(per, cfg.controls_h, cfg.controls_batch, inside)
         if not shared_draws:
             return float(per)
         if name in COMMON_DRAWS and pool is not None and per < pool:
@@ -320,7 +349,7 @@ def study_plan(cfg, layout: Layout, main_k: int | None = None, shared_draws: boo
             return min(float(settings * per), per * every / pool, float(every)) / settings
         return expected_union(pool, per, settings) / settings
 
-    C = {name: compared(name, R, k) for name, R in cfg.controls.items()}
+    C = {name: compared(name, R, k, main=True) for name, R in cfg.controls.items()}
     lm = C.get("layer-matched", 0.0)
     rg = sum(C[c] for c in cfg.row_group_controls if c in C)
     k_points = [kk for kk in dict.fromkeys(cfg.k_sweep) if kk != k and kk <= L * H]
@@ -432,6 +461,18 @@ def plan_study(cfg, model_layout: str | None = None, rates: str | Path | None = 
     d["n_eval"] = cfg.n_eval
     d["upper_bound"] = {"full_rows": upper.full, "suffix_rows": upper.suffix, "gpu_hours": (upper.hours(r, "gpu") or {}).get("total"),
                         "note": "every setting's control draws counted as its own (no draw shared between settings)"}
+    if cfg.controls_h:  # the plan above counts R_max; the expected run stops early
+        from vheads.study._sequential import sequential_controls
+
+        exp = study_plan(cfg, layout, shared_draws=True, sequential=True)
+        d["expected_sequential"] = {
+            "full_rows": exp.full, "suffix_rows": exp.suffix, "gpu_hours": (exp.hours(r, "gpu") or {}).get("total"),
+            "cpu_hours": (exp.hours(r, "cpu") or {}).get("total"), "h": cfg.controls_h, "batch": cfg.controls_batch,
+            "assumption": (f"every exchangeable control ({', '.join(sequential_controls(cfg))}) of every setting and test "
+                           f"stops at its h-th draw reaching S, about h / P(T >= T_S) = {cfg.controls_h} / {P_INSIDE} draws "
+                           f"(S inside its controls in {INSIDE_SHARE:.0%} of cells), rounded up to whole rounds of "
+                           f"{cfg.controls_batch}; a cell where S beats its controls runs to R_max (the plan's figures, "
+                           "an upper bound)")}
     d["rate_model"] = ("ms per row linear in the prompt's tokens: a least-squares line through the measured "
                        "[tokens, ms] points, through the origin while one point is measured")
     return d
@@ -451,5 +492,11 @@ def plan_text(d: dict) -> str:
     lines.append(f"{'total':<15} {d['full_rows']:>12,} {d['suffix_rows']:>12,} {'':>8} {'':>6} {'':>9} {fmt(gpu, 'total')} {fmt(cpu, 'total')}")
     if d.get("gpu_device"):
         lines.append(f"GPU: {d['gpu_device']}; " + d["rate_model"])
+    if d.get("expected_sequential"):
+        e = d["expected_sequential"]
+        h = f"; {e['gpu_hours']:.2f} GPU-h" if e.get("gpu_hours") is not None else ""
+        c = f", {e['cpu_hours']:.2f} CPU-h" if e.get("cpu_hours") is not None else ""
+        lines.append(f"sequential controls (controls_h = {e['h']}): the rows above are the upper bound (R_max); expected "
+                     f"{e['full_rows']:,} full + {e['suffix_rows']:,} suffix rows{h}{c}, assuming {e['assumption']}")
     lines.append(f"rates: {d.get('rates', '')}")
     return "\n".join(lines)

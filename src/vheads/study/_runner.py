@@ -323,21 +323,42 @@ def _beta_sweep_units(store: Store, cfg: StudyConfig) -> list[dict]:
     return units
 
 
-def _eval_units(store: Store, cfg: StudyConfig, beta: float | None = None) -> list[dict]:
-    """Every evaluation unit; CERS (and its k sweep) at the headline ``beta`` (default the config's)."""
+def _eval_units(store: Store, cfg: StudyConfig, beta: float | None = None, rnd: int = 0) -> list[dict]:
+    """Every evaluation unit of round ``rnd``; CERS (and its k sweep) at the headline ``beta``
+    (default the config's).
+
+    ``controls_h = 0``: round 0 holds every unit (S and every control draw). Otherwise
+    (:mod:`vheads.study._sequential`) round 0 holds S, every non-exchangeable control and the
+    first ``controls_batch`` draws of each exchangeable one; round r ≥ 1 the next batch of
+    each control still undecided in its (setting, test), under ids ``.../r<r>``; ``[]`` once
+    every comparison is decided."""
+    from vheads.study._sequential import round_headsets, setting_draws
+
+    seq = setting_draws(store, cfg) if cfg.controls_h else {}
+    if rnd and not seq:
+        return []
+    later = round_headsets(store, cfg, rnd) if rnd else {}
     units = []
     settings = [s for (s,) in store.query("SELECT DISTINCT setting FROM headsets ORDER BY setting")]
     for sid in settings:
         hs = store.query("SELECT headset_id, heads FROM headsets WHERE setting=? ORDER BY control != 'S', control, draw", sid)
-        ids = [h for h, _ in hs]
-        heads = [json.loads(x) for _, x in hs]
+        heads_of = dict(hs)
+        if rnd == 0:  # S, the controls run whole and the first batch of each sequential control
+            first = {h for ids in seq.get(sid, {}).values() for h in ids[:cfg.controls_batch]}
+            later_ids = {h for ids in seq.get(sid, {}).values() for h in ids} - first
+            ids = [h for h, _ in hs if h not in later_ids]
         algebra = "&" in sid  # shared / only-one head-sets: NCS at all rows only
         tests = [t for t in cfg.tests if t == "ncs"] if algebra else cfg.tests
         for test in tests:
+            if rnd:
+                ids = later.get((sid, test), [])
+                if not ids:
+                    continue
             for lo in range(0, cfg.n_eval, cfg.run.shard_size):
                 hi = min(cfg.n_eval, lo + cfg.run.shard_size)
-                units.append({"unit_id": f"eval/{sid}/{test}/{lo}-{hi}", "kind": "eval", "setting": sid, "test": test,
-                              "shard": [lo, hi], "headset_ids": ids, "headsets": heads,
+                units.append({"unit_id": f"eval/{sid}/{test}/{lo}-{hi}" + (f"/r{rnd}" if rnd else ""), "kind": "eval",
+                              "setting": sid, "test": test, "shard": [lo, hi], "headset_ids": ids,
+                              "headsets": [json.loads(heads_of[h]) for h in ids],
                               "row_groups": ["all"] if algebra else None, "beta": cfg.beta if beta is None else beta})
     # test-major, then shard, then setting: every setting runs a test on the same items, so
     # consecutive units share prompts and many head-sets, and a replica's probe memo (bounded)
@@ -345,6 +366,26 @@ def _eval_units(store: Store, cfg: StudyConfig, beta: float | None = None) -> li
     rank = {t: i for i, t in enumerate(cfg.tests)}
     units.sort(key=lambda u: (rank.get(u["test"], len(rank)), u["shard"][0]))
     return units
+
+
+def _evaluation_rounds(store: Store, cfg: StudyConfig, run_dir: Path, backend, beta: float | None, progress: bool) -> int:
+    """The evaluation stage, round by round (:mod:`vheads.study._sequential`): each round's
+    units are planned from the rounds before it (all committed), so a resumed run plans the
+    same units; records where each sequential comparison stopped. Returns the units computed."""
+    from vheads.study._sequential import record_stops
+
+    n, rnd = 0, 0
+    while True:
+        units = _eval_units(store, cfg, beta, rnd)
+        if not units:
+            break
+        n += _run_units(store, run_dir, backend, units, "evaluation" + (f" (controls round {rnd})" if rnd else ""), progress)
+        if not cfg.controls_h:
+            break
+        rnd += 1
+    if cfg.controls_h:
+        record_stops(store, cfg)
+    return n
 
 
 def _ood_units(store: Store, cfg: StudyConfig, beta: float | None = None) -> list[dict]:
@@ -533,7 +574,7 @@ def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progr
         t = time.time()
         n_computed += _run_units(store, run_dir, backend, _beta_sweep_units(store, cfg), "beta sweep", progress)
         beta = headline_beta(store, cfg)  # from the sweep's controls alone (beta_rule), before any CERS of S at it
-        n_computed += _run_units(store, run_dir, backend, _eval_units(store, cfg, beta), "evaluation", progress)
+        n_computed += _evaluation_rounds(store, cfg, run_dir, backend, beta, progress)
         timed("evaluation", t)
         t = time.time()
         n_computed += _run_units(store, run_dir, backend, [{"unit_id": "audit", "kind": "audit"}], "audit", progress)

@@ -161,6 +161,8 @@ class UnitComputer:
                 # row_group_controls only: it locates the effect, Table 3 tests it
                 keep = every if g == "all" else [
                     j for j, h in enumerate(ids) if h == "S" or h.split("#")[0] in cfg.row_group_controls]
+                if not keep:  # a later round of controls (vheads.study._sequential) this row group does not run
+                    continue
                 res = run_test(eng, "ncs", sets, [hsets[j] for j in keep], cfg.beta, g, cfg.seed, bs, cache=cache, memo=self.memo)
                 put(f"ncs-{g}", res, keep)
                 for jj, j in enumerate(keep):

@@ -1,0 +1,154 @@
+"""The study's sequential controls: Besag & Clifford's rank p (:mod:`vheads.evaluation._sequential`)
+wired into the evaluation stage.
+
+With ``controls_h = h ≥ 1`` (the default), every *exchangeable* random control of a setting
+(``layer-matched``, ``any-layer``, ``random-n`` of |S| heads: :func:`vheads.evaluation.is_exchangeable`)
+runs in rounds of ``controls_batch`` draws, in draw order; its ``[controls]`` R is R_max:
+
+- round 0 of a (setting, test) runs S, every other control whole (attention-matched, sinks,
+  …, the k sweep's and the head-set algebra's own draws) and draws ``[0, b)`` of each
+  exchangeable control — the unit ``eval/<setting>/<test>/<lo>-<hi>`` of a fixed-R study;
+- round r ≥ 1 runs draws ``[r·b, (r+1)·b)`` of each exchangeable control that is still
+  *undecided* for that (setting, test) — units ``eval/<setting>/<test>/<lo>-<hi>/r<r>``.
+
+A control is undecided while, in some *cell* of its (setting, test) — each stored test id
+the unit writes (``cers`` and ``cers-sym``; ``ncs-<group>`` and ``ncs-<group>@ablation=A``;
+…) under each metric (p4, logprob, logit-diff) — fewer than h of its draws ``[0, r·b)``
+reach T_S and fewer than R_max draws ran. The statistic is the report's: a head-set's mean
+over items of its stored per-item outcomes (:mod:`vheads.report._data`). Round r's units are
+a function of the draws of rounds < r alone (read back from the store), so a resumed run
+plans the same units, and a unit stays idempotent. R_max of a control for a setting is the
+number of its draws (R, or the whole pool when it holds at most 2R, or fewer where the pool
+is smaller).
+
+After the last round, :func:`record_stops` writes the store's meta ``sequential_stops``:
+where each comparison (setting, test id, metric, control) stopped, how many draws ran and
+its p. ``controls_h = 0`` runs every control whole in round 0, as before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from vheads.evaluation import METRICS, is_exchangeable, split_control_name
+
+#: the meta key of where each comparison stopped (:func:`record_stops`)
+STOPS_META = "sequential_stops"
+_COLUMNS = {"p4": "value", "logprob": "logprob", "logit-diff": "logit_diff"}  # vheads.store.METRIC_COLUMNS
+
+
+def control_label(name: str) -> str:
+    """The label a ``[controls]`` entry's draws are stored under (``random-n@200`` → ``random-n(n=200)``)."""
+    base, n = split_control_name(name)
+    return f"{base}(n={n})" if n else name
+
+
+def sequential_controls(cfg) -> list[str]:
+    """The ``[controls]`` names of ``cfg`` compared sequentially (``controls_h ≥ 1``): the
+    exchangeable ones (a ``random-n@N`` is checked against |S| per setting when it runs)."""
+    if not cfg.controls_h:
+        return []
+    return [name for name in cfg.controls if is_exchangeable(control_label(name))]
+
+
+def sequential_params(config: dict) -> tuple[int, int]:
+    """``(h, batch)`` of a stored config (a store's ``config`` meta): a run from before the
+    sequential rank p has no ``controls_h`` and compared every draw (h = 0)."""
+    h = config.get("controls_h", 0) if isinstance(config, dict) else 0
+    b = config.get("controls_batch", 32) if isinstance(config, dict) else 32
+    return (int(h) if isinstance(h, int) else 0), (int(b) if isinstance(b, int) else 32)
+
+
+def setting_draws(store, cfg) -> dict[str, dict[str, list[str]]]:
+    """``setting -> label -> head-set ids in draw order`` of every sequential control of every
+    (non-algebra) setting; a random-n whose head count is not |S| is left out (descriptive)."""
+    labels = {control_label(n) for n in sequential_controls(cfg)}
+    if not labels:
+        return {}
+    sizes = {sid: len(json.loads(h)) for sid, h in store.query("SELECT setting, heads FROM headsets WHERE control='S'")}
+    out: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    for sid, hid, control in store.query("SELECT setting, headset_id, control FROM headsets WHERE setting NOT LIKE '%&%' "
+                                         "ORDER BY setting, control, draw"):
+        if control in labels and is_exchangeable(control, [None] * sizes.get(sid, 0)):
+            out[sid].setdefault(control, []).append(hid)
+    return dict(out)
+
+
+def unit_test(unit_id: str, setting: str) -> str | None:
+    """The test of an evaluation unit ``eval/<setting>/<test>/<lo>-<hi>[/r<round>]`` (None otherwise)."""
+    head = f"eval/{setting}/"
+    return unit_id[len(head):].split("/")[0] if unit_id.startswith(head) else None
+
+
+def cell_means(store, settings) -> dict[tuple[str, str], dict[tuple[str, str], dict[str, float]]]:
+    """``(setting, unit test) -> (test id, metric) -> head-set id -> T`` (the mean over items of
+    its finite stored outcomes, as the report takes it) for the main head-sets of ``settings``."""
+    want = set(settings)
+    finite = "abs({c}) < 1e308"
+    aggs = ", ".join(f"AVG(CASE WHEN {finite.format(c=c)} THEN {c} END)" for c in _COLUMNS.values())
+    out: dict = defaultdict(lambda: defaultdict(dict))
+    for setting, test, hid, uid, *means in store.query(
+            f"SELECT setting, test, headset_id, MIN(unit_id), {aggs} FROM outcomes WHERE setting NOT LIKE '%&%' "
+            "AND test NOT GLOB '*@beta=*' AND headset_id NOT GLOB '*@k=*' GROUP BY setting, test, headset_id"):
+        if setting not in want:
+            continue
+        ut = unit_test(uid, setting)
+        if ut is None:
+            continue
+        for metric, mean in zip(_COLUMNS, means):
+            if mean is not None and metric in METRICS:
+                out[(setting, ut)][(test, metric)][hid] = float(mean)
+    return out
+
+
+def comparisons(store, cfg, upto: int | None = None) -> list[dict]:
+    """Every sequential comparison (setting, unit test, test id, metric, control) over the draws
+    ``[0, upto)`` (default: every draw stored), with its p (:func:`vheads.evaluation.control_rank_p`)
+    and ``decided``: h draws reached T_S, or R_max (every draw of the control) compared."""
+    from vheads.evaluation import control_rank_p
+
+    draws = setting_draws(store, cfg)
+    rows = []
+    for (setting, ut), cells in sorted(cell_means(store, draws).items()):
+        for (test, metric), by_id in sorted(cells.items()):
+            t_s = by_id.get("S")
+            if t_s is None:
+                continue
+            for label, ids in sorted(draws[setting].items()):
+                R_max = len(ids)
+                seen = ids[:R_max if upto is None else min(upto, R_max)]
+                t = [by_id[h] for h in seen if h in by_id]
+                if not t:  # this control is not run in this cell (a row group's controls)
+                    continue
+                rp = control_rank_p(t_s, t, cfg.controls_h, R_max)
+                decided = rp.stopped == "h" or len(seen) >= R_max
+                rows.append({"setting": setting, "unit_test": ut, "test": test, "metric": metric, "control": label,
+                             **rp.to_dict(), "decided": decided})
+    return rows
+
+
+def round_headsets(store, cfg, rnd: int) -> dict[tuple[str, str], list[str]]:
+    """``(setting, unit test) -> head-set ids`` of the exchangeable draws round ``rnd ≥ 1``
+    runs: draws ``[rnd·b, (rnd+1)·b)`` of each control still undecided over draws ``[0, rnd·b)``."""
+    b = cfg.controls_batch
+    lo, hi = rnd * b, (rnd + 1) * b
+    undecided: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for c in comparisons(store, cfg, upto=lo):
+        if not c["decided"]:
+            undecided[(c["setting"], c["unit_test"])].add(c["control"])
+    draws = setting_draws(store, cfg)
+    out = {}
+    for (setting, ut), labels in sorted(undecided.items()):
+        ids = [h for label in sorted(labels) for h in draws[setting][label][lo:hi]]
+        if ids:
+            out[(setting, ut)] = ids
+    return out
+
+
+def record_stops(store, cfg) -> None:
+    """Write the meta ``sequential_stops``: ``{"h", "batch", "comparisons": [...]}``, one entry
+    per (setting, test id, metric, control) with L (``compared``), the draws that ran, R_max,
+    the stop reason (``h`` | ``R_max`` | ``all``) and p."""
+    rows = [{k: v for k, v in c.items() if k != "decided"} for c in comparisons(store, cfg)]
+    store.set_meta(**{STOPS_META: json.dumps({"h": cfg.controls_h, "batch": cfg.controls_batch, "comparisons": rows})})
