@@ -53,8 +53,11 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
     pools = {s: {c: ({"mode": "exact", "pool": small_pools[s], "n": small_pools[s], "R": r}
                      if s in small_pools and c == "layer-matched" else {"mode": "sampled", "pool": None, "n": r, "R": r})
                  for c, r in controls.items()} for s in settings}
+    points = {f"score:{p}": json.dumps({"name": p.split("-", 2)[-1], "rows": "last", "region": "target", "norm": "raw",
+                                         "keys": "mass", "across": "mean", "select": "flat", "k": None, "order": i})
+              for i, p in enumerate(score_points or {})}  # each score point's axes, as a study records them
     store.set_meta(config=config, model_id="vheads/tiny-test", n_layers=L, n_heads=H,
-                   **({"control_pools": json.dumps(pools)} if small_pools else {}), **(meta_extra or {}))
+                   **({"control_pools": json.dumps(pools)} if small_pools else {}), **points, **(meta_extra or {}))
 
     rows: dict[str, list[tuple]] = {k: [] for k in ("discovery", "overlap", "ceilings", "headsets", "outcomes",
                                                    "arms", "audit", "strip_attention", "random_overlap", "causal_map")}

@@ -60,12 +60,33 @@ def test_metric_robustness_table_recomputes_under_each_metric_from_the_stored_co
         for i, metric in enumerate(("p4", "logprob", "logit-diff")):
             t_s, ci, p, p_holm = _hand(d, test, metric, R)[row[1]]
             assert row[2 + 2 * i] == f"{t_s:.3f} [{ci.low:.3f}, {ci.high:.3f}]".replace("-0.000", "0.000")
-            assert row[3 + 2 * i].strip("*") == (f"{p_holm:.3f}" if p_holm >= 0.001 else f"{p_holm:.1e}")
-            verdicts.append(p_holm <= 0.05)
+            verdict = "yes" if p_holm <= 0.05 else "no"  # every n is 99: Holm over 4 can reach 0.04, no cell cannot tell
+            assert row[3 + 2 * i].replace("*", "") == (f"{p_holm:.3f}" if p_holm >= 0.001 else f"{p_holm:.1e}") + f" {verdict}"
+            verdicts.append(verdict)
         assert row[-1].startswith("same") == (len(set(verdicts)) == 1)
         changed += len(set(verdicts)) > 1
     assert changed > 0  # the synthetic logit-diff flips the sign: some conclusions change (not vacuous)
-    assert f"changes with the metric for {changed} of {len(table.rows)} rows" in table.caption
+    assert f"changes (yes under one metric, no under another) for {changed} of {len(table.rows)} rows" in table.caption
+
+
+def test_findings_and_the_metric_robustness_table_read_every_cell_with_one_rule(tmp_path):
+    """The causal setting (outside the families) and a setting whose pool is too small read the
+    same verdict in both, under every metric."""
+    from vheads.report._findings import findings
+
+    d = make_run(tmp_path, settings=FOUR, R=99, n_items=8, causal=True, small_pools={"cm-ref-qsp": 10}, **LEAN)
+    run = load_run(d)
+    table, f = metric_robustness_table(run), findings(run)
+    metrics = ("p4", "logprob", "logit-diff")
+    words = set()
+    for row in table.rows:
+        test = {"CERS (steerability)": "cers", "NCS (necessity)": "ncs-all"}[row[0]]
+        for i, m in enumerate(metrics):
+            col = next(c for c in f.columns if c.test == test and c.metric == m)
+            word = row[3 + 2 * i].split(" ", 1)[1]
+            assert word == f.verdicts[(row[1], col)].verdict, (row[1], test, m)
+            words.add(word)
+    assert {"yes", "cannot tell"} <= words and "causal-ncs" in {r[1] for r in table.rows}
 
 
 def test_config_metric_chooses_what_the_tables_lead_with(tmp_path):

@@ -7,7 +7,8 @@ corpus and the model as the run recorded them, so ``vheads evaluate --headset`` 
 heads again. A setting id is read from the store: it becomes a file name only when it matches
 :data:`SAFE_ID` (lower-case letters, digits, ``-``, ``_``, ``+``; no path separator, no dot),
 and the path is checked to lie inside the folder. The causal setting is not a discovery
-setting (no corpus, no query type) and gets no file; its heads are listed in the report.
+setting (no corpus, no query type) and gets no file, nor does a score point whose axes the
+store lacks; their heads are listed in the report.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def headset_file_name(run: RunData, setting: str) -> str | None:
     d = run.discovery.get(setting)
     if not d or not d["headset"] or not SAFE_ID.fullmatch(setting) or d.get("scores") is None:
         return None
+    if d["source"] == "score" and not all(k in run.score_points.get(setting, {}) for k in _SCORE_KEYS[1:7]):
+        return None  # a score point whose axes the run did not record: no valid file can be written
     return f"{setting}.json"
 
 
