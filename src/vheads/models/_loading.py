@@ -459,7 +459,7 @@ def _not_found(model: str, revision: str | None, e: OSError) -> str:
         return (f"model {model!r}{rev} is not a folder here and not in the Hugging Face cache, and the hub is off "
                 "(HF_HUB_OFFLINE is set): download it where there is network, or pass a local folder")
     return (f"model {model!r}{rev} is not a folder here and could not be loaded from the Hugging Face hub ({why}); "
-            f"check the id, or pass a local folder ({FOLDER_NEEDS})")
+            "check the id, or pass a local model folder (docs/data_formats.md lists the files it needs)")
 
 
 def preflight_prompts(model: str, revision: str | None = None, *, chat_template: str | Path | None = None,
