@@ -154,3 +154,29 @@ def test_a_bad_head_list_file_is_one_line(checkpoint, tmp_path, content, fragmen
 def test_heads_without_a_model_are_refused_before_loading(tmp_path):
     refused(vheads("evaluate", "--heads", "L0H0", "--n", "2"), "need --model")
     refused(vheads("evaluate", "--n", "2"), "--heads L1H0,L2H3")
+
+
+def test_panels_that_straddle_image_tokens_are_warned_about(tmp_path):
+    """Qwen2.5-VL's released processor has 28-pixel tokens (patch 14, merge 2): a built-in strip
+    of six 32-pixel panels becomes 7 tokens across, and panels share tokens (issue 44)."""
+    import re
+
+    from vheads.models.tiny_random import build_tiny_random
+
+    folder = build_tiny_random("qwen2_5_vl", tmp_path / "q25", patch=14)
+    with pytest.warns(UserWarning) as caught:
+        r = vheads("discover", "--model", folder, "--corpus", "comics", "--query", "ordinal", "--source", "last",
+                   "--n", "2", "--out", tmp_path / "hs", "--quiet")
+    assert r.exit_code == 0, r.output
+    (msg,) = [str(w.message) for w in caught if "tokens across" in str(w.message)]
+    width, across, panels, split = map(int, re.search(r"(\d+)-pixel-wide strip (\d+) image tokens across for (\d+) "
+                                                      r"panels, so (\d+) of", msg).groups())
+    # independently: tokens of width/across pixels; a panel holds a token it covers at least half of, and
+    # shares it when it covers it only in part
+    tok = width / across
+    want = 0
+    for p in range(panels):
+        x0, x1 = p * width / panels, (p + 1) * width / panels
+        covers = [(min(x1, (t + 1) * tok) - max(x0, t * tok)) / tok for t in range(across)]
+        want += any(0.5 - 1e-9 <= c < 1 - 1e-6 for c in covers)
+    assert (width, across, panels) == (192, 7, 6) and split == want > 0

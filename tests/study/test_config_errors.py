@@ -19,7 +19,8 @@ def test_a_misspelt_control_is_named_itself_not_the_key_that_lists_controls(tmp_
     with pytest.raises(VheadsError) as e:
         load_config(toml)
     msg = str(e.value)
-    assert msg.startswith("config key 'controls.layer_matched'") and "did you mean 'layer-matched'" in msg
+    # the file first (issue 44: a refused key names the file it is in), then the key itself
+    assert msg.startswith(f"config file {str(toml)!r}: config key 'controls.layer_matched'") and "did you mean 'layer-matched'" in msg
     assert "row_group_controls" not in msg
 
 

@@ -96,6 +96,31 @@ def corpus_abbrev(spec: str) -> str | None:
     return strip_folder_names(rest)[1] if kind == "strips" and rest else None
 
 
+def warn_split_panels(lm, corpora: Sequence[Corpus]) -> None:
+    """Warn (once per corpus) when a strip's panels do not fall on whole image tokens of
+    ``lm``'s grid: a token that straddles two panels is counted in one panel's region (or
+    neither), so a panel's mass holds part of its neighbour's. Seen on Qwen2.5-VL (28-pixel
+    tokens) with 32-pixel panels: 6 panels become 7 tokens across."""
+    seen = set()
+    for c in corpora:
+        if c.name in seen or not c.items:
+            continue
+        seen.add(c.name)
+        item = c.items[0]
+        panels = [r for r in item.regions if r.startswith("panel")]
+        lay = lm.adapter.build(item, lm.processor).layout
+        split = [r for r in panels if r in lay.regions and lay.regions[r].partial]
+        if not split:
+            continue
+        tb = lay.token_boxes  # [N, 4] in the original image's pixels
+        width = lay.image_size[0]
+        across = round(width / float((tb[:, 2] - tb[:, 0]).median()))
+        warnings.warn(f"corpus {c.id}: this model's processor makes the {width}-pixel-wide strip {across} image tokens "
+                      f"across for {len(panels)} panels, so {len(split)} of {len(panels)} panels share a token with a "
+                      "neighbour and a panel's region holds part of another's (strips whose panels fall on whole tokens "
+                      "avoid it)", UserWarning, stacklevel=3)
+
+
 def headset_records(lm, corpora: Sequence[Corpus], scores: dict[str, SettingScores], k: int | None, mode: str, seed: int) -> list[HeadSetRecord]:
     """One :class:`HeadSetRecord` per scored setting."""
     by_key = {(c.name, c.query): c for c in corpora}
@@ -148,6 +173,7 @@ def discover_headsets(lm, corpora: Sequence[str | Corpus] = SYNTHETIC, queries: 
     from vheads.discovery._scores import score_settings
 
     loaded = list(corpora) if all(isinstance(c, Corpus) for c in corpora) else load_corpora(corpora, queries, n, seed, panel_size)
+    warn_split_panels(lm, loaded)
     scores = score_settings(lm, {(c.name, c.query): c.items for c in loaded}, sources, max_new_tokens,
                             corpus_abbrev={c.name: c.abbrev for c in loaded}, progress=progress)
     records = headset_records(lm, loaded, scores, k, mode, seed)

@@ -82,6 +82,9 @@ def discover_scores(lm, corpora: Sequence, named: Sequence[tuple[str, ScorePoint
     named = [(n, p if k is None else replace(p, k=k)) for n, p in named]
     model = lm.record()  # id, revision, fingerprint, shape, a local folder's resolved path
     records, per_item = [], {}
+    from vheads.discovery._discover import warn_split_panels
+
+    warn_split_panels(lm, corpora)
     for c in tqdm(corpora, desc="scores", unit="corpus", disable=not progress):
         settings = [ScoreSetting(c.name, c.query, n, p, c.abbrev) for n, p in named]
         results, ids, n_empty = score_items(lm, c.items, [p for _, p in named], max_new_tokens,

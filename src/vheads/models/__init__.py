@@ -15,13 +15,14 @@ from vheads._layers import check_attention_layers
 from vheads.models._adapter import (ADAPTERS, Adapter, adapter_for, check_prompt_setup, describe_adapters,
                                     format_options, prompt_examples, read_chat_template, register_adapter, render_chat)
 from vheads.models._layout import ImageBlock, Prompt, RegionTokens, TokenLayout
-from vheads.models._loading import check_device, check_load_options, check_model_folder, DEVICE_MAP_STRATEGIES, QUANTIZATIONS, TINY_WEIGHTS, LoadedModel, ProcessorBundle, load_model, load_processor, preflight_prompts, resolve_model_path, tiny_model_path
+from vheads.models._loading import check_device, check_load_options, check_model_folder, check_processor_files, DEVICE_MAP_STRATEGIES, QUANTIZATIONS, TINY_WEIGHTS, LoadedModel, ProcessorBundle, load_model, load_processor, preflight_prompts, resolve_model_path, tiny_model_path
 
 __all__ = [
     "check_attention_layers",
     "check_device",
     "check_load_options",
     "check_model_folder",
+    "check_processor_files",
     "DEVICE_MAP_STRATEGIES",
     "QUANTIZATIONS",
     "ADAPTERS",

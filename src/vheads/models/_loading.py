@@ -171,20 +171,25 @@ def _processor_files_problem(path: Path) -> str | None:
     return None
 
 
+def check_processor_files(path: str | Path) -> None:
+    """Refuse (:class:`VheadsError`, one line saying what a folder needs) a local VLM folder
+    without its image processor's config or without tokenizer files."""
+    missing = _processor_files_problem(Path(path))
+    if missing:
+        raise VheadsError(f"model folder {path} has {missing}; {FOLDER_NEEDS}")
+
+
 def check_model_folder(path: str | Path, weights: bool = True) -> Path:
     """Refuse (:class:`VheadsError`, one line naming the file) a local model folder whose
     files cannot load, before anything is loaded: ``config.json`` missing or not a JSON
     object; no weights; only pickled weights (``*.bin``: vheads never unpickles a file, as
-    unpickling can run code); a ``*.safetensors`` file that is truncated or damaged; no
-    image processor config or no tokenizer files (:data:`FOLDER_NEEDS`).
-    ``weights=False`` checks every file but the weights."""
+    unpickling can run code); a ``*.safetensors`` file that is truncated or damaged.
+    ``weights=False`` checks ``config.json`` only. The processor's files are
+    :func:`check_processor_files`'s to check, once the config is known to be a VLM's."""
     path = Path(path)
     config = read_json(path / "config.json", f"model folder {path}: config.json")
     if not isinstance(config, dict):
         raise VheadsError(f"model folder {path}: config.json must hold a JSON object, got {type(config).__name__}")
-    missing = _processor_files_problem(path)
-    if missing:
-        raise VheadsError(f"model folder {path} has {missing}; {FOLDER_NEEDS}")
     if not weights:
         return path
     weights = sorted(path.glob("*.safetensors"))
@@ -446,6 +451,8 @@ def _model_config(model: str, revision: str | None, remote: dict, weights: bool 
             f"{model!r} (model type {config.model_type!r}) has no vision config: it is not a vision-language model; "
             f"supported VLM families: {', '.join(sorted(ADAPTERS))} (see `vheads models`)"
         )
+    if os.path.isdir(path):
+        check_processor_files(path)  # a VLM folder: its image processor and tokenizer, before anything loads
     return path, config
 
 
@@ -459,7 +466,7 @@ def _not_found(model: str, revision: str | None, e: OSError) -> str:
         return (f"model {model!r}{rev} is not a folder here and not in the Hugging Face cache, and the hub is off "
                 "(HF_HUB_OFFLINE is set): download it where there is network, or pass a local folder")
     return (f"model {model!r}{rev} is not a folder here and could not be loaded from the Hugging Face hub ({why}); "
-            f"check the id, or pass a local folder ({FOLDER_NEEDS})")
+            "check the id, or pass a local model folder (docs/data_formats.md lists the files it needs)")
 
 
 def preflight_prompts(model: str, revision: str | None = None, *, chat_template: str | Path | None = None,
