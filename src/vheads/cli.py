@@ -218,14 +218,23 @@ def evaluate(
         typer.echo(f"beta = {beta:g}: {why}")
     if ablation != "attention":
         typer.echo(f"ablation: {ablation} (S's head outputs replaced at the row group, not its attention masked)")
-    typer.echo(f"{'head-set':<14} {'test':<10} {'T_S':>8} {'95% CI':>19}  control          mean ± sd        z     rank p   Holm p  draws")
+    typer.echo(f"{'head-set':<14} {'test':<10} {'T_S':>8} {'95% CI':>19}  control          mean ± sd        z     rank p   Holm p  "
+               "floor  verdict      draws")
     typer.echo("(95% CI: t over items; NCS: Welch over its two arms, bootstrap below — see --json; mean ± sd and z "
-               "and rank p over the n distinct head-sets compared: the whole pool when it holds at most 2R, floor 1/(n+1))")
+               "and rank p over the n distinct head-sets compared: the whole pool when it holds at most 2R, floor 1/(n+1); "
+               "Holm over the head-sets tested together, per test and control; floor: the smallest Holm p this n and the "
+               "family's allow; verdict: yes, no, or cannot tell where the floor is above 0.05)")
     for r in results:
         for i, (cname, c) in enumerate(r.controls.items()):
             lead = f"{r.name:<14} {r.test:<10} {r.t_s:8.4f} [{r.ci[0]:8.4f},{r.ci[1]:8.4f}]" if i == 0 else " " * 48
             z = "nan" if c["z"] is None else f"{c['z']:.2f}"
-            typer.echo(f"{lead}  {cname:<15} {c['mean']:7.4f} ± {c['sd']:.4f} {z:>6} {c['rank_p']:8.4f} {c['holm_p']:8.4f}  n={c['distinct']} {_compared(c)}")
+            typer.echo(f"{lead}  {cname:<15} {c['mean']:7.4f} ± {c['sd']:.4f} {z:>6} {c['rank_p']:8.4f} {c['holm_p']:8.4f} "
+                       f"{c['holm_floor']:6.4f}  {c['verdict']:<11}  n={c['distinct']} {_compared(c)}")
+            if c["verdict"] == "cannot tell":
+                typer.echo(f"{'':<50}cannot tell with these controls: Holm over {c['family']['m']} cannot fall below "
+                           f"{c['holm_floor']:.4f} with n={c['distinct']}; it needs n ≥ {c['n_needed']} distinct head-sets "
+                           + ("(the pool is the limit: a larger k or model)" if c.get("mode") == "exact" and c["pool"] < c["n_needed"]
+                              else f"(--controls {cname}:{c['n_needed']})"))
         if r.ci_bootstrap is not None:
             bca = (f"; fewer than 30 items per arm: may undercover, BCa [{r.ci_bca[0]:8.4f},{r.ci_bca[1]:8.4f}]"
                    if r.ci_bca is not None else "")

@@ -115,3 +115,30 @@ def test_evaluate_says_which_beta_it_steers_at_and_why(tiny_headset):
     assert "beta = 100: fixed" in r.stdout and "--beta-rule controls" in r.stdout
     bad = CliRunner().invoke(app, ["evaluate", "--headset", str(tiny_headset), "--beta-rule", "auto"])
     assert bad.exit_code == 2 and "--beta-rule" in bad.stderr and "Traceback" not in bad.output
+
+
+def test_evaluate_gives_each_control_a_verdict_its_floor_and_its_family(tiny_headset, tmp_path):
+    """Two head-sets tested together against 3 layer-matched controls: Holm over 2 cannot fall
+    below 2/(3+1) = 0.5 (statsmodels' Holm of every member at its floor), so each verdict is
+    cannot tell, whatever S did; the text output says so."""
+    from statsmodels.stats.multitest import multipletests
+
+    from vheads.cli import app
+
+    second = tmp_path / "copy.json"
+    second.write_text(tiny_headset.read_text())
+    args = ["evaluate", "--headset", str(tiny_headset), "--headset", str(second), "--test", "cers", "--controls",
+            "layer-matched:3", "--n", "2", "--seed", "1"]
+    r = CliRunner().invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    entries = [x["controls"]["layer-matched"] for x in res]
+    ns = [e["distinct"] for e in entries]
+    floors = multipletests([1 / (n + 1) for n in ns], method="holm")[1]
+    adjusted = multipletests([e["rank_p"] for e in entries], method="holm")[1]
+    for e, floor, p in zip(entries, floors, adjusted):
+        assert e["holm_floor"] == pytest.approx(floor) and e["holm_p"] == pytest.approx(p)
+        assert e["family"]["m"] == 2 and e["verdict"] == ("cannot tell" if floor > 0.05 else "yes" if p <= 0.05 else "no")
+    assert {e["verdict"] for e in entries} == {"cannot tell"}
+    text = CliRunner().invoke(app, args)
+    assert text.exit_code == 0 and "cannot tell with these controls: Holm over 2 cannot fall below" in text.output

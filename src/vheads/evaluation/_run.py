@@ -5,7 +5,8 @@ the whole pool when it holds at most twice R (:func:`vheads.evaluation.draw_cont
 and all of them run in the same batched forwards over the same items, and the summary gives
 T_S with its 95% t-interval, each control family's mean, SD and z, the rank p over the n
 head-sets compared (floor 1/(n + 1)) and — over the family of head-sets tested together —
-Holm-adjusted p.
+Holm-adjusted p, its floor and the verdict: yes, no, or cannot tell with these controls
+(:func:`vheads.evaluation.verdict`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from vheads.evaluation._metrics import Outcomes, cers, head_attention_mass, ncs,
 from vheads.evaluation._probe import ProbeMemo
 from vheads.evaluation._request import TEST_SETS, TESTS, check_request, item_sets, reference_sets
 from vheads.evaluation._stats import (
-    MIN_BOOTSTRAP_N, bca_diff_ci, bootstrap_diff_ci, holm, rank_p, t_interval, welch_interval, z_score,
+    MIN_BOOTSTRAP_N, bca_diff_ci, bootstrap_diff_ci, holm, holm_floors, member_required_n, rank_p, t_interval, verdict,
+    welch_interval, z_score,
 )
 
 
@@ -33,7 +35,9 @@ class HeadsetResult:
     test: str
     t_s: float
     ci: tuple[float, float]
-    controls: dict[str, dict] = field(default_factory=dict)  # name -> mean, sd, z, rank_p, holm_p (over the distinct head-sets compared), R asked, distinct (n compared), mode, pool, seed, fallbacks
+    #: name -> mean, sd, z, rank_p, holm_p (over the distinct head-sets compared), R asked, distinct (n compared),
+    #: mode, pool, seed, fallbacks; holm_floor, verdict (yes / no / cannot tell), family {m, members}, n_needed
+    controls: dict[str, dict] = field(default_factory=dict)
     outcomes: Outcomes | None = None
     headset_ids: list[str] = field(default_factory=list)
     ci_method: str = "t"  # "t" (one sample over items) or "welch" (NCS: two independent arms)
@@ -249,11 +253,32 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
             for test_id, o in named:
                 bseed = derived_seed(seed, "bootstrap", name, test_id if test == "grounding" else test)  # each resamples on its own
                 results.append(_summary(name, test_id, o, ids, requests, meta, bseed, ablation, recorded, S, controls_h))
-    # Holm over the family of head-sets tested together, per test and control (one ablation per call)
+    # Holm over the family of head-sets tested together, per test and control (one ablation per call),
+    # and each one's verdict: yes / no / cannot tell (its floor, given every member's n, above 0.05)
     for test in {r.test for r in results}:
         fam = [r for r in results if r.test == test]
         for req in requests:
-            adj = holm([r.controls[req.label]["rank_p"] for r in fam])
-            for r, p in zip(fam, adj.p_adjusted):
-                r.controls[req.label]["holm_p"] = float(p)
+            add_verdicts([r.controls[req.label] for r in fam], f"{len(fam)} head-set(s) tested together: "
+                         f"{', '.join(r.name for r in fam)} ({test}, {req.label})")
+            for r in fam:  # a control not exchangeable with S describes; its p decides nothing
+                if not is_exchangeable(req.label, headsets[r.name]):
+                    r.controls[req.label]["verdict"] = "descriptive"
+                    r.controls[req.label].pop("n_needed", None)
     return results
+
+
+def add_verdicts(entries: list[dict], family: str, alpha: float = 0.05) -> None:
+    """Holm over ``entries`` (control entries of one test and control type, each with
+    ``rank_p`` and ``distinct``): adds ``holm_p``, ``holm_floor`` (the smallest adjusted p the
+    member's n and the others' allow, :func:`holm_floors`), ``verdict`` (:func:`verdict`:
+    yes, no, or cannot tell where the floor is above ``alpha``), ``family`` (what was adjusted
+    over, its size m) and, where it cannot tell, ``n_needed`` (:func:`member_required_n`)."""
+    ns = [e["distinct"] for e in entries]
+    adj = holm([e["rank_p"] for e in entries], alpha=alpha)
+    floors = holm_floors(ns)
+    for i, (e, p, floor) in enumerate(zip(entries, adj.p_adjusted, floors)):
+        e["holm_p"], e["holm_floor"] = float(p), float(floor)
+        e["verdict"] = verdict(float(p), float(floor), alpha)
+        e["family"] = {"m": len(entries), "members": family}
+        if e["verdict"] == "cannot tell":
+            e["n_needed"] = member_required_n(ns, i, alpha)
