@@ -158,15 +158,17 @@ def test_the_reports_rank_p_is_besag_clifford_over_the_stored_draws_in_order(seq
     out, _ = sequential_run
     T, draws, _, _ = _stored(out)
     run = load_run(out)
-    checked = 0
+    checked = floors = 0
     for st in significance(run, "ncs-all"):
         for control, cs in st.controls.items():
             ids = draws[(st.setting, control)]
             t = [T[(st.setting, "ncs-all")][h] for h in ids if h in T[(st.setting, "ncs-all")]]
             assert cs.rank.p == pytest.approx(_bc_p(T[(st.setting, "ncs-all")]["S"], t, H, len(ids)))
-            assert cs.holm_floor == pytest.approx(min(1, len(run.settings) / (len(ids) + 1)))  # from R_max
+            if cs.holm_floor is not None:  # Holm runs over Table 3's controls (layer-matched, any-layer)
+                assert cs.holm_floor == pytest.approx(min(1, len(run.settings) / (len(ids) + 1)))  # from R_max
+                floors += 1
             checked += 1
-    assert checked == 6  # two settings, three exchangeable controls
+    assert checked == 6 and floors == 4  # two settings, three exchangeable controls
 
 
 @pytest.mark.slow
