@@ -67,12 +67,15 @@ def ablation_rows(computer, unit, sets, ids, hsets, cache, out) -> None:
 
     cfg = computer.cfg
     group = (unit.get("row_groups") or cfg.row_groups)[0]
+    wanted = unit["cells"]["ablations"] if "cells" in unit else None  # a later round of controls: the undecided ones
     keep = [j for j, h in enumerate(ids) if h == "S" or h.split("#")[0] in cfg.row_group_controls]
     if not keep:  # a later round of controls (vheads.study._sequential) that runs none of them
         return
     lo, hi = unit["shard"]
     uid, setting = unit["unit_id"], unit["setting"]
     for a, ref, meta in ablation_runs(cfg, computer.source, computer.templates, lo, hi):
+        if wanted is not None and a not in wanted:
+            continue
         res = run_test(computer.engine, "ncs", sets, [hsets[j] for j in keep], cfg.beta, group, cfg.seed, cfg.run.batch_size,
                        cache=cache, memo=computer.memo, ablation=a, reference=ref)
         test_id = ablation_test_id(group, a)

@@ -332,12 +332,13 @@ def _eval_units(store: Store, cfg: StudyConfig, beta: float | None = None, rnd: 
     first ``controls_batch`` draws of each exchangeable one; round r ≥ 1 the next batch of
     each control still undecided in its (setting, test), under ids ``.../r<r>``; ``[]`` once
     every comparison is decided."""
-    from vheads.study._sequential import round_headsets, setting_draws
+    from vheads.study._ablation import ablation_test_id
+    from vheads.study._sequential import round_plan, setting_draws
 
     seq = setting_draws(store, cfg) if cfg.controls_h else {}
     if rnd and not seq:
         return []
-    later = round_headsets(store, cfg, rnd) if rnd else {}
+    later = round_plan(store, cfg, rnd) if rnd else {}
     units = []
     settings = [s for (s,) in store.query("SELECT DISTINCT setting FROM headsets ORDER BY setting")]
     for sid in settings:
@@ -350,16 +351,24 @@ def _eval_units(store: Store, cfg: StudyConfig, beta: float | None = None, rnd: 
         algebra = "&" in sid  # shared / only-one head-sets: NCS at all rows only
         tests = [t for t in cfg.tests if t == "ncs"] if algebra else cfg.tests
         for test in tests:
+            cells = None
             if rnd:
-                ids = later.get((sid, test), [])
+                ids, undecided = later.get((sid, test), ([], set()))
                 if not ids:
                     continue
+                if test == "ncs":  # only the row groups and ablations with an undecided cell run their forwards
+                    cells = {"row_groups": [g for g in cfg.row_groups if f"ncs-{g}" in undecided],
+                             "ablations": [a for a in cfg.ablation if a != "attention"
+                                           and ablation_test_id(cfg.row_groups[0], a) in undecided]}
             for lo in range(0, cfg.n_eval, cfg.run.shard_size):
                 hi = min(cfg.n_eval, lo + cfg.run.shard_size)
-                units.append({"unit_id": f"eval/{sid}/{test}/{lo}-{hi}" + (f"/r{rnd}" if rnd else ""), "kind": "eval",
-                              "setting": sid, "test": test, "shard": [lo, hi], "headset_ids": ids,
-                              "headsets": [json.loads(heads_of[h]) for h in ids],
-                              "row_groups": ["all"] if algebra else None, "beta": cfg.beta if beta is None else beta})
+                unit = {"unit_id": f"eval/{sid}/{test}/{lo}-{hi}" + (f"/r{rnd}" if rnd else ""), "kind": "eval",
+                        "setting": sid, "test": test, "shard": [lo, hi], "headset_ids": ids,
+                        "headsets": [json.loads(heads_of[h]) for h in ids],
+                        "row_groups": ["all"] if algebra else None, "beta": cfg.beta if beta is None else beta}
+                if cells is not None:
+                    unit["cells"] = cells
+                units.append(unit)
     # test-major, then shard, then setting: every setting runs a test on the same items, so
     # consecutive units share prompts and many head-sets, and a replica's probe memo (bounded)
     # holds what the next unit asks for however large the study

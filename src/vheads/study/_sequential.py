@@ -131,18 +131,29 @@ def comparisons(store, cfg, upto: int | None = None) -> list[dict]:
 def round_headsets(store, cfg, rnd: int) -> dict[tuple[str, str], list[str]]:
     """``(setting, unit test) -> head-set ids`` of the exchangeable draws round ``rnd ≥ 1``
     runs: draws ``[rnd·b, (rnd+1)·b)`` of each control still undecided over draws ``[0, rnd·b)``."""
+    return {key: ids for key, (ids, _) in round_plan(store, cfg, rnd).items()}
+
+
+def round_plan(store, cfg, rnd: int) -> dict[tuple[str, str], tuple[list[str], set[str]]]:
+    """``(setting, unit test) -> (head-set ids, undecided test ids)`` of round ``rnd ≥ 1``: the
+    next batch of each control still undecided in some cell of that (setting, unit test), and
+    the stored test ids (``ncs-image``, ``ncs-all@ablation=zero``, …) with an undecided cell.
+    A unit runs only those test ids' forwards (NCS: its row groups and ablations); a cell's p
+    reads its own draws in draw order, so what another cell stops at leaves it valid."""
     b = cfg.controls_batch
     lo, hi = rnd * b, (rnd + 1) * b
     undecided: dict[tuple[str, str], set[str]] = defaultdict(set)
+    tests: dict[tuple[str, str], set[str]] = defaultdict(set)
     for c in comparisons(store, cfg, upto=lo):
         if not c["decided"]:
             undecided[(c["setting"], c["unit_test"])].add(c["control"])
+            tests[(c["setting"], c["unit_test"])].add(c["test"])
     draws = setting_draws(store, cfg)
     out = {}
     for (setting, ut), labels in sorted(undecided.items()):
         ids = [h for label in sorted(labels) for h in draws[setting][label][lo:hi]]
         if ids:
-            out[(setting, ut)] = ids
+            out[(setting, ut)] = (ids, tests[(setting, ut)])
     return out
 
 

@@ -156,7 +156,8 @@ class UnitComputer:
             return grounding_rows(self, unit, sets, ids, [hsets[j] for j in every], every, out)
         if test == "ncs":
             cache: dict = {}  # prompts and unmasked baselines, shared by the row groups
-            for g in unit.get("row_groups") or cfg.row_groups:
+            groups = unit["cells"]["row_groups"] if "cells" in unit else unit.get("row_groups") or cfg.row_groups
+            for g in groups:
                 # per-row-group NCS (beyond the default all-row mask) runs S against the
                 # row_group_controls only: it locates the effect, Table 3 tests it
                 keep = every if g == "all" else [
