@@ -153,7 +153,7 @@ def test_a_control_stops_early_where_s_sits_inside_it_and_another_runs_to_r_max(
 @pytest.mark.slow
 def test_the_reports_rank_p_is_besag_clifford_over_the_stored_draws_in_order(sequential_run):
     from vheads.report._data import load_run
-    from vheads.report._tables import significance
+    from vheads.report._tables import MAIN_CONTROLS, significance
 
     out, _ = sequential_run
     T, draws, _, _ = _stored(out)
@@ -164,9 +164,11 @@ def test_the_reports_rank_p_is_besag_clifford_over_the_stored_draws_in_order(seq
             ids = draws[(st.setting, control)]
             t = [T[(st.setting, "ncs-all")][h] for h in ids if h in T[(st.setting, "ncs-all")]]
             assert cs.rank.p == pytest.approx(_bc_p(T[(st.setting, "ncs-all")]["S"], t, H, len(ids)))
-            if cs.holm_floor is not None:  # Holm runs over Table 3's controls (layer-matched, any-layer)
+            if control in MAIN_CONTROLS:  # Holm runs over Table 3's controls (layer-matched, any-layer)
                 assert cs.holm_floor == pytest.approx(min(1, len(run.settings) / (len(ids) + 1)))  # from R_max
                 floors += 1
+            elif cs.holm_floor is not None:  # read on its own (unadjusted): the rank p's floor from R_max
+                assert cs.holm_floor == pytest.approx(1 / (len(ids) + 1))
             checked += 1
     assert checked == 6 and floors == 4  # two settings, three exchangeable controls
 

@@ -159,12 +159,16 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
                     + ("; S cannot be told apart from random heads of the same layers" if c == "layer-matched" else ""))
             checks.append(Check(f"Controls: {c}", "none", warn if (c == "layer-matched" or want) else None))
             continue
-        ns = {key: len(cell.distinct(c)) for key, cell in cells.items()}
+        # a sequential comparison's n is its R_max (its floor's n), whatever it stopped at
+        ns = {key: cell.sequential[c][1] if c in cell.sequential else len(cell.distinct(c)) for key, cell in cells.items()}
         recorded = {s: pools.get(s, {}).get(c, {}).get("n") for s, _ in cells}
-        short = [f"{s}" for (s, _), cell in cells.items()
-                 if (len(cell.controls[c]) < recorded[s] if recorded[s] else (not pools and want and len(cell.controls[c]) < want))]
-        checks.append(Check(f"Controls: {c}, R", f"{_join(Rs)} stored, {_range(ns.values())} distinct head-sets compared"
-                            + (f" (config: R={want}; a pool of at most 2R is compared whole)" if want else ""),
+        short = [f"{s}" for (s, _), cell in cells.items() if c not in cell.sequential
+                 and (len(cell.controls[c]) < recorded[s] if recorded[s] else (not pools and want and len(cell.controls[c]) < want))]
+        stopped = sum(1 for cell in cells.values() if c in cell.sequential and len(cell.distinct(c)) < cell.sequential[c][1])
+        checks.append(Check(f"Controls: {c}, R", f"{_join(Rs)} stored, {_range(ns.values())} distinct head-sets "
+                            + ("drawn at most (R_max)" if stopped or any(c in cell.sequential for cell in cells.values()) else "compared")
+                            + (f" (config: R={want}; a pool of at most 2R is compared whole)" if want else "")
+                            + (f"; {stopped} comparison(s) stopped early, sequentially (h controls reached S)" if stopped else ""),
                             f"fewer {c} head-sets stored than drawn for {len(set(short))} setting(s)"
                             + ("" if pools else f" (the config asks for {want})") + " (an unfinished run?)"
                             if short else None))
@@ -246,7 +250,7 @@ def _floors_check(run: RunData, alpha: float = ALPHA) -> Check:
     for (s, t), cell in run.cells.items():
         tid = parse_test_id(t)
         for c, draws in cell.controls.items():
-            n = len(cell.distinct(c))  # the head-sets S is compared with
+            n = cell.sequential[c][1] if c in cell.sequential else len(cell.distinct(c))  # a sequential p's floor: R_max
             if len(draws) < 2 and c not in MAIN_CONTROLS:  # a deterministic control: no rank p is read
                 continue
             if tid.param == "beta":
