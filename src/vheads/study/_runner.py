@@ -445,8 +445,7 @@ def _fingerprint(cfg: StudyConfig) -> str:
     writes (``RUN/headsets/``) load in ``vheads evaluate`` without ``--force``."""
     import os
 
-    from vheads.models import resolve_model_path
-    from vheads.models._loading import weights_fingerprint
+    from vheads.models import resolve_model_path, weights_fingerprint
 
     path = resolve_model_path(cfg.model)
     return weights_fingerprint(Path(path)) if os.path.isdir(path) else f"hub:{cfg.model}@{cfg.revision or 'main'}"
