@@ -31,7 +31,8 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
              config_R: int | None = None, seed: int = 0, meta_extra: dict | None = None, metrics: bool = True,
              config_extra: dict | None = None, causal: bool = False, atp: bool = False, ablations: tuple[str, ...] = (),
              score_points: dict[str, str | None] | None = None, k_sweep_tests: tuple[str, ...] = ("cers",),
-             k_points: tuple[int, ...] = (2, 8), small_pools: dict[str, int] | None = None) -> Path:
+             k_points: tuple[int, ...] = (2, 8), small_pools: dict[str, int] | None = None,
+             attention_matched: tuple[int, int] | None = None) -> Path:
     """Write a store into ``run_dir``. ``audit``: 'ok', 'bad' (oracle out of range) or None.
     ``metrics=False``: no logprob / logit-diff columns (a store of an older vheads).
     ``causal``: an exact causal map (NCS, per item and arm, every head and layer) and the
@@ -40,10 +41,14 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
     metrics NULL), drawn from a generator of its own so every other value stays as without.
     ``small_pools``: setting -> the size of its layer-matched pool, smaller than R on purpose:
     that many draws are stored, and meta ``control_pools`` records the pool as compared whole
-    (as a study records a pool of at most 2R); the other settings' pools are recorded as sampled."""
+    (as a study records a pool of at most 2R); the other settings' pools are recorded as sampled.
+    ``attention_matched``: (R asked, distinct head-sets stored) of an attention-matched control,
+    whose pool is not countable (recorded as None)."""
     rng = np.random.default_rng(seed)
     store = Store(run_dir)
-    controls = {"layer-matched": R} | ({"any-layer": R} if any_layer else {})
+    controls = ({"layer-matched": R} | ({"any-layer": R} if any_layer else {})
+                | ({"attention-matched": attention_matched[0]} if attention_matched else {}))
+    stored = {"attention-matched": attention_matched[1]} if attention_matched else {}
     config = {"model": "tiny", "corpora": list(CORPORA.values()), "settings": list(settings), "k": K,
               "controls": {c: (config_R or r) for c, r in controls.items()}, "n_items": n_items, "seeds": {"controls": 7},
               "beta": 10000.0,
@@ -51,13 +56,14 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
               **(config_extra or {})}
     small_pools = small_pools or {}
     pools = {s: {c: ({"mode": "exact", "pool": small_pools[s], "n": small_pools[s], "R": r}
-                     if s in small_pools and c == "layer-matched" else {"mode": "sampled", "pool": None, "n": r, "R": r})
+                     if s in small_pools and c == "layer-matched" else {"mode": "sampled", "pool": None,
+                                                                          "n": stored.get(c, r), "R": r})
                  for c, r in controls.items()} for s in settings}
     points = {f"score:{p}": json.dumps({"name": p.split("-", 2)[-1], "rows": "last", "region": "target", "norm": "raw",
                                          "keys": "mass", "across": "mean", "select": "flat", "k": None, "order": i})
               for i, p in enumerate(score_points or {})}  # each score point's axes, as a study records them
     store.set_meta(config=config, model_id="vheads/tiny-test", n_layers=L, n_heads=H,
-                   **({"control_pools": json.dumps(pools)} if small_pools else {}), **points, **(meta_extra or {}))
+                   **({"control_pools": json.dumps(pools)} if small_pools or stored else {}), **points, **(meta_extra or {}))
 
     rows: dict[str, list[tuple]] = {k: [] for k in ("discovery", "overlap", "ceilings", "headsets", "outcomes",
                                                    "arms", "audit", "strip_attention", "random_overlap", "causal_map")}
@@ -120,7 +126,7 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
                 s_vals = arm_vals["matched"] - arm_vals["mismatched"].mean()
             rows["outcomes"] += [(f"u-{s}-{test}", s, test, "S", it, float(v)) for it, v in zip(items, s_vals)]
             for c, r in all_controls.items():
-                for d in range(small_pools.get(s, r) if c == "layer-matched" else r):
+                for d in range(small_pools.get(s, r) if c == "layer-matched" else stored.get(c, r)):
                     hid = f"{c}#{d}"
                     v = rng.normal(0, 0.05, n_items) + rng.normal(0, 0.02)
                     rows["outcomes"] += [(f"u-{s}-{test}", s, test, hid, it, float(x)) for it, x in zip(items, v)]

@@ -16,7 +16,7 @@ def test_a_beta_sweep_with_five_controls_is_warned_with_its_floor(tmp_path):
     d = make_run(tmp_path, settings=["cm-ord-last"], R=5, n_items=3, tests=("cers",), sweeps=True, **LEAN)
     check = _floors(d)
     assert "β sweep (cers), layer-matched: n=5, rank-p floor 0.167" in check.value
-    assert "β sweep (cers), layer-matched: with n=5 distinct head-sets no rank p can fall below 1/(n+1) = 0.167" in check.warning
+    assert "β sweep (cers), layer-matched: a rank p alone cannot fall below 0.167 with n=5; it needs n ≥ 19" in check.warning
     assert "beta_sweep_controls ≥ 19" in check.warning
 
 

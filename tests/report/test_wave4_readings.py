@@ -96,3 +96,18 @@ def test_one_count_of_settings():
     run = SimpleNamespace(settings=[f"g{i}" for i in range(12)] + ["causal-ncs"], score_settings=["a", "b", "c", "d"])
     assert settings_text(run) == "17 settings (12 grid, 4 score points, 1 causal)"
     assert settings_text(SimpleNamespace(settings=["g"], score_settings=[])) == "1 setting"
+
+
+def test_a_text_arm_drop_above_every_one_of_few_controls_reads_cannot_tell_not_within(tmp_path):
+    """10 controls: S above all of them still has rank p 1/11 > 0.05 (by hand), so the reading
+    says cannot tell and names the floor, never "within the controls"."""
+    rng = np.random.default_rng(3)
+    ctrl_text = [rng.normal(0.1, 0.02, 6) for _ in range(10)]
+    ctrl_ncs = [rng.normal(0.0, 0.02, 6) for _ in range(10)]
+    run = _store(tmp_path, {("a-ord-last", "text"): (rng.normal(0.6, 0.02, 6), ctrl_text),
+                            ("a-ord-last", "ncs-all"): (rng.normal(0.0, 0.02, 6), ctrl_ncs)})
+    t_s = np.mean(run.cells[("a-ord-last", "text")].s)
+    assert all(np.mean(c) < t_s for c in ctrl_text) and 1 / 11 > 0.05
+    reading = damage_reading(run, "a-ord-last")
+    assert reading.startswith("cannot tell:") and "within the controls" not in reading
+    assert "1/(n+1) = 0.091" in reading and "S is above every one" in reading

@@ -15,7 +15,7 @@ from vheads._layers import check_attention_layers
 from vheads.models._adapter import (ADAPTERS, Adapter, adapter_for, check_prompt_setup, describe_adapters,
                                     format_options, prompt_examples, read_chat_template, register_adapter, render_chat)
 from vheads.models._layout import ImageBlock, Prompt, RegionTokens, TokenLayout
-from vheads.models._loading import check_device, check_load_options, check_model_folder, check_processor_files, DEVICE_MAP_STRATEGIES, QUANTIZATIONS, TINY_WEIGHTS, LoadedModel, ProcessorBundle, load_model, load_processor, preflight_prompts, resolve_model_path, tiny_model_path
+from vheads.models._loading import check_device, check_load_options, check_model_folder, check_processor_files, DEVICE_MAP_STRATEGIES, QUANTIZATIONS, TINY_WEIGHTS, LoadedModel, ProcessorBundle, load_model, load_processor, preflight_prompts, resolve_model_path, tiny_model_path, weights_fingerprint
 
 __all__ = [
     "check_attention_layers",
@@ -44,7 +44,7 @@ __all__ = [
     "format_options",
     "load_model",
     "register_adapter",
-    "resolve_model_path",
+    "resolve_model_path", "weights_fingerprint",
     "TINY_WEIGHTS",
     "tiny_model_path",
 ]

@@ -21,6 +21,7 @@ import math
 from vheads.report._data import (
     RunData, cfg_get, control_fallbacks, control_pools, headline_beta, settings_text, sweep_points,
 )
+from vheads.evaluation import holm_floors, required_n
 from vheads.report._doc import Check, Table
 from vheads.report._tables import ALPHA, MAIN_CONTROLS, ROW_GROUP_TESTS, audit_flags, compare, holm_family, s_interval
 
@@ -58,8 +59,8 @@ def min_holm_p(m: int, R: int) -> float:
 
 
 def required_R(m: int, alpha: float = ALPHA) -> int:
-    """Smallest R with ``m / (R + 1) ≤ alpha``."""
-    return max(1, math.ceil(m / alpha - 1e-9) - 1)
+    """Smallest R with ``m / (R + 1) ≤ alpha`` (:func:`vheads.evaluation.required_n`)."""
+    return required_n(m, alpha)
 
 
 def _range(values) -> str:
@@ -176,13 +177,21 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
         checks.append(Check(f"Rank-p floor ({c})", f"1/(n+1) = {1 / (n_min + 1):.4f} at the smallest n ({n_min})"))
         per_test = {t: [s for s in run.settings if (s, t) in ns and (fam is None or s in fam)] for t in tests_present}
         m = max(len(v) for v in per_test.values())
-        out = sorted({s for t, members in per_test.items() for s in members if min_holm_p(len(members), ns[(s, t)]) > alpha})
+        floors = {(s, t): f for t, members in per_test.items() if members
+                  for s, f in zip(members, holm_floors([ns[(s, t)] for s in members]))}  # each member's own floor
+        out = sorted({s for (s, t), f in floors.items() if f > alpha})
         warn = None
         if out:
-            worst = max(ns[(s, t)] for t, members in per_test.items() for s in members if s in out)
-            warn = (f"Holm over {m} settings cannot reach {alpha} for {len(out)} of them (n ≤ {worst} head-sets, "
-                    f"floor m/(n+1) ≥ {min_holm_p(m, worst):.3f}): needs R ≥ {required_R(m, alpha)} (key controls.{c}) "
-                    "and a pool as large")
+            worst = max(ns[key] for key, f in floors.items() if f > alpha)
+            need = required_n(m, alpha)
+            whole = [pools.get(s, {}).get(c, {}) for s in out]
+            pool_limited = [e["pool"] for e in whole if e.get("mode") == "exact" and isinstance(e.get("pool"), int)
+                            and e["pool"] < need]
+            warn = (f"Holm over {m} settings cannot reach {alpha} for {len(out)} of them (n ≤ {worst} head-sets; "
+                    f"it needs n ≥ {need} = {m}/{alpha} − 1): "
+                    + (f"their pools hold {_range(pool_limited)} head-sets, compared whole — the pool is the limit, not R: "
+                       "a larger k (key k) or a larger model enlarges it" if len(pool_limited) == len(out) else
+                       f"needs [controls] {c} = {need} and pools that hold as many"))
         checks.append(Check(f"Holm family ({c})", f"{m} of the {settings_text(run)} per test (score points and a causal "
                             "setting stay outside); smallest possible adjusted p m/(n+1) = "
                             f"{min_holm_p(m, max(ns.values())):.4f} at the largest n"
@@ -241,11 +250,15 @@ def _floors_check(run: RunData, alpha: float = ALPHA) -> Check:
     from vheads.report._data import parse_test_id
 
     fam = holm_family(run)
-    found: dict[tuple[str, str], dict] = {}  # (table, control) -> R, m (None: not adjusted), config key
+    pools = control_pools(run.meta)
+    found: dict[tuple[str, str], dict] = {}  # (table, control) -> n (its fewest), m (None: not adjusted), key, pool
 
-    def add(table, control, R, holm_m, key):
-        e = found.setdefault((table, control), {"R": R, "m": holm_m, "key": key})
-        e["R"] = min(e["R"], R)
+    def add(table, control, n, holm_m, key, setting, pool_label):
+        pool = pools.get(setting, {}).get(pool_label, {})
+        e = found.setdefault((table, control), {"n": n, "m": holm_m, "key": key, "pool": None})
+        if n <= e["n"]:
+            e["n"] = n
+            e["pool"] = pool.get("pool") if pool.get("mode") == "exact" else None  # compared whole: the pool's size
 
     for (s, t), cell in run.cells.items():
         tid = parse_test_id(t)
@@ -254,41 +267,46 @@ def _floors_check(run: RunData, alpha: float = ALPHA) -> Check:
             if len(draws) < 2 and c not in MAIN_CONTROLS:  # a deterministic control: no rank p is read
                 continue
             if tid.param == "beta":
-                add(f"β sweep ({tid.base})", c, n, None, "beta_sweep_controls")
+                add(f"β sweep ({tid.base})", c, n, None, "beta_sweep_controls", s, c)
             elif t in ROW_GROUP_TESTS and t != "ncs-all":
-                add(f"row groups ({t})", c, n, None, f"controls.{c}")
+                add(f"row groups ({t})", c, n, None, f"controls.{c}", s, c)
             elif t in HOLM_TESTS:
                 m = None
                 if c in MAIN_CONTROLS:
                     m = len([x for x in run.settings if (x, t) in run.cells and c in run.cells[(x, t)].controls
                              and (fam is None or x in fam)])
-                add(f"{'Table 3' if t in ('cers', 'ncs-all', 'ncs') else 'Table 16'} ({t})", c, n, m, f"controls.{c}")
+                add(f"{'Table 3' if t in ('cers', 'ncs-all', 'ncs') else 'Table 16'} ({t})", c, n, m, f"controls.{c}", s, c)
     for (s, base), by_k in run.ksweep.items():
         for k, cell in by_k.items():
             for c in cell.controls:
-                add(f"k sweep ({base})", c, len(cell.distinct(c)), None, "k_sweep_controls")
+                add(f"k sweep ({base})", c, len(cell.distinct(c)), None, "k_sweep_controls", s, f"{c}@k={k}")
     rows, warns = [], []
     for (table, c), e in sorted(found.items()):
-        R, m = e["R"], e["m"]
-        floor = 1 / (R + 1)
-        need, why = None, None
-        if floor > alpha:
-            need = required_R(1, alpha)
-            why = (f"{table}, {c}: with n={R} distinct head-sets no rank p can fall below 1/(n+1) = {floor:.3f}; "
-                   f"use {e['key']} ≥ {need} (and a pool that holds them)")
-        elif m and min_holm_p(m, R) > alpha:
-            need = required_R(m, alpha)
-            why = f"{table}, {c}: Holm over {m} settings cannot fall below {m}/(n+1) = {min_holm_p(m, R):.3f}; use {e['key']} ≥ {need}"
+        n, m, pool = e["n"], e["m"], e["pool"]
+        floor = 1 / (n + 1)
+        need = required_n(m or 1, alpha)  # Holm over m at alpha: n ≥ m/α − 1 (one test: 19)
+        reach = min_holm_p(m, n) if m else floor
+        fix, why = "–", None
+        if reach > alpha:
+            over = f"Holm over {m} settings" if m else "a rank p alone"
+            if pool is not None and pool < need:  # compared whole: no R can add head-sets the pool lacks
+                fix = f"the pool ({pool}) is the limit: a larger k or a larger model"
+                why = (f"{table}, {c}: {over} cannot fall below {reach:.3f} with n={n}, and needs n ≥ {need}; the pool "
+                       f"holds {pool} head-sets (compared whole): a larger k or a larger model enlarges it, not R")
+            else:
+                fix = f"{e['key']} ≥ {need}" + (" (and a pool that holds them)" if pool is None else "")
+                why = f"{table}, {c}: {over} cannot fall below {reach:.3f} with n={n}; it needs n ≥ {need}: use {fix}"
         if why and not (table.startswith("Table 3") and c in MAIN_CONTROLS):  # those: warned under "Holm family"
-            warns.append((why, e["key"]))
-        rows.append([table, c, str(R), f"{floor:.3f}", f"{min_holm_p(m, R):.3f} (m={m})" if m else "–",
-                     f"{e['key']} ≥ {need}" if need else "–"])
+            warns.append((why, e["key"] if pool is None or pool >= need else "k"))
+        rows.append([table, c, str(n), f"{floor:.3f}", f"{min_holm_p(m, n):.3f} (m={m})" if m else "–",
+                     f"{need} (m={m or 1})", fix])
     item = "Rank-p and Holm floors by table"
     if not rows:
         return Check(item, "no control draws stored")
     value, cases = listed(item, ["Table", "Control", "n compared", "rank-p floor 1/(n+1)", "Holm floor m/(n+1)",
-                                 f"to reach {alpha}"], rows,
-                          lambda r: f"{r[0]}, {r[1]}: n={r[2]}, rank-p floor {r[3]}" + (f", Holm floor {r[4]}" if r[4] != "–" else ""),
+                                 f"n needed at {alpha} (n ≥ m/α − 1)", f"to reach {alpha}"], rows,
+                          lambda r: f"{r[0]}, {r[1]}: n={r[2]}, rank-p floor {r[3]}" + (f", Holm floor {r[4]}" if r[4] != "–" else "")
+                          + (f"; needs n ≥ {r[5]}: {r[6]}" if r[6] != "–" else ""),
                           f"rank-p floors {min(r[3] for r in rows)}–{max(r[3] for r in rows)} over {len(rows)} table × control pairs",
                           text_cols=2)
     warn = None
@@ -296,7 +314,8 @@ def _floors_check(run: RunData, alpha: float = ALPHA) -> Check:
         warn = warns[0][0]
     elif warns:
         keys = sorted({k for _, k in warns})
-        warn = fit(f"{len(warns)} table × control pairs cannot reach {alpha}: raise ", keys, " (see the floors table)",
+        warn = fit(f"{len(warns)} table × control pairs cannot reach {alpha}: raise ", keys, " (see the floors table; k: "
+                   "the pool is the limit)",
                    limit=WARNING_CHARS - len(item) - 2)
     return Check(item, value, warn, cases)
 

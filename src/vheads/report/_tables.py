@@ -332,13 +332,12 @@ def matched_controls_table(run: RunData) -> Table | None:
     if not tests:
         return None
     per = {t: {st.setting: st for st in significance(run, t, adjust=False)} for t in tests}
+    asked = {c: R for c in ("layer-matched", "attention-matched") if isinstance(R := _asked_R(run, c), int)}
     cols, groups, rows = ["Setting"], [("", 1)], []
     for t in tests:
-        R = {c: max((st.controls[c].R for st in per[t].values() if c in st.controls), default=0)
-             for c in ("layer-matched", "attention-matched")}
-        cols += ["S", f"A: layer-matched (R={R['layer-matched']}) mean, p",
-                 f"B: + attention-matched (R={R['attention-matched']}) mean, p"]
+        cols += ["S", "A: layer-matched mean, p [n compared]", "B: + attention-matched mean, p [n compared]"]
         groups.append((TEST_NAMES.get(t, t), 3))
+    short: dict[str, set] = {}  # control -> settings compared with fewer distinct head-sets than R asked
     for s in run.settings:
         if not any(s in per[t] for t in tests):
             continue
@@ -351,12 +350,36 @@ def matched_controls_table(run: RunData) -> Table | None:
             row.append(fmt(st.t_s))
             for c in ("layer-matched", "attention-matched"):
                 cs = st.controls.get(c)
-                row.append(f"{fmt(cs.mean)}, {fmt_p(cs.rank.p)}" if cs is not None and cs.rank else "–")
+                row.append(f"{fmt(cs.mean)}, {fmt_p(cs.rank.p)} [{cs.n}]" if cs is not None and cs.rank else "–")
+                if cs is not None and c in asked and cs.n < asked[c]:
+                    short.setdefault(c, set()).add(s)
         rows.append(row)
+    note = ""
+    for c, ss in short.items():
+        pools = [control_pools(run.meta).get(s, {}).get(c, {}).get("pool") for s in ss]
+        countable = all(isinstance(p, int) for p in pools)
+        note += (f" {c}: {len(ss)} setting(s) compared with fewer distinct head-sets than R = {asked[c]} "
+                 f"({', '.join(x for x in run.settings if x in ss)}): "
+                 + ("each pool holds that many, compared whole (floor 1/(n+1))." if countable else
+                    "its pool is not countable (the nearest head per layer repeats), so these draws hold only the n "
+                    "shown: each p's floor is 1/(n+1), and a p at it says S beat every one of them, not that R "
+                    "controls were met."))
     return Table("Rank p against layer-matched (A) and layer- and attention-matched (B) controls (seed Table 9)",
-                 cols, rows, "p: one-sided rank p over the n distinct head-sets compared, floor 1/(n+1), not adjusted. B draws, per layer of S, the non-S head "
+                 cols, rows, "Each cell: the controls' mean, the one-sided rank p over the n distinct head-sets compared "
+                 "(in brackets; its floor 1/(n+1)), not adjusted"
+                 + (f" (R asked: {', '.join(f'{c} {r}' for c, r in asked.items())})" if asked else "")
+                 + ". B draws, per layer of S, the non-S head "
                  "whose baseline image-attention mass (last prompt row, CERS grids, no intervention) is nearest to that "
-                 "of S's head." + fallback_note(run.meta, ["layer-matched", "attention-matched"]), groups)
+                 "of S's head." + note + fallback_note(run.meta, ["layer-matched", "attention-matched"]), groups)
+
+
+def _asked_R(run: RunData, control: str) -> int | None:
+    """The R the config asks of ``control`` (``[controls] <control> = R``), or None."""
+    controls = cfg_get(run.config, "controls")
+    v = controls.get(control) if isinstance(controls, dict) else None
+    if isinstance(v, dict):
+        v = cfg_get(v, "R", "draws", "n")
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def max_ncs_grid_note(run: RunData) -> str:
@@ -463,23 +486,39 @@ def damage_reading(run: RunData, setting: str, ncs: str = "ncs-all", control: st
         if cell is None or cell.s is None or control not in cell.controls:
             return None
         cs = compare(cell, setting, test).controls[control]
-        return float(np.mean(cell.s)), cs.mean, cs.rank.p
+        floor = 1 / (cs.n + 1)
+        t_s = float(np.mean(cell.s))
+        state = "cannot tell" if floor > ALPHA else "above" if cs.rank.p <= ALPHA and t_s > cs.mean else "within"
+        return t_s, cs.mean, cs.rank.p, state, cs.n
     text, nc = vs("text"), vs(ncs) or vs("ncs")
     if text is None:
         return "–"
-    above = text[2] <= ALPHA and text[0] > text[1]
+    above = text[3] == "above"
     t_txt = f"text-arm drop {fmt(text[0])} vs {fmt(text[1])} ({control}, p {fmt_p(text[2])})"
     if nc is None:
-        return t_txt + (": generic damage" if above else ": not above its controls")
-    n_sig = nc[2] <= ALPHA and nc[0] > nc[1]
+        return t_txt + (": generic damage" if above else ": cannot tell" + _few(text) if text[3] == "cannot tell"
+                        else ": not above its controls")
+    n_sig = nc[3] == "above"
     n_txt = f"NCS {fmt(nc[0])} vs {fmt(nc[1])} (p {fmt_p(nc[2])})"
     if above and n_sig:
         return f"generic damage: {t_txt}; its {n_txt} may not be visual"
     if above:
-        return f"generic damage: {t_txt}; {n_txt}, not above its controls"
+        return f"generic damage: {t_txt}; {n_txt}, " + ("cannot tell" + _few(nc) if nc[3] == "cannot tell" else
+                                                       "not above its controls")
     if n_sig:
-        return f"visual: {n_txt} above its controls while its {t_txt} is not"
+        return (f"visual: {n_txt} above its controls while its {t_txt} is not" if text[3] == "within" else
+                f"{n_txt} above its controls; its {t_txt}: cannot tell{_few(text)}")
+    undecided = [x for x in (nc, text) if x[3] == "cannot tell"]
+    if undecided:
+        return f"cannot tell: {n_txt}; {t_txt}{_few(min(undecided, key=lambda x: x[4]))}"
     return f"neither: {n_txt} and {t_txt} within the controls"
+
+
+def _few(part) -> str:
+    """Why a reading cannot tell: with n controls no rank p falls below 1/(n+1) > 0.05."""
+    n = part[4]
+    return (f" (with {n} {'control' if n == 1 else 'controls'} no rank p can fall below 1/(n+1) = {1 / (n + 1):.3f}"
+            + ("; S is above every one" if part[0] > part[1] and part[2] == 1 / (n + 1) else "") + ")")
 
 
 def generic_damage_table(run: RunData) -> Table | None:
@@ -525,7 +564,8 @@ def generic_damage_table(run: RunData) -> Table | None:
                  "set that is merely generically important hurts there too. Reading (S's row): its text-arm drop and "
                  "its NCS against the layer-matched head-sets (one-sided rank p over the distinct ones, not adjusted, "
                  f"≤ {ALPHA}): a text-arm drop above the controls is generic damage, and then an NCS above them need not "
-                 "be visual."
+                 f"be visual. cannot tell: with n controls the rank p cannot fall below 1/(n+1) > {ALPHA}, so a p above "
+                 f"{ALPHA} is no evidence that the drop lies within the controls."
                  + fallback_note(run.meta, lambda label: "@" not in label and "/" not in label), text_cols=2)
 
 
@@ -539,15 +579,18 @@ def sweep_table(run: RunData, param: str) -> Table | None:
     pts = sweep_points(run, param)
     if not pts:
         return None
-    rows = []
+    rows, mains = [], False
     for (s, base) in sorted(pts, key=lambda k: (k[1], run.settings.index(k[0]) if k[0] in run.settings else 99)):
         for x in sorted(pts[(s, base)]):
             cell = pts[(s, base)][x]
             arms_key = f"{base}@k={int(x)}" if param == "k" and (s, f"{base}@k={int(x)}", "matched") in run.arms else base
             st = compare(cell, s, base, s_interval(run, s, arms_key, cell.s) if param == "k" else None)
+            main = cell is run.cells.get((s, base))  # the main point, read from Table 3's own cell
+            mains |= main
             for i, c in enumerate(sorted(st.controls, key=_control_order) or [None]):
                 cs = st.controls.get(c) if c else None
-                lead = [s, TEST_NAMES.get(base, base), f"{x:g}", fmt_ci(st.interval, st.s)] if i == 0 else ["", "", "", ""]
+                lead = ([s, TEST_NAMES.get(base, base), f"{x:g}" + (" (main)" if main else ""), fmt_ci(st.interval, st.s)]
+                        if i == 0 else ["", "", "", ""])
                 if cs is None:
                     rows.append(lead + ["–"] * 5)
                     continue
@@ -559,8 +602,12 @@ def sweep_table(run: RunData, param: str) -> Table | None:
                  f"At every {name}, S (95% t-interval over items; NCS: Welch over its two arms) against that point's own layer-matched draws "
                  f"({'drawn for the top-k set of each k' if param == 'k' else 'the first draws of the main layer-matched controls, re-run at each β'}); "
                  "R (distinct): the draws and the distinct head-sets among them; mean ± SD over the distinct head-sets; "
-                 "rank p over the distinct head-sets, one-sided with floor 1/(n+1), not adjusted. The main point (the study's "
-                 f"{'own k' if param == 'k' else 'headline β'}) carries the main controls."
+                 "rank p over the distinct head-sets, one-sided with floor 1/(n+1), not adjusted. "
+                 + (f"(main): the study's {'own k' if param == 'k' else 'headline β'} where the sweep has no point of its "
+                    "own there, read from Table 3's cell with Table 3's controls. " if mains else "")
+                 + f"Every other row, the {'own k' if param == 'k' else 'headline β'} included where the sweep ran a point "
+                 "there, shows that point's own draws (their n in the R column): fewer than Table 3 compares, so its p "
+                 "can sit at a higher floor than Table 3's for the same S."
                  + fallback_note(run.meta, (lambda label: label.startswith("layer-matched@k=")) if param == "k" else "layer-matched",
                                  {s for s, _ in pts}), text_cols=2)
 

@@ -500,7 +500,20 @@ def _claim(store: Store, cfg: StudyConfig, run_dir: Path, **meta) -> None:
 
 def _model_meta(cfg: StudyConfig, shape: dict) -> dict[str, str]:
     return {"model_id": cfg.model, "n_layers": str(shape["n_layers"]), "n_heads": str(shape["n_heads"]),
-            "attention_layers": json.dumps(list(shape["attention_layers"])), "prompts": json.dumps(shape.get("prompts", {}))}
+            "attention_layers": json.dumps(list(shape["attention_layers"])), "prompts": json.dumps(shape.get("prompts", {})),
+            "model_fingerprint": _fingerprint(cfg)}
+
+
+def _fingerprint(cfg: StudyConfig) -> str:
+    """The model's fingerprint as :func:`vheads.models.load_model` computes it (a local folder's
+    weight files hashed, a hub model's id and revision), so the head-set files the report
+    writes (``RUN/headsets/``) load in ``vheads evaluate`` without ``--force``."""
+    import os
+
+    from vheads.models import resolve_model_path, weights_fingerprint
+
+    path = resolve_model_path(cfg.model)
+    return weights_fingerprint(Path(path)) if os.path.isdir(path) else f"hub:{cfg.model}@{cfg.revision or 'main'}"
 
 
 def _run_locked(cfg: StudyConfig, run_dir: Path, models: list[tuple[str, StudyConfig, dict]], progress: bool,
