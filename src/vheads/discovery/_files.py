@@ -66,7 +66,7 @@ class HeadSetRecord:
     headset: HeadSet
     setting: Setting  # or a vheads.discovery._scored.ScoreSetting (a score point's head-set)
     scores: np.ndarray  # [L, H] float64
-    model: dict[str, Any]  # id, revision, fingerprint, n_layers, n_heads
+    model: dict[str, Any]  # id, revision, fingerprint, n_layers, n_heads; a local folder's resolved path (LoadedModel.record)
     corpus: dict[str, Any]  # id, n_items, seed
     seed: int
     k: int
