@@ -56,8 +56,8 @@ LAYOUTS: dict[str, dict] = {
                           "rates_layout": "qwen3-vl-8b"},
     "qwen3-vl-2b": {"n_layers": 28, "n_heads": 16, "prompt_tokens": 1057, "suffix_tokens": 29, "strip_tokens": 1057,
                     "note": "Qwen3-VL-2B, 1,024 image tokens a prompt"},
-    "tiny": {"n_layers": 4, "n_heads": 8, "prompt_tokens": 289, "suffix_tokens": 33, "strip_tokens": 289,
-             "note": "the built-in tiny model: 256 image tokens + 33 text"},
+    "tiny": {"n_layers": 4, "n_heads": 16, "prompt_tokens": 28, "suffix_tokens": 21, "strip_tokens": 28,
+             "note": "the built-in tiny model (4 x 16 heads): a grid prompt is 28 tokens, 4 of them image tokens"},
 }
 #: the rates shipped with vheads (benchmarks/README.md's measured figures)
 RATES_FILE = Path(__file__).with_name("plan_rates.json")
