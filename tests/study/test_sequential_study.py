@@ -18,7 +18,7 @@ from tests.hardening.clitools import refused, vheads
 from vheads._errors import VheadsError
 from vheads.report._data import Cell
 from vheads.report._tables import compare
-from vheads.study import Store, config_from_dict, run_study
+from vheads.study import Store, config_from_dict, load_config, run_study
 
 
 def _bc_p(t_s: float, t: list[float], h: int, R_max: int) -> float:
@@ -43,7 +43,7 @@ def _bc_p(t_s: float, t: list[float], h: int, R_max: int) -> float:
 ])
 def test_a_bad_sequential_key_is_one_error_naming_it(over, key):
     with pytest.raises(VheadsError) as e:
-        config_from_dict(over)
+        load_config(**over)  # a config file's keys (an h above R_max is refused where the user sets it)
     assert str(e.value).startswith(f"config key {key!r}") and "\n" not in str(e.value)
 
 

@@ -381,14 +381,20 @@ def config_from_dict(data: dict[str, Any]) -> StudyConfig:
         kwargs["templates"] = _templates(kwargs["templates"], kwargs.get("model", base.model))
     cfg = StudyConfig(**kwargs)
     validate(cfg)
-    if "controls_h" in data:  # an h the config sets must be reachable (the default's h leaves a small R fixed)
-        from vheads.study._sequential import sequential_controls
-
-        for name in sequential_controls(cfg):
-            if cfg.controls[name] < cfg.controls_h:
-                raise VheadsError(f"config key 'controls_h': h = {cfg.controls_h} is more than controls.{name}'s R_max = "
-                                  f"{cfg.controls[name]}; raise R to at least h, lower h, or set controls_h = 0 (fixed R)")
     return cfg
+
+
+def _check_h_reachable(cfg: StudyConfig, data: dict[str, Any]) -> None:
+    """An h that a config file sets must not exceed an exchangeable control's R (R_max): the
+    default's h leaves a small R fixed (it can never see h draws reach S)."""
+    if "controls_h" not in data:
+        return
+    from vheads.study._sequential import sequential_controls
+
+    for name in sequential_controls(cfg):
+        if cfg.controls[name] < cfg.controls_h:
+            raise VheadsError(f"config key 'controls_h': h = {cfg.controls_h} is more than controls.{name}'s R_max = "
+                              f"{cfg.controls[name]}; raise R to at least h, lower h, or set controls_h = 0 (fixed R)")
 
 
 def validate(cfg: StudyConfig) -> None:
@@ -793,11 +799,13 @@ def load_config(path: str | Path | None = None, **overrides) -> StudyConfig:
     data.update({k: v for k, v in overrides.items() if v is not None})
     if overrides.get("model") is not None:  # a model given on the command line replaces the config's models
         data.pop("models", None)
-    if path is None:
-        return config_from_dict(data)
     try:
-        return config_from_dict(data)
+        cfg = config_from_dict(data)
+        _check_h_reachable(cfg, data)
+        return cfg
     except VheadsError as e:  # every refusal of a key names the file it is in
+        if path is None:
+            raise
         raise type(e)(f"config file {str(path)!r}: {e}") from None
 
 
