@@ -28,6 +28,8 @@ def test_table_9_prints_each_row_s_own_n_and_warns_of_an_uncountable_pool_below_
         assert row[2].endswith(f"[{n_of[row[0]][0]}]") and row[3].endswith(f"[{n_of[row[0]][1]}]")
     assert "attention-matched: 4 setting(s) compared with fewer distinct head-sets than R = 20" in table.caption
     assert "its pool is not countable" in table.caption
+    (other,) = [c for c in protocol_checks(run) if c.item == "Other controls"]
+    assert other.warning.startswith("attention-matched compared 10–10 distinct head-sets of R = 20 asked")
 
 
 def test_table_3_verdicts_use_each_member_s_own_floor(tmp_path):

@@ -200,7 +200,17 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
     checks.append(_distinct_check(run))
     checks.append(_floors_check(run, alpha))
     other = sorted({c for cell in run.cells.values() for c in cell.controls if c not in MAIN_CONTROLS})
-    checks.append(Check("Other controls", _join(other) if other else "none"))
+    short = {}  # other controls with fewer distinct head-sets than the R asked and no countable pool
+    for c in other:
+        want = _configured_R(run, c)
+        ns = [len(cell.distinct(c)) for (s, t), cell in run.cells.items() if t in tests_present and c in cell.controls
+              and not isinstance(pools.get(s, {}).get(c, {}).get("pool"), int)]
+        if want and ns and min(ns) < want and max(len(cell.controls[c]) for cell in run.cells.values() if c in cell.controls) > 1:
+            short[c] = (min(ns), max(ns), want)
+    checks.append(Check("Other controls", _join(other) if other else "none",
+                        "; ".join(f"{c} compared {lo}–{hi} distinct head-sets of R = {want} asked (its pool is not "
+                                  "countable): its rank p's floor is 1/(n+1), see Table 9's n" for c, (lo, hi, want) in short.items())
+                        or None))
 
     # beta, sweeps, row groups
     betas = sorted({v for (_, t) in run.cells for v in [_param(t, "beta")] if v is not None})
