@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-TINY = (4, 8)  # layers × heads of the built-in tiny model
+TINY = (4, 16)  # layers × heads of the built-in tiny model (16 heads a layer since issue 41)
 LAYOUT_2B = (28, 16)
 ITEMS = 16  # vheads causal-map's default --n (per NCS arm)
 
