@@ -56,6 +56,7 @@ def test_repeated_draws_count_once_for_every_statistic_the_rank_p_included(tmp_p
     table = significance_table(run, ["cers"], "t", "c")
     assert table.rows[0][2].endswith("[10]") and "[n compared]" in table.columns[2]
     (check,) = [c for c in protocol_checks(run) if c.item == "Distinct control head-sets"]
+    # a store from before wave 4 drew S-disjoint (before issue 41): its pool is the 30 sets above;
     # 30 independent draws from a pool of 30 hold about 19.2 ± 1.8 distinct sets: 10 is far fewer
     assert "cm-ord-last, layer-matched: 10 distinct of R=30 (pool 30)" in check.value and check.warning
 

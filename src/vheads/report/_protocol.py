@@ -444,8 +444,9 @@ def _distinct_check(run: RunData) -> Check:
             seen.add(key)
             pool = None
             heads = run.discovery.get(s, {}).get("headset")
-            if k is None and heads and L and H:
-                pool = control_pool_size(name, HeadSet(heads, L, H, run.attention_layers))
+            if k is None and heads and L and H:  # a store without control_pools predates issue 41: S-disjoint draws
+                drawn = f"{name}-disjoint" if name in ("layer-matched", "any-layer") else name
+                pool = control_pool_size(drawn, HeadSet(heads, L, H, run.attention_layers))
             where = f"{s}{f' at k={k}' if k is not None else ''}, {name}"
             short.append(f"{where}: {D} distinct of R={R}" + (f" (pool {pool})" if pool is not None else ""))
             if pool is not None and (pool < R or D < expected_distinct(pool, R)[0] - 3 * expected_distinct(pool, R)[1]):
