@@ -136,7 +136,7 @@ def test_small_R_over_twelve_settings_warns(tmp_path):
                  **(LEAN | {"any_layer": True}))
     warns = _warnings(d)
     assert {c.item for c in warns} == {"Holm family (layer-matched)", "Holm family (any-layer)"}
-    assert all("Holm over 12 settings cannot reach 0.05 for 12 of them" in c.warning and "floor m/(n+1) ≥ 1.000" in c.warning
+    assert all("Holm over 12 settings cannot reach 0.05 for 12 of them" in c.warning and "floor ≥ 1.000" in c.warning
                and "R ≥ 239" in c.warning for c in warns)
 
 
@@ -144,7 +144,7 @@ def test_warnings_reach_both_files(full_run):
     run_dir, html_path = full_run
     assert "Holm over 4 settings cannot reach 0.05" in html_path.read_text()  # 4/(9+1) = 0.4 > 0.05
     md = (run_dir / "report.md").read_text()
-    assert "Holm over 4 settings cannot reach 0.05" in md and "floor m/(n+1) ≥ 0.400" in md and "R ≥ 79" in md
+    assert "Holm over 4 settings cannot reach 0.05" in md and "floor ≥ 0.400" in md and "R ≥ 79" in md
 
 
 def test_large_R_gives_no_warning(tmp_path):

@@ -57,7 +57,7 @@ def test_the_floors_table_says_the_n_holm_needs_and_that_the_pool_is_the_limit(t
     else:
         assert "Table 3 (cers), layer-matched: n=10" in text and "needs n ≥ 79 (m=4): the pool (10) is the limit" in text
     family = checks["Holm family (layer-matched)"]
-    assert "needs n ≥ 79 = 4/0.05 − 1" in family.warning and "the pool is the limit, not R" in family.warning
+    assert "needs n ≥ 79)" in family.warning and "the pool (10, compared whole) is the limit, not R" in family.warning
     assert "[controls]" not in family.warning
 
 

@@ -187,11 +187,11 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
             whole = [pools.get(s, {}).get(c, {}) for s in out]
             pool_limited = [e["pool"] for e in whole if e.get("mode") == "exact" and isinstance(e.get("pool"), int)
                             and e["pool"] < need]
-            warn = (f"Holm over {m} settings cannot reach {alpha} for {len(out)} of them (n ≤ {worst} head-sets; "
-                    f"it needs n ≥ {need} = {m}/{alpha} − 1): "
-                    + (f"their pools hold {_range(pool_limited)} head-sets, compared whole — the pool is the limit, not R: "
-                       "a larger k (key k) or a larger model enlarges it" if len(pool_limited) == len(out) else
-                       f"needs [controls] {c} = {need} and pools that hold as many"))
+            low = min(f for f in floors.values() if f > alpha)
+            warn = (f"Holm over {m} settings cannot reach {alpha} for {len(out)} of them (n ≤ {worst}, floor ≥ {low:.3f}; "
+                    f"needs n ≥ {need}): "
+                    + (f"the pool ({_range(pool_limited)}, compared whole) is the limit, not R: raise k or the model"
+                       if len(pool_limited) == len(out) else f"needs R ≥ {need} (key controls.{c}) and pools as large"))
         checks.append(Check(f"Holm family ({c})", f"{m} of the {settings_text(run)} per test (score points and a causal "
                             "setting stay outside); smallest possible adjusted p m/(n+1) = "
                             f"{min_holm_p(m, max(ns.values())):.4f} at the largest n"
