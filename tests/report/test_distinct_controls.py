@@ -14,16 +14,19 @@ from vheads.report._tables import significance_table
 from vheads.store import Store
 
 L, H = 2, 6
+POOL = math.comb(H, 1) * math.comb(H, 2) - 1  # 89
 
 
 def _run(tmp_path, R=30, n_sets=10, n_items=5):
-    """S with 1 head in layer 0 (5 free) and 2 in layer 1 (4 free: C(4, 2) = 6): a pool of
-    5 · 6 = 30 layer-matched sets; R draws cycle through ``n_sets`` of them, and a set's
-    outcome is the same every time it is drawn."""
+    """S with 1 head in layer 0 and 2 in layer 1: a pool of C(6, 1) · C(6, 2) − 1 = 89
+    layer-matched sets (every other set of S's pattern, overlap with S allowed: the
+    exchangeable pool); R draws cycle through ``n_sets`` of them, and a set's outcome is the
+    same every time it is drawn."""
     rng = np.random.default_rng(3)
     S = [[0, 0], [1, 0], [1, 1]]
-    pool = [[[0, a], [1, b], [1, c]] for a in range(1, 6) for b in range(2, 6) for c in range(b + 1, 6)]
-    assert len(pool) == 30
+    pool = [[[0, a], [1, b], [1, c]] for a in range(H) for b in range(H) for c in range(b + 1, H)]
+    pool.remove(S)
+    assert len(pool) == POOL
     st = Store(tmp_path)
     st.set_meta(config={"model": "t", "settings": ["cm-ord-last"], "controls": {"layer-matched": R}, "seed": 0},
                 model_id="t", n_layers=L, n_heads=H)
@@ -56,14 +59,17 @@ def test_repeated_draws_count_once_for_every_statistic_the_rank_p_included(tmp_p
     table = significance_table(run, ["cers"], "t", "c")
     assert table.rows[0][2].endswith("[10]") and "[n compared]" in table.columns[2]
     (check,) = [c for c in protocol_checks(run) if c.item == "Distinct control head-sets"]
-    # 30 independent draws from a pool of 30 hold about 19.2 ± 1.8 distinct sets: 10 is far fewer
-    assert "cm-ord-last, layer-matched: 10 distinct of R=30 (pool 30)" in check.value and check.warning
+    # 30 independent draws from a pool of 89 hold about 25.6 ± 1.7 distinct sets: 10 is far fewer
+    assert f"cm-ord-last, layer-matched: 10 distinct of R=30 (pool {POOL})" in check.value and check.warning
 
 
 def test_repeats_that_independent_draws_predict_are_not_warned(tmp_path):
-    d, *_ = _run(tmp_path, R=30, n_sets=20)  # 20 distinct of 30 draws from 30: what chance gives
+    from vheads.report._protocol import expected_distinct
+
+    n = round(expected_distinct(POOL, 30)[0])  # 26 distinct of 30 draws from 89: what chance gives
+    d, *_ = _run(tmp_path, R=30, n_sets=n)
     (check,) = [c for c in protocol_checks(load_run(d)) if c.item == "Distinct control head-sets"]
-    assert "20 distinct of R=30" in check.value and check.warning is None
+    assert f"{n} distinct of R=30" in check.value and check.warning is None
 
 
 def test_no_warning_when_every_draw_is_distinct(tmp_path):
