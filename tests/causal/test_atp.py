@@ -34,6 +34,14 @@ def _prompt(eng, item):
     return eng.lm.adapter.build(item, eng.lm.processor), OPTION_LETTERS.index(item.answer)
 
 
+def _least_sure(eng, items):
+    """(prompt, letter) of the item whose baseline P(key) is nearest 1/2 (largest P·(1 − P))."""
+    prompts = [_prompt(eng, it) for it in items]
+    base = run_scores(eng, [Probe(pr, None) for pr, _ in prompts])
+    p = [float(letter_metric(b, letter)[0]) for b, (_, letter) in zip(base, prompts)]
+    return prompts[int(np.argmax([q * (1 - q) for q in p]))]
+
+
 def _one_hot(L, H, heads, scale=1.0, dtype=torch.float64):
     """α [len(heads), L, H]: row j is ``scale`` at heads[j]."""
     a = torch.zeros(len(heads), L, H, dtype=dtype)
@@ -56,11 +64,14 @@ def test_torch_metric_equals_the_evaluations_letter_metric(metric):
 def test_gradient_equals_a_central_finite_difference(tiny64, ablation, metric):
     """∂m/∂α_h from the backward equals (m(+ε e_h) − m(−ε e_h)) / 2ε for every head. The
     model runs in float64 but its RMS norms compute in float32, so the metric is resolved to
-    ~1e-7 and ε = 1e-3 balances that rounding (~1e-4 / ε) against the O(ε²) truncation."""
+    ~1e-7 and ε = 1e-3 balances that rounding (~1e-4 / ε) against the O(ε²) truncation.
+    The item is the one of both NCS arms the model is least sure of at baseline (largest
+    P(key)·(1 − P(key)), from a plain forward): a saturated P(key) has a p4 gradient of
+    ~P(1 − P) ≈ 1e-5, too small to tell a right gradient from a wrong one."""
     eng = tiny64
     L, H = eng.shape
     heads = [(l, h) for l in range(L) for h in range(H)]
-    pr, letter = _prompt(eng, kind_items("class-matched", 1, 5)[0])
+    pr, letter = _least_sure(eng, [*kind_items("class-matched", 4, 5), *kind_items("class-mismatched", 4, 5)])
     alpha = torch.zeros(1, L, H, dtype=torch.float64, requires_grad=True)
     _, grad = scaled_ablation(eng, [pr], [letter], alpha, ablation=ablation, metric=metric)
     eps = 1e-3
@@ -113,7 +124,9 @@ def test_unit_alpha_zero_ablation_equals_zeroing_the_heads_o_proj_input(tiny):
 
 def test_checkpointing_and_batching_leave_the_estimates_unchanged(tiny):
     eng = Engine(tiny)
-    items = kind_items("class-matched", 4, 7)
+    # both NCS arms: the model is all but certain on the matched arm (P(key) ≈ 1 - 1e-5, its
+    # p4 drops ~1e-6), the mismatched arm's key is at chance, so its drops show a change
+    items = [*kind_items("class-matched", 2, 7), *kind_items("class-mismatched", 2, 7)]
     prompts = [eng.lm.adapter.build(it, eng.lm.processor) for it in items]
     letters = [OPTION_LETTERS.index(it.answer) for it in items]
     b1, d1 = estimate_drops(eng, prompts, letters, batch_size=1, checkpoint=False)

@@ -60,7 +60,7 @@ def test_a_run_writes_a_recomputable_map_and_its_figure(tmp_path):
     (["--method", "shapley"], "--method 'shapley'"),
     (["--method", "regression", "--q", "1.5"], "--q 1.5"),
     (["--method", "regression", "--q", "0"], "--q 0"),
-    (["--method", "regression", "--subsets", "8"], "--subsets 8"),  # fewer than the tiny model's 32 heads + 1
+    (["--method", "regression", "--subsets", "8"], "--subsets 8"),  # fewer than the tiny model's 64 heads + 1
     (["--method", "regression", "--m", "0"], "--m 0"),
     (["--method", "regression", "--q", "0.3", "--m", "4"], "not both"),
     (["--backups", "-1"], "--backups"),
@@ -80,7 +80,7 @@ def test_a_bad_method_or_design_is_one_line_and_exit_2_before_any_forward(args, 
     assert not (tmp_path / "o").exists()
 
 
-def test_json_prints_every_method_and_their_agreement_recomputable_with_scipy(tmp_path):
+def test_json_prints_every_method_and_their_agreement_recomputable_with_scipy(tmp_path, tiny):
     from scipy.stats import spearmanr
 
     from vheads.cli import app
@@ -90,8 +90,9 @@ def test_json_prints_every_method_and_their_agreement_recomputable_with_scipy(tm
         tiny_model_path()
     except FileNotFoundError:
         pytest.skip("the built-in tiny model is not built")
+    subsets = tiny.n_layers * tiny.n_heads + 8  # the fewest the fit allows (heads + intercept), and 7 more
     r = CliRunner().invoke(app, ["causal-map", "--test", "ncs", "--n", "2", "--method", "exact", "--method", "atp",
-                                 "--method", "regression", "--subsets", "40", "--backups", "1", "--k", "4", "--json",
+                                 "--method", "regression", "--subsets", str(subsets), "--backups", "1", "--k", "4", "--json",
                                  "--quiet", "--out", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output.strip().splitlines()[-1])
@@ -109,7 +110,7 @@ def test_json_prints_every_method_and_their_agreement_recomputable_with_scipy(tm
         assert a["top_k_recall"] == len(top[0] & top[1]) / 4
     # the regression's coefficients are its map's effects; the design as asked for
     reg = doc["regression"]["ncs-all:regression"]
-    assert reg["design"]["n_subsets"] == 40 and reg["design"]["q"] == 0.5
+    assert reg["design"]["n_subsets"] == subsets and reg["design"]["q"] == 0.5
     np.testing.assert_allclose([h["coef"] for h in reg["heads"]], heads["regression"], atol=1e-9)
     # a backup pair's numbers: gain = with the hidden head hidden − alone
     for row in doc["backups"]["ncs-all"]:

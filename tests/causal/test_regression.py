@@ -10,7 +10,7 @@ from vheads.causal import check_design, draw_design, head_attribution, stored_de
 from vheads.data.synthetic import kind_items
 from vheads.engine import Engine
 
-L, H = 4, 8  # the tiny model
+L, H = 4, 8  # a 4 x 8 model (the tiny model before issue 41; the design does not depend on it)
 N = L * H
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vheads.discovery._space import parse_score
 from vheads.store import Store
 
 L, H, K = 4, 8, 4
@@ -86,8 +87,10 @@ def make_run(run_dir: Path, *, settings=SETTINGS, R: int = 9, n_items: int = 12,
                     m = rng.dirichlet(np.ones(6)) * 0.5
                     rows["strip_attention"].append((s, f"strip{it}", l, h, json.dumps(m.tolist())))
 
-    for p, copy in (score_points or {}).items():
-        c, q, _ = p.split("-")
+    for order, (p, copy) in enumerate((score_points or {}).items()):
+        c, q, name = p.split("-")
+        # the point's axes, as a study records them (meta score:<id>): a preset's
+        store.set_meta(**{f"score:{p}": json.dumps({"name": name, **parse_score(name).to_dict(), "order": order})})
         scores = rng.uniform(0, 0.2, size=(L, H))
         hs = ([list(h) for h in sorted(heads[copy])] if copy else
               [[int(i // H), int(i % H)] for i in np.argsort(-scores, axis=None)[:K]])
