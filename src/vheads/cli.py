@@ -137,7 +137,7 @@ def evaluate(
     from vheads._errors import VheadsError
     from vheads.discovery import load_headset, model_to_load, parse_heads, read_head_list
     from vheads.evaluation import check_request
-    from vheads.study._headline import parse_beta_rule
+    from vheads.study import parse_beta_rule
 
     # every argument, and every head-set file, is checked before the model (or torch) is loaded
     headset, heads = headset or [], heads or []
@@ -183,7 +183,7 @@ def evaluate(
     from vheads.engine import Engine
     from vheads.evaluation import evaluate_headsets
     from vheads.models import load_model
-    from vheads.study._headline import beta_by_rule
+    from vheads.study import beta_by_rule
 
     with _quiet_libraries(quiet):
         lm = load_model(model, revision=revision, dtype=dtype, device=device, device_map=device_map, quantization=quantize,
@@ -301,7 +301,10 @@ def doctor(
     _options.check_load_flags(device, device_map, quantize)  # before any work, each refusal naming its flag
     from vheads.doctor import doctor as run_doctor
 
-    rep = _fail_clearly(run_doctor, model, device, dtype, study=study, device_map=device_map, quantization=quantize)
+    from vheads.study import study_rows
+
+    rep = _fail_clearly(run_doctor, model, device, dtype, study=study, study_rows=study_rows, device_map=device_map,
+                        quantization=quantize)
     if json_out:
         from vheads._io import json_safe  # a NaN (a check that broke) is written as null
 
@@ -321,8 +324,8 @@ def plan(
     json_out: Annotated[bool, typer.Option("--json", help="one JSON document")] = False,
 ) -> None:
     """Every stage's forward rows and projected GPU- and CPU-hours of a study, without loading weights."""
-    from vheads.study._config import load_config_for_plan
-    from vheads.study._plan import plan_study, plan_text
+    from vheads.study import load_config_for_plan
+    from vheads.study import plan_study, plan_text
 
     cfg = load_config_for_plan(config)
     d = plan_study(cfg, model_layout, rates)
@@ -355,7 +358,7 @@ def report(
     path = _fail_clearly(build_report_if_available, run_dir, out, metric, screenshot)
     typer.echo(f"report: {path}")
     if screenshot and (not png.is_file() or png.stat().st_mtime_ns == before):  # the screenshot never fails the report: say so
-        from vheads.report._screenshot import CHROMIUM_NAMES, find_chromium
+        from vheads.report import CHROMIUM_NAMES, find_chromium
 
         why = (f"no Chromium on PATH ({', '.join(CHROMIUM_NAMES)}); install one (Debian: apt-get install chromium)"
                if find_chromium() is None else "Chromium ran but wrote no image")

@@ -18,7 +18,7 @@ from scipy.stats import binomtest
 
 from vheads.doctor import Check, Context, DoctorReport, run_checks
 from vheads.doctor import _checks, _model
-from vheads.doctor._projection import compared_per_setting, control_pool, expected_union, spread
+from vheads.study._projection import compared_per_setting, control_pool, expected_union, spread
 from vheads.engine import Engine
 
 

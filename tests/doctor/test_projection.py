@@ -1,6 +1,6 @@
 """The doctor's projected study size against the rows a study really runs.
 
-The count here is independent of :func:`vheads.doctor._model.study_rows`: it wraps the
+The count here is independent of :func:`vheads.study.study_rows`: it wraps the
 function every evaluation forward goes through (``vheads.evaluation._probe._run_probes``,
 reached after the probe memo and the repeated-head-set check) and adds up the rows it is
 asked to run while a small study runs on a tiny random model.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import vheads.evaluation._probe as probe
-from vheads.doctor._model import study_rows
+from vheads.study import study_rows
 from vheads.study import config_from_dict, run_study
 
 #: the evaluation's progress labels (``run_scores(desc=...)``); the baseline audit runs without the memo
@@ -108,6 +108,6 @@ def test_the_projected_time_is_within_twice_a_measured_small_study(tmp_path):
     t0 = time.perf_counter()
     run_study(cfg, tmp_path / "run", progress=False, report=False, skip_doctor=True)
     measured = time.perf_counter() - t0
-    speed = next(c for c in doctor("tiny", study=cfg).checks if c.name == "speed")
+    speed = next(c for c in doctor("tiny", study=cfg, study_rows=study_rows).checks if c.name == "speed")
     projected = speed.numbers["projected_s"]
     assert 0.5 <= projected / measured <= 2.0, (projected, measured, speed.summary)

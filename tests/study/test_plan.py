@@ -77,7 +77,7 @@ def test_expected_union_does_not_underflow_on_a_huge_pool():
 def test_the_doctor_and_gpu_check_read_the_plan(monkeypatch):
     """Both projections change when the plan does: they hold no count of their own."""
     import vheads.study._plan as plan_mod
-    from vheads.doctor._projection import study_rows
+    from vheads.study import study_rows
     from vheads.study import StudyConfig
 
     sys.path.insert(0, str(ROOT))
@@ -94,7 +94,7 @@ def test_the_doctor_and_gpu_check_read_the_plan(monkeypatch):
         return p
 
     monkeypatch.setattr(plan_mod, "study_plan", doubled)
-    import vheads.doctor._projection as proj
+    import vheads.study._projection as proj
 
     monkeypatch.setattr(proj, "study_plan", doubled)
     after = (study_rows(cfg, main_k=3), evaluation_rows(cfg))

@@ -13,7 +13,6 @@ speed and the projected time of the study. A failed invariant makes ``vheads doc
 
 from vheads.doctor._checks import KINDS, Context
 from vheads.doctor._doctor import FAST_CHECKS, INVARIANTS, doctor, fast_checks, run_checks
-from vheads.doctor._model import study_rows
 from vheads.doctor._report import Check, DoctorReport
 
-__all__ = ["Check", "Context", "DoctorReport", "FAST_CHECKS", "INVARIANTS", "KINDS", "doctor", "fast_checks", "run_checks", "study_rows"]
+__all__ = ["Check", "Context", "DoctorReport", "FAST_CHECKS", "INVARIANTS", "KINDS", "doctor", "fast_checks", "run_checks"]

@@ -63,7 +63,7 @@ def _context(lm, engine, templates, seed: int) -> Context:
 
 
 def doctor(model: str = "tiny", device: str = "cpu", dtype: str = "auto", revision: str | None = None,
-           study=None, trust_remote_code: bool = False, lm=None, device_map: str | None = None,
+           study=None, study_rows=None, trust_remote_code: bool = False, lm=None, device_map: str | None = None,
            quantization: str | None = None) -> DoctorReport:
     """Every check of the doctor on ``model`` (loaded here, or ``lm`` if given): the invariants,
     then bf16 vs fp32 P(option), P(option) under each attention backend per tower, the baseline audit on a few items, and the speed, with the
@@ -93,5 +93,5 @@ def doctor(model: str = "tiny", device: str = "cpu", dtype: str = "auto", revisi
         return c
 
     checks.append(_guarded("baseline", baseline, ctx, invariant=False))
-    checks.append(_guarded("speed", lambda: check_speed(ctx, study, got.get("items_per_s")), ctx, invariant=False))
+    checks.append(_guarded("speed", lambda: check_speed(ctx, study, got.get("items_per_s"), study_rows), ctx, invariant=False))
     return DoctorReport(lm.model_id, str(lm.device), str(lm.model.dtype).replace("torch.", ""), checks)

@@ -10,7 +10,6 @@ import time
 import torch
 
 from vheads.doctor._checks import Context
-from vheads.doctor._projection import study_rows
 from vheads.doctor._report import Check
 
 #: the evaluation kinds whose P(option) the dtype check compares
@@ -125,10 +124,11 @@ def check_baseline(ctx: Context) -> tuple[Check, float]:
                           "(a random model sits at 0.25)"]), n / secs
 
 
-def check_speed(ctx: Context, cfg, items_per_s: float | None) -> Check:
+def check_speed(ctx: Context, cfg, items_per_s: float | None, study_rows=None) -> Check:
     """Rows per second of a batched masked forward (the evaluation's unit of work) and the
     projected time at that rate of the study ``cfg`` (a :class:`vheads.study.StudyConfig`;
-    None: no projection)."""
+    None: no projection), its rows counted by ``study_rows`` (:func:`vheads.study.study_rows`,
+    handed in by the caller: the doctor stands below the study and does not import it)."""
     from vheads.engine import mask_keys, positions_mask, row_mask
 
     eng, pr = ctx.engine, ctx.prompt()
@@ -152,7 +152,7 @@ def check_speed(ctx: Context, cfg, items_per_s: float | None) -> Check:
     rows_per_s = B / (time.perf_counter() - t0)
     speed = f"{items_per_s:.1f} items/s (baseline audit), " if items_per_s else ""
     speed += f"{rows_per_s:.1f} rows/s masked at batch {B}"
-    if cfg is None:
+    if cfg is None or study_rows is None:
         return Check("speed", None, speed, invariant=False, numbers={"items_per_s": items_per_s, "rows_per_s": rows_per_s})
     from vheads.discovery import resolve_k
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         Outcomes, baseline_audit, cers, letter_metric, distractor_cell, head_attention_mass, ncs, ncs_grid, text_arm,
     )
     from vheads.evaluation._digest import prompt_digest
-    from vheads.evaluation._probe import Action, ProbeMemo, key_positions, option_probs
+    from vheads.evaluation._probe import ROWS_RUN, Action, ProbeMemo, key_positions, option_probs
     from vheads.evaluation._metrics import _check_items as check_items  # four lettered options per item
     from vheads.evaluation._ablation import donors, reference_means
     from vheads.evaluation._request import (
@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         check_sizes, item_sets, reference_sets,
     )
     from vheads.evaluation._sequential import (
-        SequentialRankP, control_rank_p, run_sequential, sequential_decisions, sequential_rank_p,
+        SequentialRankP, control_rank_p, run_sequential, sequential_decisions, sequential_params, sequential_rank_p,
     )
     from vheads.evaluation._run import HeadsetResult, evaluate_headsets, run_test
     from vheads.evaluation._grounding import (

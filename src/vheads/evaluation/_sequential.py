@@ -216,3 +216,11 @@ def control_rank_p(t_s: float, t_controls, h: int, R_max: int | None = None) -> 
         stopped = "all" if h == 0 or len(head) < R_max else "R_max"
         return SequentialRankP((1 + g) / (len(head) + 1), g, len(head), len(t), int(h), R_max, stopped)
     return sequential_rank_p(t_s, t, int(h), R_max)
+
+
+def sequential_params(config: dict) -> tuple[int, int]:
+    """``(h, batch)`` of a stored config (a store's ``config`` meta): a run from before the
+    sequential rank p has no ``controls_h`` and compared every draw (h = 0)."""
+    h = config.get("controls_h", 0) if isinstance(config, dict) else 0
+    b = config.get("controls_batch", 32) if isinstance(config, dict) else 32
+    return (int(h) if isinstance(h, int) else 0), (int(b) if isinstance(b, int) else 32)

@@ -470,7 +470,7 @@ def sequential_of(config: dict[str, Any], heads_of: dict[tuple[str, str], str]) 
     draws (R, or its pool when smaller, or the whole pool of at most 2R); ``{}`` for a
     fixed-R run (h = 0, or a run from before the key)."""
     from vheads.evaluation import is_exchangeable
-    from vheads.study._sequential import sequential_params
+    from vheads.evaluation import sequential_params
 
     h, _ = sequential_params(config)
     if not h:

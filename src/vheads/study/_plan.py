@@ -1,7 +1,7 @@
 """The study's plan: the forward rows every stage will run, counted from the config alone.
 
 One plan, read by ``vheads plan``, the doctor's time projection
-(:func:`vheads.doctor.study_rows`) and ``benchmarks/gpu_check.py``. It follows the layout of
+(:func:`vheads.study.study_rows`, which `vheads doctor` hands to the doctor) and ``benchmarks/gpu_check.py``. It follows the layout of
 :mod:`vheads.study._runner` (which units exist, which head-sets each runs) and of
 :class:`vheads.study._units.UnitComputer` (which rows a unit's tests ask the engine for), and
 counts *batch rows* — one head-set on one item in one forward — by stage:

@@ -28,10 +28,11 @@ its p. ``controls_h = 0`` runs every control whole in round 0, as before.
 
 from __future__ import annotations
 
+
 import json
 from collections import defaultdict
 
-from vheads.evaluation import METRICS, is_exchangeable, split_control_name
+from vheads.evaluation import METRICS, is_exchangeable, sequential_params, split_control_name
 
 #: the meta key of where each comparison stopped (:func:`record_stops`)
 STOPS_META = "sequential_stops"
@@ -51,13 +52,6 @@ def sequential_controls(cfg) -> list[str]:
         return []
     return [name for name in cfg.controls if is_exchangeable(control_label(name))]
 
-
-def sequential_params(config: dict) -> tuple[int, int]:
-    """``(h, batch)`` of a stored config (a store's ``config`` meta): a run from before the
-    sequential rank p has no ``controls_h`` and compared every draw (h = 0)."""
-    h = config.get("controls_h", 0) if isinstance(config, dict) else 0
-    b = config.get("controls_batch", 32) if isinstance(config, dict) else 32
-    return (int(h) if isinstance(h, int) else 0), (int(b) if isinstance(b, int) else 32)
 
 
 def setting_draws(store, cfg) -> dict[str, dict[str, list[str]]]:

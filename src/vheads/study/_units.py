@@ -67,7 +67,7 @@ class UnitComputer:
         return self._engine
 
     def compute(self, unit: dict[str, Any]) -> dict[str, Any]:
-        from vheads.evaluation._probe import ROWS_RUN
+        from vheads.evaluation import ROWS_RUN
 
         t0, before = time.time(), dict(ROWS_RUN)
         fn = {"discovery": self._discovery, "eval": self._eval, "audit": self._audit, "image-mass": self._image_mass,

@@ -1,5 +1,6 @@
 """How many batch rows a study runs: the doctor's projection of a study's time, read from
-the study's one plan (:func:`vheads.study._plan.study_plan`).
+the study's one plan (:func:`vheads.study._plan.study_plan`). It lives in the study (the
+doctor stands below it): ``vheads doctor`` hands :func:`study_rows` to the doctor.
 
 The probe memo (:class:`vheads.evaluation.ProbeMemo`) runs a head-set on an item once per
 test however often it is drawn, so on a model with few heads (the built-in tiny model's
