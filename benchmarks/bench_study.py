@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -119,7 +120,7 @@ def study_arm(src: Path, overrides: dict, out: Path, report: bool) -> dict:
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "wall_s": wall}
 
 
-def against(rev: str, smoke: bool = False, report: bool = True, log=print) -> dict:
+def against(rev: str, smoke: bool = False, report: bool = True, log=print, keep: Path | None = None) -> dict:
     """This checkout's study and REV's, one after the other (REV first), each alone; the
     ratio this / REV of the total and of each stage. REV lives in a temporary worktree."""
     try:
@@ -137,6 +138,8 @@ def against(rev: str, smoke: bool = False, report: bool = True, log=print) -> di
             for name, src in ((rev, tree / "src"), ("this", REPO / "src")):
                 log(f"study of {name} ({src}) ...")
                 arms[name] = study_arm(src, overrides, Path(tmp) / f"run-{len(arms)}", report)
+            if keep is not None:  # this checkout's run folder, for a reader (or a test) to recompute from
+                shutil.copytree(Path(tmp) / "run-1", keep, dirs_exist_ok=True)
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True)
     old, new = arms[rev], arms["this"]
@@ -148,7 +151,7 @@ def against(rev: str, smoke: bool = False, report: bool = True, log=print) -> di
         log(f"{st:<14} {_secs(a):>12} {_secs(b):>10} {ratio:>12}")
     ratio = new["total_s"] / old["total_s"]
     log(f"{'total':<14} {_secs(old['total_s']):>12} {_secs(new['total_s']):>10} {ratio:>11.2f}x"
-        + ("  (--smoke: not a figure)" if smoke else "  (target <= 1.15x against cb0dfac)"))
+        + ("  (--smoke: not a figure)" if smoke else "  (issue 41: target <= 1.2x against 0b3182a)"))
     log(f"{'process wall':<14} {_secs(old['wall_s']):>12} {_secs(new['wall_s']):>10} {new['wall_s'] / old['wall_s']:>11.2f}x")
     return {"against": rev, "commit": sha, "smoke": smoke, "report": report, rev: old, "this": new, "ratio_total": ratio}
 
@@ -163,8 +166,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--smoke", action="store_true", help="a tiny study: checks the harness, no figure")
     ap.add_argument("--no-report", action="store_true", help="leave the report stage out of both studies")
     ap.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    ap.add_argument("--keep", metavar="DIR", type=Path, help="copy this checkout's run folder here")
     args = ap.parse_args(argv)
-    res = against(args.against, args.smoke, not args.no_report)
+    res = against(args.against, args.smoke, not args.no_report, keep=args.keep)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
 
