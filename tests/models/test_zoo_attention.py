@@ -11,7 +11,6 @@ batched head-sets, prefix reuse) and the region layout run on these families thr
 """
 
 import json
-
 import math
 
 import numpy as np
