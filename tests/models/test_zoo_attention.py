@@ -11,6 +11,7 @@ batched head-sets, prefix reuse) and the region layout run on these families thr
 """
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -128,15 +129,24 @@ def test_controls_of_a_hybrid_model_draw_only_softmax_layer_heads():
     L, H, A = 8, 4, (3, 7)  # Qwen3.5's pattern: every 4th layer is softmax attention
     S = HeadSet([(3, 0), (3, 1), (3, 2), (7, 0)], L, H, A)  # S has 3 of layer 3's 4 heads: fallback
     heads_of = {(l, h) for l in A for h in range(H)}
-    for name in ("layer-matched", "any-layer", "whole-layers", "random-n"):
+    for name in ("layer-matched", "layer-matched-disjoint", "any-layer", "any-layer-disjoint", "whole-layers", "random-n"):
         draws = draw_controls(name, S, 20, seed=1)
         for d in draws:
             assert set(d.heads) <= heads_of, (name, d)
             assert d.attention_layers == A
-        if name in ("layer-matched", "any-layer"):
-            assert all(not (set(d.heads) & set(S.heads)) for d in draws)
+        if name in ("layer-matched", "layer-matched-disjoint", "any-layer", "any-layer-disjoint"):
             assert all(len(d) == len(S) for d in draws)
+        if name.endswith("-disjoint"):  # the S-disjoint (descriptive) draws share no head with S
+            assert all(not (set(d.heads) & set(S.heads)) for d in draws)
+        elif name in ("layer-matched", "any-layer"):  # exchangeable (issue 41): overlap allowed, S itself never
+            assert all(d != S for d in draws)
+    # exchangeable layer-matched: per layer S's count of *all* the layer's softmax heads, so no
+    # fallback; its pool C(4, 3)·C(4, 1) − 1 = 15 ≤ 2R is compared whole
     lm = draw_controls("layer-matched", S, 20, seed=1)
+    assert lm.fallbacks == () and len(lm) == math.comb(4, 3) * math.comb(4, 1) - 1
+    assert all(np.bincount([l for l, _ in d], minlength=L)[[3, 7]].tolist() == [3, 1] for d in lm)
+    assert any(set(d.heads) & set(S.heads) for d in lm)
+    lm = draw_controls("layer-matched-disjoint", S, 20, seed=1)
     # layer 3 keeps its one free head; the 2 missing come from the nearest softmax layer (7), never 2 or 4
     assert [f.borrowed_from for f in lm.fallbacks] == [(7,)]
     assert all(np.bincount([l for l, _ in d], minlength=L)[[3, 7]].tolist() == [1, 3] for d in lm)

@@ -160,17 +160,20 @@ def _layer_counts(heads):
 
 def _layer_matched_compared(S, n_heads, R):
     """How many layer-matched head-sets the study compares S with (issue 35): the whole pool
-    when it holds at most 2R distinct sets, else R distinct draws. The pool counted by hand:
-    in each layer of S, |S ∩ layer| of the layer's heads outside S."""
+    when it holds at most 2R distinct sets, else R distinct draws. The pool counted by hand
+    (exchangeable layer-matched, issue 41): in each layer of S, |S ∩ layer| of *all* the
+    layer's heads, every such head-set but S itself."""
     pool = 1
     for layer, c in _layer_counts(S).items():
-        pool *= math.comb(n_heads - c, c)
+        pool *= math.comb(n_heads, c)
+    pool -= 1
     return pool if pool <= 2 * R else R
 
 
 def test_per_model_control_draws_keep_each_models_layer_counts(tmp_path):
     """Two models of different depths in one store: each model's layer-matched draws have its
-    own S's per-layer counts, lie on its own grid and avoid its S."""
+    own S's per-layer counts, lie on its own grid and are not its S (overlap with S is allowed:
+    the exchangeable draw, issue 41)."""
     from vheads.study._runner import _headset_stage
 
     cfg = config_from_dict(multi_config({"deep": "tiny", "shallow": "/m/shallow"}, controls={"layer-matched": 25}))
@@ -192,7 +195,7 @@ def test_per_model_control_draws_keep_each_models_layer_counts(tmp_path):
         for d in draws:
             assert _layer_counts(d) == _layer_counts(S[name])
             assert all(0 <= l < L and 0 <= h < H for l, h in d)
-            assert not {tuple(h) for h in d} & {tuple(h) for h in S[name]}
+            assert sorted(map(tuple, d)) != sorted(map(tuple, S[name]))
 
 
 # ---- pointing-suite t-test ------------------------------------------------------------------
