@@ -217,6 +217,7 @@ def test_a_second_run_on_the_folder_is_refused_and_a_kill_during_the_report_resu
     cfg = tmp_path / "c.toml"
     d = small_config(tiny_random_dirs["qwen3_vl"]).to_dict()
     d["run"] = {k: v for k, v in d["run"].items() if k != "ray_address"}
+    d["controls_h"] = 0  # fixed R = 3, as the reference run draws it (a file's h = 10 above R = 3 is refused)
     cfg.write_text(_toml(d))
     out = tmp_path / "shared"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "OMP_NUM_THREADS": "1"}
