@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from tests._flood import components
+
 from vheads._errors import VheadsError
 from vheads.discovery import ScorePoint, parse_score
 
@@ -29,22 +31,7 @@ def _hand_component_entropy(values, rc):
     """-Σ P log P over the 8-connected components of the tokens above the mean (equal tokens:
     P = a component's token count over the kept count); log(n tokens) when none is above."""
     keep = {tuple(rc[i]) for i in range(len(values)) if values[i] > values.mean()}
-    seen, sizes = set(), []
-    for c in sorted(keep):
-        if c in seen:
-            continue
-        todo, n = [c], 0
-        seen.add(c)
-        while todo:
-            r0, c0 = todo.pop()
-            n += 1
-            for dr in (-1, 0, 1):
-                for dc in (-1, 0, 1):
-                    nb = (r0 + dr, c0 + dc)
-                    if nb in keep and nb not in seen:
-                        seen.add(nb)
-                        todo.append(nb)
-        sizes.append(n)
+    sizes = [len(comp) for comp in components(keep)]
     if not sizes:
         return math.log(len(values))
     p = np.array(sizes) / sum(sizes)

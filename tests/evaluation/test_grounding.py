@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+
+from tests._flood import components
 import torch
 
 from vheads.data.synthetic import kind_items
@@ -61,22 +63,7 @@ def _hand_outcome(maps, lay, heads, box, threshold=0.5):
     cx, cy = (tb[t, 0] + tb[t, 2]) / 2, (tb[t, 1] + tb[t, 3]) / 2
     point = float(box[0] <= cx < box[2] and box[1] <= cy < box[3])
     keep = {tuple(rc[i]) for i in range(len(m)) if m[i] >= threshold * m.max()}
-    comps, seen = [], set()
-    for c in sorted(keep):  # row-major order: ties go to the first component
-        if c in seen:
-            continue
-        comp, todo = [], [c]
-        seen.add(c)
-        while todo:
-            r0, c0 = todo.pop()
-            comp.append((r0, c0))
-            for dr in (-1, 0, 1):
-                for dc in (-1, 0, 1):
-                    nb = (r0 + dr, c0 + dc)
-                    if nb in keep and nb not in seen:
-                        seen.add(nb)
-                        todo.append(nb)
-        comps.append(comp)
+    comps = components(keep)  # row-major seeds: ties go to the first component
     best = max(comps, key=len)  # max keeps the first of equal sizes
     idx = [i for i in range(len(m)) if tuple(rc[i]) in best]
     bx = tb[idx, 0].min(), tb[idx, 1].min(), tb[idx, 2].max(), tb[idx, 3].max()

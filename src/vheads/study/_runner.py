@@ -338,7 +338,7 @@ def _eval_units(store: Store, cfg: StudyConfig, beta: float | None = None, rnd: 
     seq = setting_draws(store, cfg) if cfg.controls_h else {}
     if rnd and not seq:
         return []
-    later = round_plan(store, cfg, rnd) if rnd else {}
+    later = round_plan(store, cfg, rnd, seq) if rnd else {}
     units = []
     settings = [s for (s,) in store.query("SELECT DISTINCT setting FROM headsets ORDER BY setting")]
     for sid in settings:

@@ -96,13 +96,13 @@ def cell_means(store, settings) -> dict[tuple[str, str], dict[tuple[str, str], d
     return out
 
 
-def comparisons(store, cfg, upto: int | None = None) -> list[dict]:
+def comparisons(store, cfg, upto: int | None = None, draws: dict | None = None) -> list[dict]:
     """Every sequential comparison (setting, unit test, test id, metric, control) over the draws
     ``[0, upto)`` (default: every draw stored), with its p (:func:`vheads.evaluation.control_rank_p`)
     and ``decided``: h draws reached T_S, or R_max (every draw of the control) compared."""
     from vheads.evaluation import control_rank_p
 
-    draws = setting_draws(store, cfg)
+    draws = setting_draws(store, cfg) if draws is None else draws
     rows = []
     for (setting, ut), cells in sorted(cell_means(store, draws).items()):
         for (test, metric), by_id in sorted(cells.items()):
@@ -122,13 +122,7 @@ def comparisons(store, cfg, upto: int | None = None) -> list[dict]:
     return rows
 
 
-def round_headsets(store, cfg, rnd: int) -> dict[tuple[str, str], list[str]]:
-    """``(setting, unit test) -> head-set ids`` of the exchangeable draws round ``rnd ≥ 1``
-    runs: draws ``[rnd·b, (rnd+1)·b)`` of each control still undecided over draws ``[0, rnd·b)``."""
-    return {key: ids for key, (ids, _) in round_plan(store, cfg, rnd).items()}
-
-
-def round_plan(store, cfg, rnd: int) -> dict[tuple[str, str], tuple[list[str], set[str]]]:
+def round_plan(store, cfg, rnd: int, draws: dict | None = None) -> dict[tuple[str, str], tuple[list[str], set[str]]]:
     """``(setting, unit test) -> (head-set ids, undecided test ids)`` of round ``rnd ≥ 1``: the
     next batch of each control still undecided in some cell of that (setting, unit test), and
     the stored test ids (``ncs-image``, ``ncs-all@ablation=zero``, …) with an undecided cell.
@@ -138,11 +132,11 @@ def round_plan(store, cfg, rnd: int) -> dict[tuple[str, str], tuple[list[str], s
     lo, hi = rnd * b, (rnd + 1) * b
     undecided: dict[tuple[str, str], set[str]] = defaultdict(set)
     tests: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for c in comparisons(store, cfg, upto=lo):
+    draws = setting_draws(store, cfg) if draws is None else draws  # read once a round
+    for c in comparisons(store, cfg, upto=lo, draws=draws):
         if not c["decided"]:
             undecided[(c["setting"], c["unit_test"])].add(c["control"])
             tests[(c["setting"], c["unit_test"])].add(c["test"])
-    draws = setting_draws(store, cfg)
     out = {}
     for (setting, ut), labels in sorted(undecided.items()):
         ids = [h for label in sorted(labels) for h in draws[setting][label][lo:hi]]
