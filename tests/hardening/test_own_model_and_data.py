@@ -142,11 +142,13 @@ def test_data_preview_reruns_over_its_own_sheet(tmp_path):
 
 
 def test_report_screenshot_without_chromium_says_so(tmp_path, monkeypatch):
-    import vheads.report._screenshot as shot
-
     from tests.report.synth import make_run
 
-    monkeypatch.setattr(shot, "find_chromium", lambda: None)
+    import vheads.report._screenshot as shot
+
+    # a machine without Chromium: no browser name resolves on PATH (what find_chromium reads)
+    real_which = shot.shutil.which
+    monkeypatch.setattr(shot.shutil, "which", lambda name, *a, **kw: None if name in shot.CHROMIUM_NAMES else real_which(name, *a, **kw))
     run = make_run(tmp_path / "run", settings=["cm-ord-last"], R=3, n_items=6)
     r = vheads("report", run, "--screenshot")
     assert r.exit_code == 0, r.output

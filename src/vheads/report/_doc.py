@@ -28,6 +28,7 @@ class Table:
     flagged_rows: set[int] = field(default_factory=set)  # rows drawn highlighted (a warning)
     text_cols: int = 1  # leading columns that hold names (left-aligned), the rest numbers
     folded: bool = False  # a long list of cases: closed under its title in the HTML (<details>)
+    wrap: bool = False  # the value cells hold a word and its numbers ("yes (0.42, z 3.1)"): they wrap in the HTML
 
 
 @dataclass
@@ -133,7 +134,7 @@ table { border-collapse: collapse; font-size: 12.5px; font-variant-numeric: tabu
 caption { caption-side: top; text-align: left; font-weight: 600; font-size: 14px; padding: 4px 0 6px; }
 th, td { padding: 3px 8px; border-bottom: 1px solid #e6e8eb; white-space: nowrap; text-align: right; }
 th { background: #f3f4f6; font-weight: 600; white-space: normal; vertical-align: bottom; min-width: 3em; }
-td.l { white-space: normal; min-width: 8em; } td.w { white-space: normal; min-width: 16em; text-align: left; } th.l, td.l { text-align: left; } th.grp { text-align: center; border-bottom: 2px solid #c9ced4; }
+td.l { white-space: normal; min-width: 8em; } td.v { white-space: normal; min-width: 5.5em; } td.w { white-space: normal; min-width: 16em; text-align: left; } th.l, td.l { text-align: left; } th.grp { text-align: center; border-bottom: 2px solid #c9ced4; }
 td:first-child, th:first-child { text-align: left; font-family: ui-monospace, Menlo, Consolas, monospace; }
 tr.flag td { background: #fdecea; } tr.gs td { border-top: 2px solid #c9ced4; } td strong { color: #0b5a2a; }
 tr.flag td strong { color: #a11b0c; }
@@ -166,6 +167,8 @@ def table_html(t: Table) -> str:
     def cell(tag: str, j: int, text: str) -> str:
         if j < t.text_cols:
             return f'<{tag} class="l">{_h(text)}</{tag}>'
+        if t.wrap and tag == "td":  # a verdict and its numbers: wraps between them
+            return f'<{tag} class="v">{_h(text)}</{tag}>'
         if len(str(text)) > WRAP_AT:  # a sentence in a column of numbers: wraps
             return f'<{tag} class="w">{_h(text)}</{tag}>'
         return f"<{tag}>{_h(text)}</{tag}>"

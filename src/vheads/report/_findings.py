@@ -330,7 +330,7 @@ def findings_table(run: RunData, f: Findings) -> Table:
         caption += f" {CAUSAL_SETTING} is a reference outside the Holm families: its unadjusted rank p, floor 1/(n+1)."
     if same:
         caption += " Identical S: the settings whose head-set holds exactly the same heads (one result, not two)."
-    return Table(TITLE, columns, rows, caption, groups, text_cols=3)
+    return Table(TITLE, columns, rows, caption, groups, text_cols=3, wrap=True)
 
 
 def heads_table(run: RunData) -> Table | None:
