@@ -170,8 +170,8 @@ def test_expected_union_of_the_settings_subsets_equals_enumeration(N, c, s):
 
 
 def test_a_setting_compares_a_small_pool_whole_and_r_of_a_large_one():
-    """The tiny model's pools (10 and 105 layer-matched, 3,654 any-layer) at R = 249; a pool of
-    at most 2R is compared whole (issue 35)."""
+    """Pools of 10 and 105 (the 8-head tiny model's layer-matched pools of earlier waves) and
+    3,654 at R = 249; a pool of at most 2R is compared whole (issue 35)."""
     assert compared_per_setting(10, 249) == 10 and compared_per_setting(105, 249) == 105
     assert compared_per_setting(3654, 249) == 249 and compared_per_setting(None, 20) == 20
     assert compared_per_setting(40, 20) == 40 and compared_per_setting(41, 20) == 20

@@ -97,8 +97,8 @@ causal_method = "exact"   # the map whose top-k NCS heads form causal-ncs: exact
 [controls]                # control name = R draws per head-set
 layer-matched = 249       # R >= 239 lets a Holm-adjusted p over 12 settings fall under 0.05 (where the pool holds
                           # as many: a pool of at most 2R is compared whole, each head-set once)
-any-layer = 249           # its pool (C(29, 3) = 3,654 on the tiny model) holds 249 distinct draws; the tiny
-                          # model's layer-matched pools (10 or 105) cannot reach Holm over 12 settings, this one can
+any-layer = 249           # every other head-set of |S| heads (C(64, 6) - 1 = 74,974,367 on the tiny model; its
+                          # layer-matched pools, prod C(16, c_l) - 1, all hold far more than 2R as well)
 attention-matched = 20    # layer- and image-attention-matched draws (Table 9, column B)
 # "random-n@200" = 5      # random-n with its own head count (Table 12); also sinks = 1, text-heavy = 1, whole-layers = R
 
