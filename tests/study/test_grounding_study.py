@@ -87,5 +87,6 @@ def test_the_report_shows_grounding_against_controls_with_s_maps(grounding_run):
     html = next(out.rglob("report*.html")).read_text() if list(out.rglob("report*.html")) else ""
     md = "\n".join(p.read_text() for p in out.rglob("*.md"))
     text = html + md
-    assert "Grounding: pointing accuracy and IoU" in text
+    assert "Table 3 layout: grounding (pointing accuracy and IoU)" in text and "Grounding: Acc@0.5" in text
+    assert "Grounds?" in text  # the Findings answer it (a run of the grounding test alone)
     assert "grounding_maps" in text

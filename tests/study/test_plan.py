@@ -35,6 +35,17 @@ def _stage_of(unit_id: str) -> str | None:
     return {"audit": "audit"}.get(unit_id)
 
 
+def recorded_rows(run_dir: Path) -> dict[str, Counter]:
+    """``stage -> Counter(full, suffix)`` of the rows a run recorded (``forward_rows.jsonl``)."""
+    ran: dict[str, Counter] = {}
+    for line in (run_dir / "forward_rows.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        stage = _stage_of(r["unit_id"])
+        if stage is not None:
+            ran.setdefault(stage, Counter()).update({"full": r["full"], "suffix": r["suffix"]})
+    return ran
+
+
 def test_the_plan_equals_the_rows_a_reduced_study_records(tiny_random_dirs, tmp_path):
     """One setting, one control draw, the beta and k sweeps, two row groups and every test:
     each stage's full and suffix rows, as the run folder records them, equal the plan's."""
@@ -46,12 +57,7 @@ def test_the_plan_equals_the_rows_a_reduced_study_records(tiny_random_dirs, tmp_
         "algebra_controls": 0, "run": {"shard_size": 2, "batch_size": 16}, "scores": [], "ablation": ["attention"],
         "causal_tests": []})
     run_study(cfg, tmp_path / "run", progress=False, report=False, skip_doctor=True)
-    ran: dict[str, Counter] = {}
-    for line in (tmp_path / "run" / "forward_rows.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        stage = _stage_of(r["unit_id"])
-        if stage is not None:
-            ran.setdefault(stage, Counter()).update({"full": r["full"], "suffix": r["suffix"]})
+    ran = recorded_rows(tmp_path / "run")
     plan = study_plan(cfg, Layout("tiny-random", 2, 4, 0, 0, 0), main_k=2)
     for stage in ("beta sweep", "cers", "ncs", "ncs-grid", "text", "audit"):
         s = plan.stage(stage)

@@ -44,6 +44,9 @@ HOW = (
     "conclusion (necessity separates the settings, steering does not) holds in this run, every verdict on one table, "
     "S against every control, and each setting's heads."
 )
+#: the grounding test's measures the Findings read (stored test id -> column name): one
+#: column each, in the run's metric only (a grounding outcome does not depend on the metric)
+GROUNDING = {"grounding": "pointing", "grounding-iou": "IoU"}
 TITLE = "Findings: verdict of every setting against its layer-matched controls"
 HEADS_TITLE = "Findings: the heads of every setting"
 
@@ -53,9 +56,14 @@ class Column:
     """One verdict column: a test id under an ablation, in a metric."""
 
     test: str  # the stored test id (``ncs-all``, ``ncs-all@ablation=zero``, ``cers``)
-    kind: str  # "NCS" | "CERS"
-    ablation: str  # "attention" for CERS (steering has no ablation)
+    kind: str  # "NCS" | "CERS" | "Grounding"
+    ablation: str  # "attention" for CERS and grounding (they have no ablation)
     metric: str
+
+    @property
+    def label(self) -> str:
+        """The column's header: its metric; for grounding its measure (metric-free)."""
+        return GROUNDING.get(self.test, self.metric) if self.kind == "Grounding" else self.metric
 
 
 @dataclass
@@ -114,15 +122,17 @@ def findings(run: RunData, alpha: float = ALPHA) -> Findings | None:
     tests: list[tuple[str, str, str]] = [(t, "NCS", a) for a, t in _ncs_tests(run).items()]
     if any((s, "cers") in run.cells for s in run.settings):
         tests.append(("cers", "CERS", "attention"))
-    if not tests:
+    ground = [t for t in GROUNDING if any((s, t) in run.cells for s in run.settings)]
+    if not tests and not ground:
         return None
     control = next((c for c in MAIN_CONTROLS if any(c in cell.controls for (s, t), cell in run.cells.items()
-                                                    if t in {x for x, *_ in tests})), None)
+                                                    if t in {x for x, *_ in tests} | set(ground))), None)
     if control is None:
         return None
-    runs = metric_runs(run, tuple(t for t, *_ in tests))
+    runs = metric_runs(run, tuple(t for t, *_ in tests)) if tests else {run.metric: run}
     metrics = [run.metric] + [m for m in runs if m != run.metric]
     columns = [Column(t, kind, a, m) for t, kind, a in tests for m in metrics]
+    columns += [Column(t, "Grounding", "attention", run.metric) for t in ground]
     listed = holm_family(run)
     grid = [s for s in run.settings if listed is None or s in listed]
     rows = [*grid, *(s for s in run.settings if s not in grid), *run.score_settings]  # the family, the causal setting, the points
@@ -130,7 +140,7 @@ def findings(run: RunData, alpha: float = ALPHA) -> Findings | None:
                    main={kind: next(c for c in columns if c.kind == kind and c.ablation == "attention" and c.metric == run.metric)
                          for kind in dict.fromkeys(c.kind for c in columns)})
     for col in columns:
-        r = runs[col.metric]
+        r = runs.get(col.metric, run)
         for st in significance(r, col.test, alpha=alpha, controls=(control,)):
             cs = st.controls.get(control)
             if cs is not None and cs.verdict is not None:
@@ -165,12 +175,16 @@ def decided(f: Findings, col: Column) -> list[str]:
 
 def _col_name(col: Column, f: Findings) -> str:
     abl = len({c.ablation for c in f.columns if c.kind == col.kind}) > 1
-    return (f"{col.ablation} · " if abl else "") + col.metric
+    return (f"{col.ablation} · " if abl else "") + col.label
+
+
+def _stat_name(col: Column) -> str:
+    return col.label if col.kind == "Grounding" else col.kind
 
 
 def _effect(f: Findings, s: str, col: Column) -> str:
     v = f.verdicts[(s, col)]
-    return f"{s} ({col.kind} {fmt(v.effect)}, z {fmt(v.z, 1)})"
+    return f"{s} ({_stat_name(col)} {fmt(v.effect)}, z {fmt(v.z, 1)})"
 
 
 def _limits(f: Findings, col: Column, settings: list[str]) -> str:
@@ -181,7 +195,8 @@ def _limits(f: Findings, col: Column, settings: list[str]) -> str:
     return "; ".join(f"{', '.join(ss)}: {why}" for why, ss in by.items())
 
 
-QUESTION = {"NCS": ("Necessary", "S hidden from the image"), "CERS": ("Steerable", "S steered onto an image cell")}
+QUESTION = {"NCS": ("Necessary", "S hidden from the image"), "CERS": ("Steerable", "S steered onto an image cell"),
+            "Grounding": ("Grounds", "S's attention map against the referred cell's box: pointing accuracy")}
 
 
 def _answer(f: Findings, col: Column, settings: list[str]) -> str:
@@ -203,8 +218,15 @@ def question_lines(run: RunData, f: Findings) -> list[str]:
     fam = next((v.family for (s, c), v in f.verdicts.items() if s in f.grid and v.adjusted), "")
     for kind, col in f.main.items():
         word, what = QUESTION[kind]
+        grid = lambda c: [s for s in f.grid if (s, c) in f.verdicts]  # noqa: E731
+        if kind == "Grounding":  # metric-free; its other measure (IoU) answered in the same line
+            rest = [c for c in f.columns if c.kind == kind and c != col and grid(c)]
+            lines.append(f"**{word}?** Grounding ({what}; each S against its {f.control} controls, Holm over "
+                         f"the {fam or 'grid settings'} per measure): {_answer(f, col, grid(col))}"
+                         + "".join(f". {c.label}: {_answer(f, c, grid(c))}" for c in rest) + ".")
+            continue
         lines.append(f"**{word}?** {kind} ({what}; {col.metric}; each S against its {f.control} controls, Holm over "
-                     f"the {fam or 'grid settings'}): {_answer(f, col, [s for s in f.grid if (s, col) in f.verdicts])}.")
+                     f"the {fam or 'grid settings'}): {_answer(f, col, grid(col))}.")
     points = [s for s in run.score_settings if s in f.rows]
     if points:
         pf = next((f.verdicts[(s, c)].family for s in points for c in f.main.values() if (s, c) in f.verdicts), "")
@@ -215,11 +237,13 @@ def question_lines(run: RunData, f: Findings) -> list[str]:
         lines.append(f"**{CAUSAL_SETTING}** (the exact causal map's top-k, a reference outside every family: its "
                      "unadjusted rank p): " + " ".join(
                          f"{QUESTION[kind][0]}: {f.verdicts[(CAUSAL_SETTING, col)].verdict} "
-                         f"({kind} {fmt(f.verdicts[(CAUSAL_SETTING, col)].effect)}, z {fmt(f.verdicts[(CAUSAL_SETTING, col)].z, 1)}, "
+                         f"({_stat_name(col)} {fmt(f.verdicts[(CAUSAL_SETTING, col)].effect)}, z {fmt(f.verdicts[(CAUSAL_SETTING, col)].z, 1)}, "
                          f"p {fmt_p(f.verdicts[(CAUSAL_SETTING, col)].p)})."
                          for kind, col in f.main.items() if (CAUSAL_SETTING, col) in f.verdicts))
     other = []
     for kind, main in f.main.items():
+        if kind == "Grounding":  # no other ablation or metric: its measures are answered above
+            continue
         base = set(passing(f, main))
         same, differ = [], []
         for c in f.columns:
@@ -308,12 +332,12 @@ def findings_table(run: RunData, f: Findings) -> Table:
     same = identical_to(run)
     groups: list[tuple[str, int]] = [("", 3)]
     columns = ["Setting", "Holm family", "Identical S"]
-    for kind in ("NCS", "CERS"):
+    for kind in ("NCS", "CERS", "Grounding"):
         for abl in dict.fromkeys(c.ablation for c in f.columns if c.kind == kind):
             cols = [c for c in f.columns if c.kind == kind and c.ablation == abl]
             groups.append((f"{kind}, {abl}" if kind == "NCS" else kind, len(cols)))
-            columns += [c.metric for c in cols]
-    ordered = [c for kind in ("NCS", "CERS") for abl in dict.fromkeys(c.ablation for c in f.columns if c.kind == kind)
+            columns += [c.label for c in cols]
+    ordered = [c for kind in ("NCS", "CERS", "Grounding") for abl in dict.fromkeys(c.ablation for c in f.columns if c.kind == kind)
                for c in f.columns if c.kind == kind and c.ablation == abl]
     rows = [[s, _family_of(f, s), ", ".join(same.get(s, [])) or "–", *(_verdict_cell(f.verdicts.get((s, c))) for c in ordered)]
             for s in f.rows]
@@ -326,6 +350,10 @@ def findings_table(run: RunData, f: Findings) -> Table:
                "family: the metrics re-read the same outcomes (one measurement in three scales, not three chances to pass) "
                "and necessity and steerability are different questions; the question is answered in the run's metric "
                "under the attention ablation (the first column of each test), the other columns check it. –: not tested.")
+    if any(c.kind == "Grounding" for c in f.columns):
+        caption += (" Grounding: pointing accuracy (the share of items whose S map peaks in the referred cell) and the "
+                    "mean IoU of the box rule's box, each its own Holm family over the grid settings; a grounding outcome "
+                    "does not depend on the letter metric, so each has one column.")
     if CAUSAL_SETTING in f.rows:
         caption += f" {CAUSAL_SETTING} is a reference outside the Holm families: its unadjusted rank p, floor 1/(n+1)."
     if same:
@@ -364,7 +392,8 @@ def findings_blocks(run: RunData) -> list:
         return []
     blocks: list = [*question_lines(run, f), "**Does the seed's conclusion hold here?**", *conclusion_lines(f),
                     findings_table(run, f)]
-    tests = list(dict.fromkeys(["cers", *(c.test for c in f.columns if c.kind == "NCS" and c.ablation == "attention")]))
+    tests = list(dict.fromkeys(["cers", *(c.test for c in f.columns if c.kind == "NCS" and c.ablation == "attention"),
+                                *(c.test for c in f.columns if c.test == "grounding")]))
     blocks.append(figure("random_band", F.random_band_figure(run, tests),
                          "Figure 3 layout: each discovered head-set S (red diamond) against its random head-sets (dots: one "
                          "per draw; bar: mean ± SD; tick: mean), one panel per test, in the run's "

@@ -73,6 +73,7 @@ beta_sweep = [1.0, 10.0, 100.0, 1000.0, 10000.0]   # CERS of S over beta ([] to 
 beta_sweep_controls = 5   # layer-matched draws re-run at every beta point (the first min(this, R) main draws)
 k_sweep = [1, 2, 4, 8]    # CERS and NCS (all rows) of the top-k heads over k ([] to skip)
 k_sweep_controls = 20     # layer-matched draws of each top-k set, run at every k point
+k_sweep_tests = ["cers", "ncs"]   # the tests the k sweep's sets run in (NCS: all rows)
 seed = 0
 eval_source = "synthetic" # synthetic (built-in shapes), imagenet:DIR, imagefolder:DIR or hf:DIR[,SPLIT] (real photos)
 eval_classes = ""         # real photos: file of class ids / names to use, one a line ("" = all)
@@ -93,6 +94,14 @@ causal_tests = ["ncs"]    # exact causal map (each head alone, each whole layer)
 causal_subsets = 0        # head attribution by regression: random head subsets (each head in with probability 1/2) on the
 #                         # causal map's items and tests, method 'regression' (0 = skip; configs/paper.toml: 256)
 causal_method = "exact"   # the map whose top-k NCS heads form causal-ncs: exact | atp | regression (needs causal_subsets)
+
+[items]                   # items per test where fewer than n_eval (the first ones of its set; at most n_eval), e.g.
+                          # ncs-grid = 120, beta-sweep = 200; keys: the tests and beta-sweep
+
+# [[scope]]               # keys for named settings only (repeat the table for each group of settings):
+# settings = ["cm-ref-qsp", "ph-ref-qsp"]   # setting ids of this run (corpus-query-source)
+# controls = { layer-matched = 250, any-layer = 250 }   # replaces [controls] for them
+#                         # also: tests, row_groups, k_sweep, k_sweep_tests, k_sweep_controls
 
 [controls]                # control name = R draws per head-set
 layer-matched = 249       # R >= 239 lets a Holm-adjusted p over 12 settings fall under 0.05 (where the pool holds
@@ -153,7 +162,13 @@ LATER_KEY_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_excl
                       "scores": DEFAULT_SCORES, "score_on": "first", "ablation": ["attention", "zero"],
                       "causal_tests": ["ncs"], "causal_subsets": 0, "causal_method": "exact",
                       # a run from before the sequential rank p compared every draw (controls_h = 0)
-                      "controls_h": 0, "controls_batch": 32}
+                      "controls_h": 0, "controls_batch": 32,
+                      # the scoped protocol (issue 43): without scopes a run reads as before
+                      "scope": [], "items": {}, "k_sweep_tests": ["cers", "ncs"]}
+#: the keys a ``[[scope]]`` table may set for its settings (:meth:`StudyConfig.for_setting`)
+SCOPE_KEYS = ("controls", "tests", "row_groups", "k_sweep", "k_sweep_tests", "k_sweep_controls")
+#: the keys of ``[items]``: the tests (items per test) and the beta sweep
+ITEM_KEYS = (*TESTS, "beta-sweep")
 #: prompt keys left out of the stored config while at their default ("")
 PROMPT_KEYS = ("system_prompt", "chat_template")
 
@@ -203,6 +218,7 @@ class StudyConfig:
     beta_sweep_controls: int = 5
     k_sweep: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     k_sweep_controls: int = 20
+    k_sweep_tests: list[str] = field(default_factory=lambda: ["cers", "ncs"])
     seed: int = 0
     eval_source: str = "synthetic"
     eval_classes: str = ""
@@ -221,6 +237,8 @@ class StudyConfig:
     causal_method: str = "exact"  # the map whose top-k NCS heads form the causal setting (exact | atp | regression)
     models: list[dict[str, str]] = field(default_factory=list)  # several models: see model_entries
     controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 249, "attention-matched": 20})
+    items: dict[str, int] = field(default_factory=dict)  # items per test, fewer than n_eval (its first ones)
+    scope: list[dict[str, Any]] = field(default_factory=list)  # [[scope]]: keys for named settings (for_setting)
     run: RunConfig = field(default_factory=RunConfig)
     templates: dict[str, str] = field(default_factory=dict)  # only the templates that differ from the model's defaults
 
@@ -229,6 +247,18 @@ class StudyConfig:
             from vheads._device import default_dtype
 
             self.dtype = default_dtype(self.device_map or self.device)
+
+    def for_setting(self, setting: str) -> StudyConfig:
+        """The config setting ``setting`` runs under: this one with the keys of the ``[[scope]]``
+        that names it (at most one does; the algebra's pairs ``A&B`` and unnamed settings: as is)."""
+        for sc in self.scope:
+            if setting in sc["settings"]:
+                return replace(self, scope=[], **{k: v for k, v in sc.items() if k != "settings"})
+        return self
+
+    def n_items(self, test: str) -> int:
+        """Items test ``test`` (or ``beta-sweep``) runs on: ``[items]``, else ``n_eval``."""
+        return min(self.items.get(test, self.n_eval), self.n_eval)
 
     @property
     def question_templates(self):
@@ -375,6 +405,12 @@ def config_from_dict(data: dict[str, Any]) -> StudyConfig:
             kwargs["run"] = RunConfig(**rk)
         elif key in ("templates", "scores"):
             kwargs[key] = value  # templates: against the model's defaults, below; scores: in validate
+        elif key == "scope":
+            kwargs[key] = _scopes(value, base)
+        elif key == "items":
+            if not isinstance(value, dict):
+                raise VheadsError(f"config key 'items' must be a table of test = items, got {value!r:.80}")
+            kwargs[key] = {k: _check(f"items.{k}", v, 1) for k, v in value.items()}
         else:
             kwargs[key] = _check(key, value, getattr(base, key))
     if "templates" in kwargs:
@@ -384,6 +420,86 @@ def config_from_dict(data: dict[str, Any]) -> StudyConfig:
     return cfg
 
 
+def _scopes(value: Any, base: StudyConfig) -> list[dict[str, Any]]:
+    """The ``[[scope]]`` tables, each key checked against its top-level type (errors name
+    ``scope[i].KEY``); which settings they name is checked by :func:`validate`."""
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise VheadsError(f"config key 'scope' must be an array of tables ([[scope]]), got {value!r:.80}")
+    out = []
+    for i, sc in enumerate(value):
+        where = f"scope[{i}]"
+        settings = sc.get("settings")
+        if not isinstance(settings, list) or not settings or not all(isinstance(x, str) for x in settings):
+            raise VheadsError(f"config key '{where}.settings': a scope needs a non-empty list of setting ids, got {settings!r:.80}")
+        got = {"settings": list(settings)}
+        for k, v in sc.items():
+            if k == "settings":
+                continue
+            if k not in SCOPE_KEYS:
+                raise VheadsError(f"unknown config key '{where}.{k}'; a scope may set: settings, {', '.join(SCOPE_KEYS)}")
+            got[k] = _check(f"{where}.{k}", v, getattr(base, k))
+        if len(got) == 1:
+            raise VheadsError(f"config key '{where}': sets no key for its settings; add some of {', '.join(SCOPE_KEYS)}")
+        out.append(got)
+    return out
+
+
+def setting_ids(cfg: StudyConfig) -> list[str]:
+    """The ids of every setting the run discovers (the grid's corpus-query-source, then the
+    score points) and the causal setting, as the study names them; a strips folder's
+    abbreviation is read from its ``strips.json`` (``c<i>`` while a plan cannot read it)."""
+    from vheads.causal import CAUSAL_SETTING
+    from vheads.discovery import QUERY_ABBREV, SOURCE_ABBREV, corpus_abbrev
+    from vheads.study._scores import score_setting_ids
+
+    out = []
+    for i, c in enumerate(cfg.corpora):
+        try:
+            a = corpus_abbrev(c) or ("cm" if c.startswith("comics:") else f"c{i}")
+        except VheadsError:  # a strips folder a plan cannot read
+            a = f"c{i}"
+        out += [f"{a}-{QUERY_ABBREV[q]}-{SOURCE_ABBREV[s]}" for q in cfg.queries for s in cfg.sources
+                if q in QUERY_ABBREV and s in SOURCE_ABBREV]
+    out += score_setting_ids(cfg)
+    if "ncs" in cfg.causal_tests:
+        out.append(CAUSAL_SETTING)
+    return out
+
+
+def _validate_scopes(cfg: StudyConfig, bad) -> None:
+    """Each ``[[scope]]`` names settings of this run, each setting at most once, and its keys
+    pass every check the top-level ones do (the error names ``scope[i].KEY``); ``[items]``
+    names tests this run runs, each with 1 to n_eval items."""
+    for k, v in cfg.items.items():
+        if k not in ITEM_KEYS:
+            bad(f"items.{k}", f"unknown test {k!r}; choose from {', '.join(ITEM_KEYS)}")
+        if v < 2:
+            bad(f"items.{k}", f"must be at least 2 items (a test on more than n_eval runs n_eval), got {v}")
+    for t in cfg.k_sweep_tests:
+        if t not in ("cers", "ncs"):
+            bad("k_sweep_tests", f"the k sweep runs in cers and ncs only, got {t!r}")
+    if not cfg.scope:
+        return
+    import difflib
+
+    ids, seen = setting_ids(cfg), {}
+    for i, sc in enumerate(cfg.scope):
+        for sid in sc["settings"]:
+            if sid not in ids:
+                hint = difflib.get_close_matches(sid, ids, n=1)
+                bad(f"scope[{i}].settings", f"{sid!r} is no setting of this run"
+                    + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; its settings: {', '.join(ids)}")
+            if sid in seen:
+                bad(f"scope[{i}].settings", f"{sid!r} is already in scope[{seen[sid]}]; a setting takes one scope")
+            seen[sid] = i
+        try:
+            validate(cfg.for_setting(sc["settings"][0]))
+        except VheadsError as e:
+            msg = str(e)
+            raise VheadsError(msg.replace("config key '", f"config key 'scope[{i}].", 1) if msg.startswith("config key '")
+                              else f"config key 'scope[{i}]': {msg}") from None
+
+
 def _check_h_reachable(cfg: StudyConfig, data: dict[str, Any]) -> None:
     """An h that a config file sets must not exceed an exchangeable control's R (R_max): the
     default's h leaves a small R fixed (it can never see h draws reach S)."""
@@ -391,10 +507,11 @@ def _check_h_reachable(cfg: StudyConfig, data: dict[str, Any]) -> None:
         return
     from vheads.study._sequential import sequential_controls
 
-    for name in sequential_controls(cfg):
-        if cfg.controls[name] < cfg.controls_h:
-            raise VheadsError(f"config key 'controls_h': h = {cfg.controls_h} is more than controls.{name}'s R_max = "
-                              f"{cfg.controls[name]}; raise R to at least h, lower h, or set controls_h = 0 (fixed R)")
+    for where, c in [("", cfg), *((f"scope[{i}].", cfg.for_setting(sc["settings"][0])) for i, sc in enumerate(cfg.scope))]:
+        for name in sequential_controls(c):
+            if c.controls[name] < c.controls_h:
+                raise VheadsError(f"config key 'controls_h': h = {c.controls_h} is more than {where}controls.{name}'s R_max = "
+                                  f"{c.controls[name]}; raise R to at least h, lower h, or set controls_h = 0 (fixed R)")
 
 
 def validate(cfg: StudyConfig) -> None:
@@ -479,6 +596,7 @@ def validate(cfg: StudyConfig) -> None:
     if cfg.dtype not in DTYPES:
         bad("dtype", f"unknown dtype {cfg.dtype!r}")
     _validate_more(cfg, bad)
+    _validate_scopes(cfg, bad)
     _validate_models(cfg, bad)
     if CHECK_PATHS.get():  # not for a plan (vheads plan): no device or data is used
         _validate_loading(cfg, bad)

@@ -290,6 +290,64 @@ def expected_compared(R_max: int, h: int, batch: int, inside: float = INSIDE_SHA
     return inside * early + (1 - inside) * R_max
 
 
+def _evaluation_rows(g, cfg, settings: int, k: int, L: int, H: int, compared, ev: dict, seen: set) -> float:
+    """Add the rows of ``settings`` settings that run under config ``g`` (the study's own, or
+    a ``[[scope]]``'s) to the evaluation stages ``ev`` (by name; ``seen`` collects the stages
+    a test of the run has); the per-test items are the study's ``[items]``. Returns the
+    layer-matched draws compared per setting."""
+    tests = set(g.tests)
+    C = {name: compared(name, R, k, main=True) for name, R in g.controls.items()}
+    lm = C.get("layer-matched", 0.0)
+    rg = sum(C[c] for c in g.row_group_controls if c in C)
+    k_points = [kk for kk in dict.fromkeys(g.k_sweep) if kk != k and kk <= L * H]
+    k_ctrl = sum(compared("layer-matched", g.k_sweep_controls, kk) for kk in dict.fromkeys(g.k_sweep) if kk <= L * H) \
+        if g.k_sweep_controls else 0.0
+    main = 1 + sum(C.values())  # S and its controls
+    sweep_sets = len(k_points) + k_ctrl  # the k sweep's sets (in the k_sweep_tests; NCS at all rows)
+    sweep = {t: sweep_sets if t in g.k_sweep_tests else 0.0 for t in ("cers", "ncs")}
+
+    def add(name: str, head_sets: float, rows_per_item: int, suffix: bool, items: int) -> None:
+        rows = round(head_sets * rows_per_item * items)
+        st = ev[name]
+        if suffix:
+            st.suffix += rows
+        else:
+            st.full += rows
+        if name in ("cers", "ncs-grid", "text"):  # these count the head-sets of every setting
+            st.head_sets += round(head_sets)
+        seen.add(name)
+
+    beta_first = 0.0
+    if "cers" in tests and g.beta_sweep:
+        nb = cfg.n_items("beta-sweep")
+        beta_first = 1 + min(g.beta_sweep_controls, lm)
+        add("beta sweep", settings * beta_first * len(g.beta_sweep), 2, False, nb)
+    if tests & {"cers", "cers-sym"}:
+        nc = cfg.n_items("cers")
+        sets = main + sweep["cers"]
+        if g.beta_sweep and "cers" in tests and g.beta in g.beta_sweep:
+            # S and the first draws at the main beta on the sweep's items: the sweep's rows
+            sets -= beta_first * min(cfg.n_items("beta-sweep"), nc) / nc
+        add("cers", settings * sets, 2, g.steer_rows in SUFFIX_GROUPS, nc)
+    if "ncs" in tests:
+        nn = cfg.n_items("ncs")
+        for grp in g.row_groups:
+            add("ncs", settings * (main + sweep["ncs"] if grp == "all" else 1 + rg), 2, grp in SUFFIX_GROUPS, nn)
+        if "ncs baselines" not in seen:  # the unmasked baselines, once per model
+            ev["ncs"].suffix += 2 * nn
+            seen.add("ncs baselines")
+        for a in g.ablation:
+            if a != "attention":
+                add("ncs", settings * (1 + rg), 2, g.row_groups[0] in SUFFIX_GROUPS, nn)
+        ev["ncs"].head_sets = max(ev["ncs"].head_sets, round(main + sweep["ncs"]))
+    if "ncs-grid" in tests:  # + every head hidden: the attainable bound (once)
+        add("ncs-grid", settings * main + (0 if "ncs-grid" in seen else 1), 2, False, cfg.n_items("ncs-grid"))
+    if "text" in tests:  # + the unmasked baseline (once)
+        add("text", settings * main + (0 if "text" in seen else 1), 1, True, cfg.n_items("text"))
+    ev["beta sweep"].head_sets = max(ev["beta sweep"].head_sets, round(beta_first))  # per setting
+    return lm
+
+
 def study_plan(cfg, layout: Layout, main_k: int | None = None, shared_draws: bool = False, sequential: bool = False,
                inside: float = INSIDE_SHARE) -> Plan:
     """The :class:`Plan` of ``cfg`` on ``layout`` (module docstring). ``main_k``: the
@@ -349,57 +407,25 @@ def study_plan(cfg, layout: Layout, main_k: int | None = None, shared_draws: boo
             return min(float(settings * per), per * every / pool, float(every)) / settings
         return expected_union(pool, per, settings) / settings
 
-    C = {name: compared(name, R, k, main=True) for name, R in cfg.controls.items()}
-    lm = C.get("layer-matched", 0.0)
-    rg = sum(C[c] for c in cfg.row_group_controls if c in C)
-    k_points = [kk for kk in dict.fromkeys(cfg.k_sweep) if kk != k and kk <= L * H]
-    k_ctrl = sum(compared("layer-matched", cfg.k_sweep_controls, kk) for kk in dict.fromkeys(cfg.k_sweep) if kk <= L * H) \
-        if cfg.k_sweep_controls else 0.0
-    main = 1 + sum(C.values())  # S and its controls
-    sweep_sets = len(k_points) + k_ctrl  # the k sweep's sets (CERS, NCS at all rows)
+    from vheads.study._config import setting_ids
 
-    beta = Stage("beta sweep", tokens_full=Tf, items=n)
-    beta_first = 0.0
-    if "cers" in tests and cfg.beta_sweep:
-        beta_first = 1 + min(cfg.beta_sweep_controls, lm)
-        beta.full = round(settings * beta_first * len(cfg.beta_sweep) * 2 * n)
-        beta.head_sets = round(beta_first)
-    plan.stages.append(beta)
-
-    def part(name: str, head_sets: float, rows_per_item: int, suffix: bool, items: int = n) -> Stage:
-        rows = round(head_sets * rows_per_item * items)
-        return Stage(name, full=0 if suffix else rows, suffix=rows if suffix else 0, tokens_full=Tf, tokens_suffix=Ts,
-                     items=items, head_sets=round(head_sets))
-
-    if tests & {"cers", "cers-sym"}:
-        sets = main + sweep_sets
-        if cfg.beta_sweep and "cers" in tests and cfg.beta in cfg.beta_sweep:
-            sets -= beta_first  # S and the first draws at the main beta: the sweep's rows
-        plan.stages.append(part("cers", settings * sets, 2, cfg.steer_rows in SUFFIX_GROUPS))
-    if "ncs" in tests:
-        st = Stage("ncs", tokens_full=Tf, tokens_suffix=Ts, items=n, head_sets=round(main + sweep_sets))
-        for g in cfg.row_groups:
-            sets = settings * (main + sweep_sets if g == "all" else 1 + rg)
-            rows = round(sets * 2 * n)
-            if g in SUFFIX_GROUPS:
-                st.suffix += rows
-            else:
-                st.full += rows
-        st.suffix += 2 * n  # the unmasked baselines, once per model
-        for a in cfg.ablation:
-            if a == "attention":
-                continue
-            rows = round(settings * (1 + rg) * 2 * n)
-            if cfg.row_groups[0] in SUFFIX_GROUPS:
-                st.suffix += rows
-            else:
-                st.full += rows
-        plan.stages.append(st)
-    if "ncs-grid" in tests:
-        st = part("ncs-grid", settings * main + 1, 2, False)  # + every head hidden: the attainable bound
-        plan.stages.append(st)
-    if "text" in tests:
-        plan.stages.append(part("text", settings * main + 1, 1, True))  # + the unmasked baseline
+    # the evaluation's per-setting stages, summed over the groups of settings that share a
+    # config: one per [[scope]] (its keys for its settings), the rest under the top-level keys
+    groups: dict[int, int] = {}
+    ids = setting_ids(cfg)
+    for sid in ids:
+        i = next((j for j, sc in enumerate(cfg.scope) if sid in sc["settings"]), -1)
+        groups[i] = groups.get(i, 0) + 1
+    ev = {name: Stage(name, tokens_full=Tf, tokens_suffix=0 if name == "beta sweep" else Ts,
+                      items=cfg.n_items(name.replace(" ", "-")) if name != "cers" else cfg.n_items("cers"))
+          for name in ("beta sweep", "cers", "ncs", "ncs-grid", "text")}
+    seen: set[str] = set()
+    for i, m in sorted(groups.items()):
+        g = cfg.for_setting(cfg.scope[i]["settings"][0]) if i >= 0 else cfg
+        _evaluation_rows(g, cfg, m, k, L, H, compared, ev, seen)
+    for name in ("beta sweep", "cers", "ncs", "ncs-grid", "text"):
+        if name in seen or name == "beta sweep":
+            plan.stages.append(ev[name])
 
     # head-set algebra: per pair, the shared and only-one parts with their controls, NCS at all rows
     alg = Stage("algebra", tokens_full=Tf, items=n)

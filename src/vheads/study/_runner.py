@@ -267,7 +267,8 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
         if sid != CAUSAL_SETTING:  # head-set algebra pairs discovered settings only
             discovered[sid] = S
         rows.append((sid, "S", "S", 0, cfg.seed, _heads_json(S)))
-        for name, R in cfg.controls.items():
+        scfg = cfg.for_setting(sid)  # its [[scope]]'s controls and k sweep
+        for name, R in scfg.controls.items():
             seed = control_seed(cfg.seed, S, name)
             base, n = split_control_name(name)  # "random-n@200": 200 heads per draw
             draws = draw_controls(base, S, R, seed, **({"n": n} if n else {}), **({"common": True} if base in COMMON_DRAWS else {}),
@@ -277,14 +278,14 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
             for i, d in enumerate(draws):
                 rows.append((sid, f"{label}#{i}", label, i, seed, _heads_json(d)))
         sc = np.array(json.loads(scores))
-        for kk in cfg.k_sweep:
+        for kk in scfg.k_sweep:
             if kk <= L * H:
                 Sk = select_heads(sc, kk, cfg.selection, attention_layers)
                 rows.append((sid, f"S@k={kk}", "S@k", kk, cfg.seed, _heads_json(Sk)))
-                if cfg.k_sweep_controls:  # every sweep point is tested against its own controls
+                if scfg.k_sweep_controls:  # every sweep point is tested against its own controls
                     seed = control_seed(cfg.seed, Sk, "layer-matched")
-                    draws = draw_controls("layer-matched", Sk, cfg.k_sweep_controls, seed)
-                    record(sid, f"layer-matched@k={kk}", draws, cfg.k_sweep_controls)
+                    draws = draw_controls("layer-matched", Sk, scfg.k_sweep_controls, seed)
+                    record(sid, f"layer-matched@k={kk}", draws, scfg.k_sweep_controls)
                     for i, d in enumerate(draws):
                         rows.append((sid, f"layer-matched@k={kk}#{i}", "layer-matched@k", i, seed, _heads_json(d)))
     # head-set algebra: shared heads and heads only one setting has, each with
@@ -310,14 +311,16 @@ def _beta_sweep_units(store: Store, cfg: StudyConfig) -> list[dict]:
     """The β sweep, run before every other evaluation (the headline β is chosen from its
     controls, :mod:`vheads.study._headline`): per setting with an S and shard, one unit
     running S and its first ``beta_sweep_controls`` layer-matched draws at every β."""
-    if "cers" not in cfg.tests or not cfg.beta_sweep:
+    if not cfg.beta_sweep:
         return []
-    units = []
+    units, n = [], cfg.n_items("beta-sweep")
     for (sid,) in store.query("SELECT DISTINCT setting FROM headsets WHERE control='S' AND setting NOT LIKE '%&%' ORDER BY setting"):
+        if "cers" not in cfg.for_setting(sid).tests:
+            continue
         hs = store.query("SELECT headset_id, heads FROM headsets WHERE setting=? AND (control='S' OR "
                          "(control='layer-matched' AND draw<?)) ORDER BY control != 'S', draw", sid, cfg.beta_sweep_controls)
-        for lo in range(0, cfg.n_eval, cfg.run.shard_size):
-            hi = min(cfg.n_eval, lo + cfg.run.shard_size)
+        for lo in range(0, n, cfg.run.shard_size):
+            hi = min(n, lo + cfg.run.shard_size)
             units.append({"unit_id": f"beta-sweep/{sid}/{lo}-{hi}", "kind": "eval", "setting": sid, "test": "beta-sweep",
                           "shard": [lo, hi], "headset_ids": [h for h, _ in hs], "headsets": [json.loads(x) for _, x in hs]})
     return units
@@ -349,7 +352,8 @@ def _eval_units(store: Store, cfg: StudyConfig, beta: float | None = None, rnd: 
             later_ids = {h for ids in seq.get(sid, {}).values() for h in ids} - first
             ids = [h for h, _ in hs if h not in later_ids]
         algebra = "&" in sid  # shared / only-one head-sets: NCS at all rows only
-        tests = [t for t in cfg.tests if t == "ncs"] if algebra else cfg.tests
+        scfg = cfg.for_setting(sid)  # its [[scope]]'s tests, row groups and k sweep
+        tests = [t for t in cfg.tests if t == "ncs"] if algebra else scfg.tests
         for test in tests:
             cells = None
             if rnd:
@@ -357,15 +361,19 @@ def _eval_units(store: Store, cfg: StudyConfig, beta: float | None = None, rnd: 
                 if not ids:
                     continue
                 if test == "ncs":  # only the row groups and ablations with an undecided cell run their forwards
-                    cells = {"row_groups": [g for g in cfg.row_groups if f"ncs-{g}" in undecided],
+                    cells = {"row_groups": [g for g in scfg.row_groups if f"ncs-{g}" in undecided],
                              "ablations": [a for a in cfg.ablation if a != "attention"
-                                           and ablation_test_id(cfg.row_groups[0], a) in undecided]}
-            for lo in range(0, cfg.n_eval, cfg.run.shard_size):
-                hi = min(cfg.n_eval, lo + cfg.run.shard_size)
+                                           and ablation_test_id(scfg.row_groups[0], a) in undecided]}
+            n_items = cfg.n_items(test)
+            for lo in range(0, n_items, cfg.run.shard_size):
+                hi = min(n_items, lo + cfg.run.shard_size)
                 unit = {"unit_id": f"eval/{sid}/{test}/{lo}-{hi}" + (f"/r{rnd}" if rnd else ""), "kind": "eval",
                         "setting": sid, "test": test, "shard": [lo, hi], "headset_ids": ids,
                         "headsets": [json.loads(heads_of[h]) for h in ids],
-                        "row_groups": ["all"] if algebra else None, "beta": cfg.beta if beta is None else beta}
+                        "row_groups": ["all"] if algebra else scfg.row_groups if scfg is not cfg else None,
+                        "beta": cfg.beta if beta is None else beta}
+                if scfg.k_sweep_tests != cfg.k_sweep_tests or cfg.k_sweep_tests != ["cers", "ncs"]:
+                    unit["k_sweep_tests"] = scfg.k_sweep_tests
                 if cells is not None:
                     unit["cells"] = cells
                 units.append(unit)

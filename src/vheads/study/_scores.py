@@ -110,6 +110,22 @@ def score_targets(cfg) -> list[tuple[str, str]]:
     return [(c, q) for c in cfg.corpora for q in cfg.queries]
 
 
+def score_setting_ids(cfg) -> list[str]:
+    """The setting ids of the score points (``<corpus>-<query>-<name>``, as :class:`ScoreSetting`
+    names them) on each (corpus, query) of :func:`score_targets`."""
+    from vheads.discovery import CORPUS_ABBREV, QUERY_ABBREV, corpus_abbrev
+    from vheads._errors import VheadsError
+
+    out = []
+    for i, (c, q) in enumerate(score_targets(cfg)):
+        try:
+            a = corpus_abbrev(c) or CORPUS_ABBREV.get(c.partition(":")[0], f"c{i}")
+        except VheadsError:
+            a = f"c{i}"
+        out += [f"{a}-{QUERY_ABBREV.get(q, q)}-{name}" for name, _ in named_points(cfg)]
+    return out
+
+
 def score_units(cfg) -> list[dict]:
     """One discovery unit per (corpus, query) of :func:`score_targets`: all points on its items."""
     return [{"unit_id": f"scores/{c}/{q}", "kind": "scores", "corpus": c, "query": q} for c, q in score_targets(cfg)]

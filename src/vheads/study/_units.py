@@ -149,7 +149,7 @@ class UnitComputer:
             ids, hsets = [*ids, ALL_HEADS], [*hsets, HeadSet([(l, h) for l in layers for h in range(H)], L, H, layers)]
         # the k sweep's sets (S@k=K and its layer-matched@k=K controls) run in CERS and NCS
         # at all rows only (seed Tables 14 and 18)
-        every = [j for j, h in enumerate(ids) if "@k=" not in h or test in K_SWEEP_TESTS]
+        every = [j for j, h in enumerate(ids) if "@k=" not in h or test in unit.get("k_sweep_tests", K_SWEEP_TESTS)]
         if test == "grounding":  # one capture per shard serves every setting (vheads.study._grounding)
             from vheads.study._grounding import grounding_rows
 

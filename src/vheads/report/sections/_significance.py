@@ -24,6 +24,10 @@ HOW = (
 )
 
 
+#: the grounding test's measures in Table 3 (stored test ids; vheads.study._grounding)
+GROUNDING_TESTS = ["grounding", "grounding-iou"]
+
+
 def main_tests(run: RunData) -> list[str]:
     """Table 3's tests: CERS and NCS at all rows (``ncs`` in a run from before the row groups)."""
     return ["cers", "ncs-all" if any((s, "ncs-all") in run.cells for s in run.settings) else "ncs"]
@@ -49,6 +53,12 @@ def significance(run: RunData) -> list:
             + (f" β: {headline_text(run)}." if t == "cers" else "")
             + (f" {CAUSAL_SETTING}: the top-k heads of the exact causal map (each head alone, on a discovery split), "
                "tested the same way: a reference, outside the Holm family." if CAUSAL_SETTING in run.settings else "")))
+    blocks.append(T.significance_table(
+        run, GROUNDING_TESTS, "Table 3 layout: grounding (pointing accuracy and IoU) of every setting",
+        "S: the share of grid-oracle items whose aggregated attention map peaks inside the referred cell (pointing) and "
+        "the mean IoU of the box rule's box with the cell's box, each with a 95% t-interval over items; S and every "
+        "control read from one capture per item. Controls, z, p and verdict as in the tables above (family: the "
+        "settings, per measure and control type). The maps, the box rule and Acc@0.5: the grounding section."))
     blocks += [T.matched_controls_table(run), T.metric_robustness_table(run), ablation_table(run)]
     for t in ("ncs-grid", "cers-sym"):
         blocks.append(T.significance_table(run, [t], f"{T.TEST_NAMES[t]} (seed Table 16 layout)",
