@@ -75,7 +75,7 @@ def main(argv=None) -> dict:
     def log(msg):
         print(f"[{time.perf_counter() - t0:6.0f}s] {msg}", flush=True)
 
-    items, tokens, repeats = (1, 256, 1) if args.quick else (4, 1024, 3)
+    items, tokens, repeats = (1, 256, 1) if args.quick else (4, 1024, 5)
     with tempfile.TemporaryDirectory() as tmp:
         if args.model == "tiny":
             lm = _setup.load("tiny", device, dtype)

@@ -156,10 +156,17 @@ def _components(keep: np.ndarray, connectivity: int, cell_area: np.ndarray):
     ``(labels [M, Ry, Rx], n, area [n + 1], owner [n + 1])`` — label 0 is the background,
     ``owner[i]`` the map of component i (−1 for the background)."""
     labels, n = ndimage.label(keep, structure=_structure(connectivity))
-    area = np.bincount(labels.ravel(), weights=np.broadcast_to(cell_area, keep.shape).ravel(), minlength=n + 1)
+    M = len(keep)
+    ca = np.asarray(cell_area, dtype=float)
+    if np.all(ca == ca.flat[0]):  # equal cells (an untiled grid): count them
+        area = np.bincount(labels.ravel(), minlength=n + 1) * ca.flat[0]
+    else:
+        area = np.bincount(labels.ravel(), weights=np.broadcast_to(ca, keep.shape).ravel(), minlength=n + 1)
+    # labels run in row-major order of each component's first cell, and no component spans two
+    # maps: map m holds the labels up to the running maximum of its last label
+    last = np.maximum.accumulate(labels.reshape(M, -1).max(1)) if M else np.zeros(0, dtype=int)
     owner = np.full(n + 1, -1)
-    owner[labels.ravel()] = np.repeat(np.arange(len(keep)), keep[0].size)
-    owner[0] = -1
+    owner[1:] = np.searchsorted(last, np.arange(1, n + 1), side="left")
     return labels, n, area, owner
 
 
@@ -184,13 +191,12 @@ def box_rule(density: np.ndarray, grid: PixelGrid, threshold: float = 0.5, conne
     best[owner[1:][order][first]] = ids[order][first]
     mask = labels == best[:, None, None]
     mask &= best[:, None, None] > 0
-    x0c, x1c = grid.xs[:-1][None, None, :], grid.xs[1:][None, None, :]
-    y0c, y1c = grid.ys[:-1][None, :, None], grid.ys[1:][None, :, None]
-    has = mask.any((1, 2))
-    boxes[has, 0] = np.where(mask, x0c, np.inf).min((1, 2))[has]
-    boxes[has, 1] = np.where(mask, y0c, np.inf).min((1, 2))[has]
-    boxes[has, 2] = np.where(mask, x1c, -np.inf).max((1, 2))[has]
-    boxes[has, 3] = np.where(mask, y1c, -np.inf).max((1, 2))[has]
+    # the bounding box from the mask's column and row projections (the edges increase)
+    cols, rows = mask.any(1), mask.any(2)  # [M, Rx], [M, Ry]
+    has = cols.any(1)
+    jx0, jx1 = cols.argmax(1), cols.shape[1] - cols[:, ::-1].argmax(1)  # first column, one past the last
+    iy0, iy1 = rows.argmax(1), rows.shape[1] - rows[:, ::-1].argmax(1)
+    boxes[has] = np.stack([grid.xs[jx0], grid.ys[iy0], grid.xs[jx1], grid.ys[iy1]], 1)[has]
     return boxes
 
 

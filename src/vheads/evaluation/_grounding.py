@@ -90,28 +90,32 @@ def truth_box(item: Item) -> tuple[float, float, float, float]:
 def membership(headsets: Sequence[HeadSet], n_layers: int, n_heads: int) -> sparse.csr_matrix:
     """``W [M, L·H]`` with ``W[m, l·H + h] = 1/|S_m|`` for (l, h) in head-set m: ``W @ maps``
     is each head-set's mean map."""
-    rows, cols, vals = [], [], []
-    for m, S in enumerate(headsets):
-        if len(S) == 0:
-            raise VheadsError(f"head-set {m} is empty; a grounding map needs at least one head")
-        for l, h in S:
-            rows.append(m)
-            cols.append(l * n_heads + h)
-            vals.append(1.0 / len(S))
-    return sparse.csr_matrix((vals, (rows, cols)), shape=(len(headsets), n_layers * n_heads))
+    sizes = np.fromiter((len(S.heads) for S in headsets), dtype=np.int64, count=len(headsets))
+    if (sizes == 0).any():
+        raise VheadsError(f"head-set {int(np.flatnonzero(sizes == 0)[0])} is empty; a grounding map needs at least one head")
+    lh = np.array([h for S in headsets for h in S.heads], dtype=np.int64).reshape(-1, 2)
+    rows = np.repeat(np.arange(len(headsets)), sizes)
+    return sparse.csr_matrix((np.repeat(1.0 / sizes, sizes), (rows, lh[:, 0] * n_heads + lh[:, 1])),
+                             shape=(len(headsets), n_layers * n_heads))
 
 
-def aggregate_maps(maps: np.ndarray, headsets: Sequence[HeadSet]) -> np.ndarray:
+def aggregate_maps(maps: np.ndarray, headsets: Sequence[HeadSet] | sparse.csr_matrix) -> np.ndarray:
     """Each head-set's mean of ``maps [L, H, N]`` over its heads: [M, N]. (The maps are
-    already per-head normalised for ``mean-norm``: the capture renormalises each row.)"""
+    already per-head normalised for ``mean-norm``: the capture renormalises each row.)
+    ``headsets`` may be their :func:`membership` matrix, built once for many items."""
     L, H, N = maps.shape
-    return np.asarray(membership(headsets, L, H).dot(maps.reshape(L * H, N)))
+    W = headsets if sparse.issparse(headsets) else membership(headsets, L, H)
+    return np.asarray(W.dot(maps.reshape(L * H, N)))
 
 
 def ground_maps(token_maps: np.ndarray, grid: PixelGrid, box, rule: GroundingRule = GroundingRule()) -> dict[str, np.ndarray]:
     """The outcomes of aggregated token maps ``[M, N]`` against ``box``: ``{point, iou, acc50}``
     each [M], and ``box`` [M, 4] (the box rule's boxes)."""
-    density = grid.to_pixels(token_maps)  # [M, Ry, Rx]
+    return ground_density(grid.to_pixels(token_maps), grid, box, rule)  # [M, Ry, Rx]
+
+
+def ground_density(density: np.ndarray, grid: PixelGrid, box, rule: GroundingRule = GroundingRule()) -> dict[str, np.ndarray]:
+    """:func:`ground_maps` of maps already on the pixel cells, ``density [M, Ry, Rx]``."""
     boxes = box_rule(density, grid, rule.threshold, rule.connectivity)
     iou = box_iou(boxes, box)
     return {"point": pointing_hits(density, grid, box), "iou": iou, "acc50": (iou >= 0.5).astype(float), "box": boxes}
@@ -179,14 +183,19 @@ def grounding(engine, items: Sequence[Item], headsets: Sequence[HeadSet], rule: 
     out = {k: np.zeros((M, n)) for k in GROUNDING_MEASURES}
     out["box"] = np.zeros((M, n, 4))
     shown = []
+    # once for every item, dense: a BLAS product beats the sparse one at these sizes (same sums)
+    W = membership(headsets, *captured[0][0].shape[:2]).toarray() if captured else None
     for i, ((maps, grid), box) in enumerate(zip(captured, boxes)):
-        agg = aggregate_maps(maps, headsets)  # [M, |I|]
-        res = ground_maps(agg, grid, box, rule)
+        # the heads' maps on the pixel cells first (L·H maps, not M), then each head-set's mean:
+        # the same density as aggregating over tokens first (both steps are linear)
+        L, H, N = maps.shape
+        px = np.ascontiguousarray(grid.to_pixels(maps.reshape(L * H, N)).reshape(L * H, -1))  # [L·H, Ry·Rx]
+        density = (W @ px).reshape(M, *grid.shape)
+        res = ground_density(density, grid, box, rule)
         for k in (*GROUNDING_MEASURES, "box"):
             out[k][:, i] = res[k]
         if i < keep_maps:
-            shown.append({"item": items[i].id, "density": grid.to_pixels(agg[:1])[0], "grid": grid, "truth": box,
-                          "box": res["box"][0]})
+            shown.append({"item": items[i].id, "density": density[0], "grid": grid, "truth": box, "box": res["box"][0]})
     detail = dict(out)
     if shown:
         detail["maps"] = shown
