@@ -111,3 +111,7 @@ def test_the_projected_time_is_within_twice_a_measured_small_study(tmp_path):
     speed = next(c for c in doctor("tiny", study=cfg, study_rows=study_rows).checks if c.name == "speed")
     projected = speed.numbers["projected_s"]
     assert 0.5 <= projected / measured <= 2.0, (projected, measured, speed.summary)
+    # with sequential controls (the default) the line gives a range: fewest rows … every control to R_max
+    low = speed.numbers["projected_low_s"]
+    assert sum(speed.numbers["study_rows_low"].values()) <= sum(speed.numbers["study_rows"].values())
+    assert 0.5 * low <= measured and low <= projected, (low, measured, projected)

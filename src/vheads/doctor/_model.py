@@ -157,11 +157,20 @@ def check_speed(ctx: Context, cfg, items_per_s: float | None, study_rows=None) -
     from vheads.discovery import resolve_k
 
     shape = (len(ctx.lm.attention_layers), H)
-    rows = study_rows(cfg, resolve_k(*shape, cfg.k or None, cfg.selection), shape, pool_heads=shape)
+    k = resolve_k(*shape, cfg.k or None, cfg.selection)
+    rows = study_rows(cfg, k, shape, pool_heads=shape)
     secs = sum(rows.values()) / rows_per_s
-    return Check("speed", None, f"{speed}; the configured study: about {sum(rows.values()):,} distinct rows, {_duration(secs)} at that "
-                 "rate", invariant=False,
-                 numbers={"items_per_s": items_per_s, "rows_per_s": rows_per_s, "study_rows": rows, "projected_s": secs})
+    numbers = {"items_per_s": items_per_s, "rows_per_s": rows_per_s, "study_rows": rows, "projected_s": secs}
+    if not cfg.controls_h:
+        return Check("speed", None, f"{speed}; the configured study: about {sum(rows.values()):,} distinct rows, "
+                     f"{_duration(secs)} at that rate", invariant=False, numbers=numbers)
+    # sequential controls: between every comparison stopping at its h-th draw reaching S and every one to R_max
+    low = study_rows(cfg, k, shape, pool_heads=shape, sequential=True)
+    low_s = sum(low.values()) / rows_per_s
+    numbers |= {"study_rows_low": low, "projected_low_s": low_s}
+    return Check("speed", None, f"{speed}; the configured study: {sum(low.values()):,} to {sum(rows.values()):,} distinct rows "
+                 f"(every sequential control stopping at its h-th draw reaching S … every one to R_max, where S beats "
+                 f"its controls), {_duration(low_s)} to {_duration(secs)} at that rate", invariant=False, numbers=numbers)
 
 
 def _duration(secs: float) -> str:
