@@ -46,7 +46,7 @@ def paper_config(tmp: Path, **over) -> dict:
              eval_source=f"imagenet:{tmp / 'ilsvrc' / 'ILSVRC' / 'Data' / 'CLS-LOC' / 'train'}", model="tiny", dtype="float32", device="cpu", eval_cell=32,
              queries=["ordinal"], sources=["last", "qspan"], n_discovery=2, k=0, splits=4, n_eval=2,
              row_groups=["all"], beta_sweep=[], k_sweep=[1], algebra_controls=0,
-             n_ood=2, controls={"layer-matched": 2, "any-layer": 2}, run={"shard_size": 2, "batch_size": 8, "torch_threads": 1})
+             n_ood=2, controls={"layer-matched": 2, "any-layer": 2}, test_controls={"ncs-grid": {"layer-matched": 3}}, run={"shard_size": 2, "batch_size": 8, "torch_threads": 1})
     d.update(over)
     # the scopes keep the settings this smaller grid still has (a scope naming none is refused)
     ids = {f"{c}-ord-{s}" for c in ("cm", "co") for s in ("last", "qsp")}

@@ -37,7 +37,7 @@ def two_settings(tiny_random_dirs, tmp_path_factory):
     under the top-level keys (1 draw, all rows, no sweep); NCS_grid and the beta sweep on 2 of 4 items."""
     out = tmp_path_factory.mktemp("scope")
     cfg = _base(tiny_random_dirs["qwen3_vl"], sources=["last", "qspan"], items=ITEMS,
-                scope=[{"settings": ["cm-ord-qsp"], **SCOPE}])
+                test_controls={"ncs-grid": {"layer-matched": 1}}, scope=[{"settings": ["cm-ord-qsp"], **SCOPE}])
     run_study(cfg, out, progress=False, report=True, skip_doctor=True)
     s = Store(out, readonly=True)
     try:
@@ -76,6 +76,12 @@ def test_the_store_holds_each_setting_s_tests_row_groups_and_items(two_settings)
         assert len(items[(s, "cers")]) == 4 and len(items[(s, "ncs-all")]) == 4  # the rest: n_eval
     draws = {h for s, t, h, _ in rows if s == "cm-ord-qsp" and t == "ncs-last"}
     assert draws == {"S"} | {h for s, h, c in heads if s == "cm-ord-qsp" and c == "layer-matched"}
+    # [test_controls] ncs-grid: one layer-matched draw there, every draw in the other tests
+    for s in ("cm-ord-last", "cm-ord-qsp"):
+        got = {t: {h for s2, t2, h, _ in rows if s2 == s and t2 == t and h.startswith("layer-matched#")}
+               for t in ("ncs-grid", "cers")}
+        assert got["ncs-grid"] == {"layer-matched#0"}
+        assert got["cers"] == {h for s2, h, c in heads if s2 == s and c == "layer-matched"}
 
 
 def test_the_report_of_a_scoped_run_reads(two_settings):
@@ -88,7 +94,7 @@ def test_the_plan_counts_the_rows_a_scoped_study_records(tiny_random_dirs, tmp_p
     """One setting named by a scope: every stage's full and suffix rows the run records equal
     the plan's, which must read the scope's controls, row groups and k sweep and the [items]."""
     cfg = _base(tiny_random_dirs["qwen3_vl"], tests=["cers", "ncs", "ncs-grid", "text"], items=ITEMS,
-                scope=[{"settings": ["cm-ord-last"], **SCOPE}])
+                scope=[{"settings": ["cm-ord-last"], **SCOPE, "test_controls": {"text": {"layer-matched": 1}}}])
     run_study(cfg, tmp_path / "run", progress=False, report=False, skip_doctor=True)
     ran = recorded_rows(tmp_path / "run")
     plan = study_plan(cfg, Layout("tiny-random", 2, 4, 0, 0, 0), main_k=2)
@@ -101,6 +107,7 @@ def test_the_plan_counts_the_rows_a_scoped_study_records(tiny_random_dirs, tmp_p
     d = plan.stage("ncs-grid").head_sets - 2
     assert d >= 3 and ran["ncs-grid"]["full"] == (1 + d + 1) * 2 * 2
     assert ran["ncs"]["suffix"] == (1 + d) * 2 * n + 2 * n
+    assert ran["text"]["suffix"] == (1 + 1 + 1) * n  # the text arm: S, its one draw ([test_controls]), the baseline
 
 
 @pytest.mark.parametrize("over, key", [
@@ -116,12 +123,25 @@ def test_the_plan_counts_the_rows_a_scoped_study_records(tiny_random_dirs, tmp_p
     ({"items": {"ncs-grid": 1}}, "items.ncs-grid"),
     ({"items": {"nope": 2}}, "items.nope"),
     ({"k_sweep_tests": ["text"]}, "k_sweep_tests"),
+    ({"test_controls": {"ncs-grd": {"layer-matched": 2}}}, "test_controls.ncs-grd"),
+    ({"test_controls": {"ncs-grid": {"any-layer": 2}}}, "test_controls.ncs-grid.any-layer"),
+    ({"test_controls": {"ncs-grid": {"layer-matched": 0}}}, "test_controls.ncs-grid.layer-matched"),
+    ({"test_controls": {"ncs-grid": 3}}, "test_controls"),
 ])
 def test_a_bad_scope_is_refused_naming_its_key(tiny_random_dirs, over, key):
     with pytest.raises(VheadsError) as e:
         _base(tiny_random_dirs["qwen3_vl"], **over)
     msg = str(e.value)
     assert f"'{key}'" in msg and "\n" not in msg, msg
+
+
+def test_an_h_above_a_test_s_r_names_that_test_s_key(tmp_path):
+    from vheads.study import load_config
+
+    p = tmp_path / "c.toml"
+    p.write_text("controls_h = 10\n[controls]\nlayer-matched = 40\n[test_controls.ncs-grid]\nlayer-matched = 5\n")
+    with pytest.raises(VheadsError, match=r"'controls_h'.*test_controls\.ncs-grid\.layer-matched's R_max = 5"):
+        load_config(p)
 
 
 def test_a_bad_scope_in_a_config_file_exits_2_with_one_line_before_any_work(tmp_path):
@@ -135,3 +155,21 @@ def test_a_bad_scope_in_a_config_file_exits_2_with_one_line_before_any_work(tmp_
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "scope[0].settings" in r.stderr and "did you mean 'cm-ref-qsp'" in r.stderr
     assert not out.exists()
+
+
+def test_sequential_comparisons_stop_at_each_test_s_own_r(tiny_random_dirs, tmp_path):
+    """Sequential controls (h = 1, rounds of one draw) with [test_controls]: every comparison's R_max
+    is its test's R, and no draw past it runs in that test."""
+    cfg = _base(tiny_random_dirs["qwen3_vl"], controls={"any-layer": 4}, row_group_controls=[], beta_sweep=[], ood_controls=0, beta_rule="fixed",
+                test_controls={"ncs-grid": {"any-layer": 2}}, controls_h=1, controls_batch=1)
+    run_study(cfg, tmp_path / "run", progress=False, report=False, skip_doctor=True)
+    s = Store(tmp_path / "run", readonly=True)
+    try:
+        stops = json.loads(s.get_meta("sequential_stops"))["comparisons"]
+        ran = {(t, h) for t, h in s.query("SELECT DISTINCT test, headset_id FROM outcomes WHERE headset_id LIKE 'any-layer#%'")}
+    finally:
+        s.close()
+    by = {c["unit_test"]: c["R_max"] for c in stops}
+    assert by == {"cers": 4, "ncs": 4, "ncs-grid": 2}
+    assert all(c["compared"] <= c["R_max"] for c in stops)
+    assert {h for t, h in ran if t == "ncs-grid"} <= {"any-layer#0", "any-layer#1"}

@@ -98,10 +98,12 @@ causal_method = "exact"   # the map whose top-k NCS heads form causal-ncs: exact
 [items]                   # items per test where fewer than n_eval (the first ones of its set; at most n_eval), e.g.
                           # ncs-grid = 120, beta-sweep = 200; keys: the tests and beta-sweep
 
+[test_controls]           # R of a [controls] entry in one test, e.g. [test_controls.ncs-grid] layer-matched = 100
+
 # [[scope]]               # keys for named settings only (repeat the table for each group of settings):
 # settings = ["cm-ref-qsp", "ph-ref-qsp"]   # setting ids of this run (corpus-query-source)
 # controls = { layer-matched = 250, any-layer = 250 }   # replaces [controls] for them
-#                         # also: tests, row_groups, k_sweep, k_sweep_tests, k_sweep_controls
+#                         # also: test_controls, tests, row_groups, k_sweep, k_sweep_tests, k_sweep_controls
 
 [controls]                # control name = R draws per head-set
 layer-matched = 249       # R >= 239 lets a Holm-adjusted p over 12 settings fall under 0.05 (where the pool holds
@@ -164,9 +166,9 @@ LATER_KEY_DEFAULTS = {"eval_source": "synthetic", "eval_classes": "", "eval_excl
                       # a run from before the sequential rank p compared every draw (controls_h = 0)
                       "controls_h": 0, "controls_batch": 32,
                       # the scoped protocol (issue 43): without scopes a run reads as before
-                      "scope": [], "items": {}, "k_sweep_tests": ["cers", "ncs"]}
+                      "scope": [], "items": {}, "k_sweep_tests": ["cers", "ncs"], "test_controls": {}}
 #: the keys a ``[[scope]]`` table may set for its settings (:meth:`StudyConfig.for_setting`)
-SCOPE_KEYS = ("controls", "tests", "row_groups", "k_sweep", "k_sweep_tests", "k_sweep_controls")
+SCOPE_KEYS = ("controls", "test_controls", "tests", "row_groups", "k_sweep", "k_sweep_tests", "k_sweep_controls")
 #: the keys of ``[items]``: the tests (items per test) and the beta sweep
 ITEM_KEYS = (*TESTS, "beta-sweep")
 #: prompt keys left out of the stored config while at their default ("")
@@ -238,6 +240,7 @@ class StudyConfig:
     models: list[dict[str, str]] = field(default_factory=list)  # several models: see model_entries
     controls: dict[str, int] = field(default_factory=lambda: {"layer-matched": 249, "any-layer": 249, "attention-matched": 20})
     items: dict[str, int] = field(default_factory=dict)  # items per test, fewer than n_eval (its first ones)
+    test_controls: dict[str, dict[str, int]] = field(default_factory=dict)  # test -> control -> R (else [controls]'s)
     scope: list[dict[str, Any]] = field(default_factory=list)  # [[scope]]: keys for named settings (for_setting)
     run: RunConfig = field(default_factory=RunConfig)
     templates: dict[str, str] = field(default_factory=dict)  # only the templates that differ from the model's defaults
@@ -255,6 +258,14 @@ class StudyConfig:
             if setting in sc["settings"]:
                 return replace(self, scope=[], **{k: v for k, v in sc.items() if k != "settings"})
         return self
+
+    def control_R(self, test: str, name: str) -> int:
+        """R of ``[controls]`` entry ``name`` in ``test``: ``[test_controls.<test>]``'s, else ``[controls]``'s."""
+        return self.test_controls.get(test, {}).get(name, self.controls[name])
+
+    def drawn_R(self, name: str) -> int:
+        """The draws of control ``name`` a setting needs: the most any of its tests compares."""
+        return max([self.controls[name], *(self.control_R(t, name) for t in self.tests)])
 
     def n_items(self, test: str) -> int:
         """Items test ``test`` (or ``beta-sweep``) runs on: ``[items]``, else ``n_eval``."""
@@ -407,6 +418,8 @@ def config_from_dict(data: dict[str, Any]) -> StudyConfig:
             kwargs[key] = value  # templates: against the model's defaults, below; scores: in validate
         elif key == "scope":
             kwargs[key] = _scopes(value, base)
+        elif key == "test_controls":
+            kwargs[key] = _test_controls(value, key)
         elif key == "items":
             if not isinstance(value, dict):
                 raise VheadsError(f"config key 'items' must be a table of test = items, got {value!r:.80}")
@@ -437,11 +450,19 @@ def _scopes(value: Any, base: StudyConfig) -> list[dict[str, Any]]:
                 continue
             if k not in SCOPE_KEYS:
                 raise VheadsError(f"unknown config key '{where}.{k}'; a scope may set: settings, {', '.join(SCOPE_KEYS)}")
-            got[k] = _check(f"{where}.{k}", v, getattr(base, k))
+            got[k] = _test_controls(v, f"{where}.{k}") if k == "test_controls" else _check(f"{where}.{k}", v, getattr(base, k))
         if len(got) == 1:
             raise VheadsError(f"config key '{where}': sets no key for its settings; add some of {', '.join(SCOPE_KEYS)}")
         out.append(got)
     return out
+
+
+def _test_controls(value: Any, key: str) -> dict[str, dict[str, int]]:
+    """``[test_controls]``: a table per test of ``control = R`` (errors name ``KEY.TEST.CONTROL``)."""
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise VheadsError(f"config key {key!r} must hold a table per test of control = R "
+                          f"(e.g. [test_controls.ncs-grid] layer-matched = 100), got {value!r:.80}")
+    return {t: {c: _check(f"{key}.{t}.{c}", r, 1) for c, r in v.items()} for t, v in value.items()}
 
 
 def setting_ids(cfg: StudyConfig) -> list[str]:
@@ -475,6 +496,17 @@ def _validate_scopes(cfg: StudyConfig, bad) -> None:
             bad(f"items.{k}", f"unknown test {k!r}; choose from {', '.join(ITEM_KEYS)}")
         if v < 2:
             bad(f"items.{k}", f"must be at least 2 items (a test on more than n_eval runs n_eval), got {v}")
+    for t, per in cfg.test_controls.items():
+        if t not in TESTS:
+            bad(f"test_controls.{t}", f"unknown test {t!r}; choose from {', '.join(TESTS)}")
+        for name, R in per.items():
+            if name not in cfg.controls:
+                bad(f"test_controls.{t}.{name}", f"{name!r} is not one of the configured controls "
+                    f"({', '.join(cfg.controls)}); a test's count changes the R of a [controls] entry")
+            if not 1 <= R <= MAX_R:
+                bad(f"test_controls.{t}.{name}", f"R must be 1 to {MAX_R:,}, got {R}")
+            if cfg.controls[name] == 1 and R != 1 and name in ("sinks", "text-heavy"):
+                bad(f"test_controls.{t}.{name}", f"{name} is deterministic, so R must be 1, got {R}")
     for t in cfg.k_sweep_tests:
         if t not in ("cers", "ncs"):
             bad("k_sweep_tests", f"the k sweep runs in cers and ncs only, got {t!r}")
@@ -509,9 +541,11 @@ def _check_h_reachable(cfg: StudyConfig, data: dict[str, Any]) -> None:
 
     for where, c in [("", cfg), *((f"scope[{i}].", cfg.for_setting(sc["settings"][0])) for i, sc in enumerate(cfg.scope))]:
         for name in sequential_controls(c):
-            if c.controls[name] < c.controls_h:
-                raise VheadsError(f"config key 'controls_h': h = {c.controls_h} is more than {where}controls.{name}'s R_max = "
-                                  f"{c.controls[name]}; raise R to at least h, lower h, or set controls_h = 0 (fixed R)")
+            for t in c.tests:
+                if c.control_R(t, name) < c.controls_h:
+                    key = f"test_controls.{t}.{name}" if name in c.test_controls.get(t, {}) else f"controls.{name}"
+                    raise VheadsError(f"config key 'controls_h': h = {c.controls_h} is more than {where}{key}'s R_max = "
+                                      f"{c.control_R(t, name)}; raise R to at least h, lower h, or set controls_h = 0 (fixed R)")
 
 
 def validate(cfg: StudyConfig) -> None:

@@ -296,13 +296,19 @@ def _evaluation_rows(g, cfg, settings: int, k: int, L: int, H: int, compared, ev
     a test of the run has); the per-test items are the study's ``[items]``. Returns the
     layer-matched draws compared per setting."""
     tests = set(g.tests)
-    C = {name: compared(name, R, k, main=True) for name, R in g.controls.items()}
+
+    def controls_of(test: str) -> dict[str, float]:  # each control's draws compared in ``test`` ([test_controls])
+        return {name: compared(name, g.control_R(test, name), k, main=True) for name in g.controls}
+
+    per_test = {t: controls_of(t) for t in ("cers", "ncs", "ncs-grid", "text")}
+    C = per_test["cers"]
     lm = C.get("layer-matched", 0.0)
-    rg = sum(C[c] for c in g.row_group_controls if c in C)
+    rg = sum(per_test["ncs"][c] for c in g.row_group_controls if c in per_test["ncs"])
     k_points = [kk for kk in dict.fromkeys(g.k_sweep) if kk != k and kk <= L * H]
     k_ctrl = sum(compared("layer-matched", g.k_sweep_controls, kk) for kk in dict.fromkeys(g.k_sweep) if kk <= L * H) \
         if g.k_sweep_controls else 0.0
-    main = 1 + sum(C.values())  # S and its controls
+    main_of = {t: 1 + sum(c.values()) for t, c in per_test.items()}  # S and its controls, per test
+    main = main_of["cers"]
     sweep_sets = len(k_points) + k_ctrl  # the k sweep's sets (in the k_sweep_tests; NCS at all rows)
     sweep = {t: sweep_sets if t in g.k_sweep_tests else 0.0 for t in ("cers", "ncs")}
 
@@ -332,18 +338,18 @@ def _evaluation_rows(g, cfg, settings: int, k: int, L: int, H: int, compared, ev
     if "ncs" in tests:
         nn = cfg.n_items("ncs")
         for grp in g.row_groups:
-            add("ncs", settings * (main + sweep["ncs"] if grp == "all" else 1 + rg), 2, grp in SUFFIX_GROUPS, nn)
+            add("ncs", settings * (main_of["ncs"] + sweep["ncs"] if grp == "all" else 1 + rg), 2, grp in SUFFIX_GROUPS, nn)
         if "ncs baselines" not in seen:  # the unmasked baselines, once per model
             ev["ncs"].suffix += 2 * nn
             seen.add("ncs baselines")
         for a in g.ablation:
             if a != "attention":
                 add("ncs", settings * (1 + rg), 2, g.row_groups[0] in SUFFIX_GROUPS, nn)
-        ev["ncs"].head_sets = max(ev["ncs"].head_sets, round(main + sweep["ncs"]))
+        ev["ncs"].head_sets = max(ev["ncs"].head_sets, round(main_of["ncs"] + sweep["ncs"]))
     if "ncs-grid" in tests:  # + every head hidden: the attainable bound (once)
-        add("ncs-grid", settings * main + (0 if "ncs-grid" in seen else 1), 2, False, cfg.n_items("ncs-grid"))
+        add("ncs-grid", settings * main_of["ncs-grid"] + (0 if "ncs-grid" in seen else 1), 2, False, cfg.n_items("ncs-grid"))
     if "text" in tests:  # + the unmasked baseline (once)
-        add("text", settings * main + (0 if "text" in seen else 1), 1, True, cfg.n_items("text"))
+        add("text", settings * main_of["text"] + (0 if "text" in seen else 1), 1, True, cfg.n_items("text"))
     ev["beta sweep"].head_sets = max(ev["beta sweep"].head_sets, round(beta_first))  # per setting
     return lm
 

@@ -268,7 +268,8 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
             discovered[sid] = S
         rows.append((sid, "S", "S", 0, cfg.seed, _heads_json(S)))
         scfg = cfg.for_setting(sid)  # its [[scope]]'s controls and k sweep
-        for name, R in scfg.controls.items():
+        for name in scfg.controls:
+            R = scfg.drawn_R(name)  # the most any of its tests compares ([test_controls])
             seed = control_seed(cfg.seed, S, name)
             base, n = split_control_name(name)  # "random-n@200": 200 heads per draw
             draws = draw_controls(base, S, R, seed, **({"n": n} if n else {}), **({"common": True} if base in COMMON_DRAWS else {}),
@@ -336,9 +337,10 @@ def _eval_units(store: Store, cfg: StudyConfig, beta: float | None = None, rnd: 
     each control still undecided in its (setting, test), under ids ``.../r<r>``; ``[]`` once
     every comparison is decided."""
     from vheads.study._ablation import ablation_test_id
-    from vheads.study._sequential import round_plan, setting_draws
+    from vheads.study._sequential import round_plan, setting_draws, store_pools, test_ids
 
     seq = setting_draws(store, cfg) if cfg.controls_h else {}
+    pools = store_pools(store)  # how each setting's draws were chosen ([test_controls] reads it)
     if rnd and not seq:
         return []
     later = round_plan(store, cfg, rnd, seq) if rnd else {}
@@ -365,11 +367,12 @@ def _eval_units(store: Store, cfg: StudyConfig, beta: float | None = None, rnd: 
                              "ablations": [a for a in cfg.ablation if a != "attention"
                                            and ablation_test_id(scfg.row_groups[0], a) in undecided]}
             n_items = cfg.n_items(test)
+            run_ids = test_ids(cfg, sid, test, ids, pools) if scfg.test_controls and not algebra else ids
             for lo in range(0, n_items, cfg.run.shard_size):
                 hi = min(n_items, lo + cfg.run.shard_size)
                 unit = {"unit_id": f"eval/{sid}/{test}/{lo}-{hi}" + (f"/r{rnd}" if rnd else ""), "kind": "eval",
-                        "setting": sid, "test": test, "shard": [lo, hi], "headset_ids": ids,
-                        "headsets": [json.loads(heads_of[h]) for h in ids],
+                        "setting": sid, "test": test, "shard": [lo, hi], "headset_ids": run_ids,
+                        "headsets": [json.loads(heads_of[h]) for h in run_ids],
                         "row_groups": ["all"] if algebra else scfg.row_groups if scfg is not cfg else None,
                         "beta": cfg.beta if beta is None else beta}
                 if scfg.k_sweep_tests != cfg.k_sweep_tests or cfg.k_sweep_tests != ["cers", "ncs"]:

@@ -69,6 +69,45 @@ def setting_draws(store, cfg) -> dict[str, dict[str, list[str]]]:
     return dict(out)
 
 
+def test_R(cfg, setting: str, test: str, label: str, pools: dict | None = None) -> int | None:
+    """How many of the draws stored under ``label`` ``test`` compares for ``setting``: its R
+    there (its scope's ``[test_controls]``, else ``[controls]``) where that is fewer than the
+    setting drew for its other tests; None (all of them) otherwise, for a label that is no
+    ``[controls]`` entry, and where the whole pool was drawn and holds at most 2R (a test of
+    that R alone would compare it whole too). ``pools``: the store's meta ``control_pools``."""
+    c = cfg.for_setting(setting)
+    for name in c.controls:
+        if control_label(name) == label:
+            R = c.control_R(test, name)
+            if R >= c.drawn_R(name):
+                return None
+            rec = (pools or {}).get(setting, {}).get(label, {})
+            if rec.get("mode") == "exact" and isinstance(rec.get("pool"), int) and rec["pool"] <= 2 * R:
+                return None
+            return R
+    return None
+
+
+def store_pools(store) -> dict:
+    """The store's meta ``control_pools`` (how each setting's draws were chosen), or {}."""
+    raw = store.get_meta("control_pools")
+    return json.loads(raw) if raw else {}
+
+
+def test_ids(cfg, setting: str, test: str, ids: list[str], pools: dict | None = None) -> list[str]:
+    """``ids`` less the draws ``test`` does not compare: a ``[controls]`` entry's draws past its
+    R in that test (``[test_controls]``; a setting draws the most any of its tests compares)."""
+    caps: dict[str, int | None] = {}
+    out = []
+    for h in ids:
+        label, sep, i = h.rpartition("#")
+        if sep and label not in caps:
+            caps[label] = test_R(cfg, setting, test, label, pools)
+        if not sep or caps[label] is None or int(i) < caps[label]:
+            out.append(h)
+    return out
+
+
 def unit_test(unit_id: str, setting: str) -> str | None:
     """The test of an evaluation unit ``eval/<setting>/<test>/<lo>-<hi>[/r<round>]`` (None otherwise)."""
     head = f"eval/{setting}/"
@@ -103,6 +142,7 @@ def comparisons(store, cfg, upto: int | None = None, draws: dict | None = None) 
     from vheads.evaluation import control_rank_p
 
     draws = setting_draws(store, cfg) if draws is None else draws
+    pools = store_pools(store) if (cfg.test_controls or any("test_controls" in sc for sc in cfg.scope)) else {}
     rows = []
     for (setting, ut), cells in sorted(cell_means(store, draws).items()):
         for (test, metric), by_id in sorted(cells.items()):
@@ -110,7 +150,7 @@ def comparisons(store, cfg, upto: int | None = None, draws: dict | None = None) 
             if t_s is None:
                 continue
             for label, ids in sorted(draws[setting].items()):
-                R_max = len(ids)
+                R_max = min(len(ids), test_R(cfg, setting, ut, label, pools) or len(ids))  # this test's R
                 seen = ids[:R_max if upto is None else min(upto, R_max)]
                 t = [by_id[h] for h in seen if h in by_id]
                 if not t:  # this control is not run in this cell (a row group's controls)
@@ -133,13 +173,15 @@ def round_plan(store, cfg, rnd: int, draws: dict | None = None) -> dict[tuple[st
     undecided: dict[tuple[str, str], set[str]] = defaultdict(set)
     tests: dict[tuple[str, str], set[str]] = defaultdict(set)
     draws = setting_draws(store, cfg) if draws is None else draws  # read once a round
+    pools = store_pools(store) if (cfg.test_controls or any("test_controls" in sc for sc in cfg.scope)) else {}
     for c in comparisons(store, cfg, upto=lo, draws=draws):
         if not c["decided"]:
             undecided[(c["setting"], c["unit_test"])].add(c["control"])
             tests[(c["setting"], c["unit_test"])].add(c["test"])
     out = {}
     for (setting, ut), labels in sorted(undecided.items()):
-        ids = [h for label in sorted(labels) for h in draws[setting][label][lo:hi]]
+        ids = [h for label in sorted(labels)
+               for h in draws[setting][label][:test_R(cfg, setting, ut, label, pools) or None][lo:hi]]
         if ids:
             out[(setting, ut)] = (ids, tests[(setting, ut)])
     return out
