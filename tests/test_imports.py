@@ -266,3 +266,19 @@ def test_the_module_graph_reads_lazy_and_type_only_imports_as_they_run(tmp_path)
     init = tmp_path / "__init__.py"
     init.write_text(src.read_text())
     assert sorted(runtime_imports_of(init)) == ["vheads.report._tables.fmt", "vheads.study._config.X"]
+
+
+
+def test_no_import_circle_between_modules_even_through_annotations():
+    """Stricter than the runtime graph above: counting ``TYPE_CHECKING`` imports too, no circle
+    (issue 42: the config imported the ablations, which read the study's items, which named the
+    config for their annotations; the config now validates its own ablation key)."""
+    modules = all_modules()
+
+    def resolve(name: str) -> str:
+        while name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    cycle = find_cycle({m: {resolve(n) for n in imports_of(p)} - {m} for m, p in modules.items()})
+    assert cycle is None, "import circle (annotations included): " + " -> ".join(cycle)

@@ -654,9 +654,25 @@ def _validate_controls(cfg: StudyConfig, bad) -> None:
             bad(f"controls.{name}", f"{name} is deterministic, so R must be 1, got {R}")
 
 
+#: the study's default ``ablation``: the seed's mask, and ``zero`` beside it wherever the study runs NCS
+DEFAULT_ABLATION = ["attention", "zero"]
+
+
+def validate_ablation(cfg: StudyConfig, bad) -> None:
+    """An unknown name, or a head-output ablation without NCS to run it in, names the key
+    (the ablations themselves: :mod:`vheads.study._ablation`)."""
+    from vheads.evaluation import ABLATIONS  # torch-free
+
+    for a in cfg.ablation:
+        if a not in ABLATIONS:
+            bad("ablation", f"unknown ablation {a!r}; choose from {', '.join(ABLATIONS)}")
+    # the default's zero ablation runs where the study runs NCS; one the config names needs NCS
+    if cfg.ablation != DEFAULT_ABLATION and any(a != "attention" for a in cfg.ablation) and ("ncs" not in cfg.tests or not cfg.row_groups):
+        bad("ablation", "the head-output ablations run NCS; add 'ncs' to tests (with a row group) or set ablation = [\"attention\"]")
+
+
 def _validate_more(cfg: StudyConfig, bad) -> None:
     """Checks that keep a run from stopping half-made: every one runs before the run folder exists."""
-    from vheads.study._ablation import validate_ablation
 
     for key in ("corpora", "queries", "sources", "tests", "row_groups", "row_group_controls", "ablation"):
         values = getattr(cfg, key)
