@@ -85,6 +85,7 @@ def test_single_model_config_keeps_its_hash():
                 "scores", "score_on", "ablation", "causal_tests",  # the score points' defaults (issue 24)
                 "causal_subsets", "causal_method",  # the regression map's keys (issue 33), off by default
                 "controls_batch",  # at its default (controls_h = 10 is not: a fixed-R run has h = 0)
+                "scope", "items", "k_sweep_tests", "test_controls",  # the scoped protocol (issue 43), unset
                 "metric"):  # metric: which stored metric the report leads with, never in the hash
         d.pop(key)
     assert cfg.science_hash() == hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vheads._ids import random_n_count
 from vheads.evaluation._headsets import HeadSet
 from vheads.evaluation._pools import (
     EXACT_POOL_FACTOR, _free_in, _rings, control_pool, control_pool_size, take_distinct,
@@ -554,10 +555,8 @@ PATTERN_DRAWS = frozenset({"layer-matched"})
 def is_exchangeable(name: str, S: HeadSet | None = None, n: int | None = None) -> bool:
     """Whether control ``name``'s rank p for S decides (a verdict) or only describes: an
     exchangeable control (``Control.exchangeable``); random-n only when it draws |S| heads."""
-    import re
-
-    m = re.fullmatch(r"random-n(?:@|\(n=)(\d+)\)?", name)  # a spec (random-n@200) or a label (random-n(n=200))
-    base, n = ("random-n", n or int(m.group(1))) if m else (name, n)
+    count = random_n_count(name)  # a spec (random-n@200) or a label (random-n(n=200))
+    base, n = ("random-n", n or count) if count is not None else (name, n)
     if base == "random-n":
         return n is None or S is None or n == len(S)
     try:

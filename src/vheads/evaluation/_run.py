@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vheads._ids import headset_id
 from vheads._errors import VheadsError
 from vheads._seeds import derived_seed
 from vheads.evaluation._ablation import check_ablation
@@ -240,7 +241,7 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                 meta[req.label] = {"R": req.R, "seed": cseed, "mode": draws.mode, "pool": draws.pool,
                                    "fallbacks": [str(f) for f in draws.fallbacks]}
                 for i, d in enumerate(draws):
-                    ids.append(f"{req.label}#{i}")
+                    ids.append(headset_id(req.label, i))
                     hs.append(d)
             out = run_test(engine, test, sets, hs, beta, steer_rows if test.startswith("cers") else rows, seed, batch_size,
                            progress, memo=memo, ablation=ablation, reference=reference,

@@ -11,15 +11,12 @@ the same under every other ablation.
 """
 
 from __future__ import annotations
-
-import re
-
+from vheads._ids import parse_ablation_test_id, row_group_test_id
 from vheads.report._data import RunData
 from vheads.report._doc import Table
 from vheads.report._tables import fmt, fmt_ci, fmt_p, fmt_verdict, significance
 
 CONTROL = "layer-matched"
-_ID = re.compile(r"^ncs-(?P<group>[a-z]+)@ablation=(?P<ablation>[a-z]+)$")
 
 
 def ablation_tests(run: RunData) -> tuple[str, dict[str, str]] | None:
@@ -27,17 +24,17 @@ def ablation_tests(run: RunData) -> tuple[str, dict[str, str]] | None:
     first), or None when it has no head-output ablation."""
     found: dict[str, dict[str, str]] = {}
     for _, t in run.cells:
-        m = _ID.match(t)
+        m = parse_ablation_test_id(t)
         if m:
-            found.setdefault(m.group("group"), {})[m.group("ablation")] = t
+            found.setdefault(m[0], {})[m[1]] = t
     if not found:
         return None
     group = next(iter(sorted(found)))
-    if not any((s, f"ncs-{group}") in run.cells for s in run.settings):
+    if not any((s, row_group_test_id(group)) in run.cells for s in run.settings):
         return None
     order = ("zero", "mean", "resample")
     shown = sorted(found[group], key=lambda a: order.index(a) if a in order else len(order))
-    return group, {"attention": f"ncs-{group}", **{a: found[group][a] for a in shown}}
+    return group, {"attention": row_group_test_id(group), **{a: found[group][a] for a in shown}}
 
 
 def ablation_table(run: RunData) -> Table | None:

@@ -16,7 +16,6 @@ A head-set's statistic ``T`` is the mean over items of its per-item ``value``.
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,57 +23,11 @@ from typing import Any
 
 import numpy as np
 
+# the ids are parsed in vheads._ids; HeadSetId, TestId and the parsers are re-exported for the report's modules
+from vheads._ids import S_K_GLOB, HeadSetId, TestId, parse_headset_id, parse_test_id, sweep_test_id  # noqa: F401
 from vheads.evaluation import AUDIT_SETS
 from vheads._errors import VheadsError
 from vheads.store import METRIC_COLUMNS, STORE_NAME, Store
-
-_HEADSET_RE = re.compile(r"^(?P<name>[^@#]+)(?:@k=(?P<k>\d+))?(?:#(?P<draw>\d+))?$")
-_TEST_RE = re.compile(r"^(?P<base>[^@]+)(?:@(?P<param>[A-Za-z_]+)=(?P<value>.+))?$")
-
-
-@dataclass(frozen=True)
-class HeadSetId:
-    """A parsed head-set id: ``role`` is ``"S"`` or a control name; ``k`` set for k-sweep sets."""
-
-    raw: str
-    role: str
-    k: int | None
-    draw: int | None
-
-    @property
-    def is_s(self) -> bool:
-        return self.role == "S"
-
-
-def parse_headset_id(raw: str) -> HeadSetId:
-    m = _HEADSET_RE.match(raw)
-    if not m:
-        return HeadSetId(raw, raw, None, None)
-    k = m.group("k")
-    draw = m.group("draw")
-    return HeadSetId(raw, m.group("name"), int(k) if k else None, int(draw) if draw else None)
-
-
-@dataclass(frozen=True)
-class TestId:
-    """A parsed test id: ``cers@beta=100`` → base ``cers``, param ``beta``, value 100.0."""
-
-    raw: str
-    base: str
-    param: str | None
-    value: float | None
-
-
-def parse_test_id(raw: str) -> TestId:
-    m = _TEST_RE.match(raw)
-    if not m or not m.group("param"):
-        return TestId(raw, raw, None, None)
-    try:
-        value = float(m.group("value"))
-    except ValueError:
-        return TestId(raw, raw, None, None)
-    return TestId(raw, m.group("base"), m.group("param"), value)
-
 
 @dataclass
 class Cell:
@@ -396,7 +349,7 @@ def outcome_cells_by_metric(store: Store, metrics: tuple[str, ...], heads_of: di
     finite = "abs({c}) < 1e308"  # NULL (NaN) and ±inf fail it
     args = tuple(tests or ())
     where = f" AND test IN ({', '.join('?' * len(tests))})" if tests else ""
-    is_s = "(headset_id = 'S' OR headset_id GLOB 'S@k=*')"
+    is_s = f"(headset_id = 'S' OR headset_id GLOB '{S_K_GLOB}')"
     s_values: list[dict[tuple[str, str, str], list[float]]] = [defaultdict(list) for _ in metrics]
     nonfinite = [0] * len(metrics)
     for setting, test, hid, *values in store.query(
@@ -430,7 +383,7 @@ def outcome_cells_by_metric(store: Store, metrics: tuple[str, ...], heads_of: di
         "ORDER BY setting, test, headset_id, arm, item_id", *args
     ):  # S's arms under (setting, test, arm); a k-sweep set's under (setting, "test@k=K", arm)
         k = parse_headset_id(hid).k
-        key = (setting, test if k is None else f"{test}@k={k}", arm)
+        key = (setting, test if k is None else sweep_test_id(test, "k", k), arm)
         for n, value in enumerate(values):
             arm_values[n][key].append(float(value))
     return {m: (*_cells(s_values[n], means[n], heads_of), {key: np.asarray(v, dtype=float) for key, v in arm_values[n].items()},

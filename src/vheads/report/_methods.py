@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from vheads._ids import is_ablation_test, without_ablation
 from vheads.report._data import RunData, fallback_note, identical_to
 from vheads.report._doc import Figure, Table
 from vheads.report._tables import ALPHA, TEST_NAMES, adjust_family, compare, fmt, fmt_ci, fmt_p, fmt_verdict, s_interval
@@ -150,12 +151,12 @@ def methods_tested(run: RunData) -> list[str]:
     """The tests the score points store: the seed's two first, then symmetric CERS and the ablations."""
     ncs = "ncs-all" if any((s, "ncs-all") in run.cells for s in run.score_settings) else "ncs"
     stored = {t for (s, t) in run.cells if s in run.score_settings}
-    return [t for t in ("cers", ncs, "cers-sym") if t in stored] + sorted(t for t in stored if "@ablation=" in t)
+    return [t for t in ("cers", ncs, "cers-sym") if t in stored] + sorted(t for t in stored if is_ablation_test(t))
 
 
 def _test_name(test: str) -> str:
     """``ncs-all@ablation=zero`` → "NCS (necessity), zero ablation"; other ids as Table 3 names them."""
-    base, _, abl = test.partition("@ablation=")
+    base, abl = without_ablation(test)
     return f"{TEST_NAMES.get(base, base)}, {abl} ablation" if abl else TEST_NAMES.get(test, test)
 
 

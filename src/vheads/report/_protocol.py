@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+from vheads._ids import k_label, sweep_test_id
 from vheads.report._data import (
     RunData, cfg_get, control_fallbacks, control_pools, headline_beta, settings_text, sweep_points,
 )
@@ -289,7 +290,7 @@ def _floors_check(run: RunData, alpha: float = ALPHA) -> Check:
     for (s, base), by_k in run.ksweep.items():
         for k, cell in by_k.items():
             for c in cell.controls:
-                add(f"k sweep ({base})", c, len(cell.distinct(c)), None, "k_sweep_controls", s, f"{c}@k={k}")
+                add(f"k sweep ({base})", c, len(cell.distinct(c)), None, "k_sweep_controls", s, k_label(c, k))
     rows, warns = [], []
     for (table, c), e in sorted(found.items()):
         n, m, pool = e["n"], e["m"], e["pool"]
@@ -366,7 +367,7 @@ def sweep_changes(run: RunData, param: str) -> dict[str, list[tuple[str, list[tu
         pts = []
         for x in sorted(by_x):
             cell = by_x[x]
-            key = f"{base}@k={int(x)}" if param == "k" and (s, f"{base}@k={int(x)}", "matched") in run.arms else base
+            key = sweep_test_id(base, "k", x) if param == "k" and (s, sweep_test_id(base, "k", x), "matched") in run.arms else base
             st = compare(cell, s, base, s_interval(run, s, key, cell.s) if param == "k" else None)
             if st.t_s is not None:
                 pts.append((x, st.t_s, _state(st)))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vheads._ids import is_ablation_test, parse_headset_id, sweep_test_id
 from vheads.causal import CAUSAL_SETTING
 from vheads.evaluation import (
     Interval, RankP, bootstrap_diff_ci, holm, holm_floors, member_required_n, rank_p, required_n, t_interval, verdict, welch_interval, z_score,
@@ -445,7 +446,7 @@ def arms_table(run: RunData) -> Table | None:
     seed = seed if isinstance(seed, int) and seed >= 0 else 0
     rows, small = [], False
     for s in run.settings + run.score_settings:  # the score points' arms too
-        for t in sorted({t for (ss, t, _) in run.arms if ss == s and "@ablation=" not in t}):  # ablations: their own table
+        for t in sorted({t for (ss, t, _) in run.arms if ss == s and not is_ablation_test(t)}):  # ablations: their own table
             m, mm = run.arms.get((s, t, "matched")), run.arms.get((s, t, "mismatched"))
             if m is None or mm is None:
                 continue
@@ -583,7 +584,7 @@ def sweep_table(run: RunData, param: str) -> Table | None:
     for (s, base) in sorted(pts, key=lambda k: (k[1], run.settings.index(k[0]) if k[0] in run.settings else 99)):
         for x in sorted(pts[(s, base)]):
             cell = pts[(s, base)][x]
-            arms_key = f"{base}@k={int(x)}" if param == "k" and (s, f"{base}@k={int(x)}", "matched") in run.arms else base
+            arms_key = sweep_test_id(base, "k", x) if param == "k" and (s, sweep_test_id(base, "k", x), "matched") in run.arms else base
             st = compare(cell, s, base, s_interval(run, s, arms_key, cell.s) if param == "k" else None)
             main = cell is run.cells.get((s, base))  # the main point, read from Table 3's own cell
             mains |= main
@@ -608,7 +609,7 @@ def sweep_table(run: RunData, param: str) -> Table | None:
                  + f"Every other row, the {'own k' if param == 'k' else 'headline β'} included where the sweep ran a point "
                  "there, shows that point's own draws (their n in the R column): fewer than Table 3 compares, so its p "
                  "can sit at a higher floor than Table 3's for the same S."
-                 + fallback_note(run.meta, (lambda label: label.startswith("layer-matched@k=")) if param == "k" else "layer-matched",
+                 + fallback_note(run.meta, (lambda label: parse_headset_id(label).k is not None) if param == "k" else "layer-matched",
                                  {s for s, _ in pts}), text_cols=2)
 
 

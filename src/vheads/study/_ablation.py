@@ -14,11 +14,8 @@ from __future__ import annotations
 
 # the study's default ``ablation`` and its check live with the config (vheads.study._config):
 # the config validates its own keys and imports no feature module
+from vheads._ids import ablation_test_id  # noqa: F401  (re-exported)
 from vheads.study._config import DEFAULT_ABLATION, validate_ablation  # noqa: F401  (re-exported)
-
-
-def ablation_test_id(group: str, ablation: str) -> str:
-    return f"ncs-{group}@ablation={ablation}"
 
 
 def ablation_runs(cfg, source, templates, lo: int, hi: int) -> list[tuple[str, dict | None, dict | None]]:

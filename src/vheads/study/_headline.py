@@ -28,6 +28,8 @@ import numpy as np
 
 DEFAULT_TOLERANCE = 0.05
 
+from vheads._ids import BETA_SWEEP_LIKE, parse_test_id
+
 
 def parse_beta_rule(rule: str) -> tuple[str, float | None]:
     """``"fixed"`` → ``("fixed", None)``; ``"controls"`` / ``"controls:0.05"`` → ``("controls", 0.05)``.
@@ -71,11 +73,11 @@ def headline_beta(store, cfg) -> float:
     elif name == "fixed":
         record["beta"] = float(cfg.beta)
     else:
-        rows = store.query("SELECT test, setting, headset_id, avg(value) FROM outcomes WHERE test LIKE 'cers@beta=%' "
-                           "AND headset_id LIKE 'layer-matched#%' GROUP BY test, setting, headset_id")
+        rows = store.query("SELECT test, setting, headset_id, avg(value) FROM outcomes WHERE test LIKE ? "
+                           "AND headset_id LIKE 'layer-matched#%' GROUP BY test, setting, headset_id", BETA_SWEEP_LIKE)
         by_beta: dict[float, list[float]] = {}
         for test, _, _, v in rows:
-            by_beta.setdefault(float(test.split("=", 1)[1]), []).append(float(v))
+            by_beta.setdefault(parse_test_id(test).value, []).append(float(v))
         beta, rms, met = controls_rule({b: np.array(v) for b, v in by_beta.items()}, tol)
         record.update(beta=beta, tolerance=tol, rms={f"{b:g}": r for b, r in rms.items()}, met=met,
                       n_draws=len(next(iter(by_beta.values()))))

@@ -25,6 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vheads import __version__
+from vheads._ids import S as S_ID, control_label, headset_id, k_label
 from vheads.evaluation import COMMON_DRAWS, PATTERN_DRAWS, HeadSet, draw_controls
 from vheads.evaluation import split_control_name
 from vheads.study._backends import make_backend
@@ -274,21 +275,21 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
             base, n = split_control_name(name)  # "random-n@200": 200 heads per draw
             draws = draw_controls(base, S, R, seed, **({"n": n} if n else {}), **({"common": True} if base in COMMON_DRAWS else {}),
                                   **inputs)
-            label = f"{base}(n={n})" if n else name
+            label = control_label(name)
             record(sid, label, draws, R)
             for i, d in enumerate(draws):
-                rows.append((sid, f"{label}#{i}", label, i, seed, _heads_json(d)))
+                rows.append((sid, headset_id(label, i), label, i, seed, _heads_json(d)))
         sc = np.array(json.loads(scores))
         for kk in scfg.k_sweep:
             if kk <= L * H:
                 Sk = select_heads(sc, kk, cfg.selection, attention_layers)
-                rows.append((sid, f"S@k={kk}", "S@k", kk, cfg.seed, _heads_json(Sk)))
+                rows.append((sid, k_label(S_ID, kk), "S@k", kk, cfg.seed, _heads_json(Sk)))
                 if scfg.k_sweep_controls:  # every sweep point is tested against its own controls
                     seed = control_seed(cfg.seed, Sk, "layer-matched")
                     draws = draw_controls("layer-matched", Sk, scfg.k_sweep_controls, seed)
-                    record(sid, f"layer-matched@k={kk}", draws, scfg.k_sweep_controls)
+                    record(sid, k_label("layer-matched", kk), draws, scfg.k_sweep_controls)
                     for i, d in enumerate(draws):
-                        rows.append((sid, f"layer-matched@k={kk}#{i}", "layer-matched@k", i, seed, _heads_json(d)))
+                        rows.append((sid, headset_id("layer-matched", i, kk), "layer-matched@k", i, seed, _heads_json(d)))
     # head-set algebra: shared heads and heads only one setting has, each with
     # same-size layer-matched controls (pseudo-setting "A&B")
     if cfg.algebra_controls:
@@ -303,7 +304,7 @@ def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], atten
                 draws = draw_controls("layer-matched", hs, cfg.algebra_controls, seed)
                 record(pid, f"{part}/layer-matched", draws, cfg.algebra_controls)
                 for i, d in enumerate(draws):
-                    rows.append((pid, f"{part}/layer-matched#{i}", f"{part}/layer-matched", i, seed, _heads_json(d)))
+                    rows.append((pid, headset_id(f"{part}/layer-matched", i), f"{part}/layer-matched", i, seed, _heads_json(d)))
     store.commit_unit("headsets", "headsets", time.time() - t0, {"headsets": rows})
     store.set_meta(control_fallbacks=json.dumps(fallbacks), control_pools=json.dumps(pools))
 

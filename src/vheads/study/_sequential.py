@@ -32,17 +32,12 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from vheads.evaluation import METRICS, is_exchangeable, sequential_params, split_control_name
+from vheads._ids import BETA_SWEEP_GLOB, K_SWEEP_GLOB, control_label, parse_headset_id
+from vheads.evaluation import METRICS, is_exchangeable, sequential_params
 
 #: the meta key of where each comparison stopped (:func:`record_stops`)
 STOPS_META = "sequential_stops"
 _COLUMNS = {"p4": "value", "logprob": "logprob", "logit-diff": "logit_diff"}  # vheads.store.METRIC_COLUMNS
-
-
-def control_label(name: str) -> str:
-    """The label a ``[controls]`` entry's draws are stored under (``random-n@200`` → ``random-n(n=200)``)."""
-    base, n = split_control_name(name)
-    return f"{base}(n={n})" if n else name
 
 
 def sequential_controls(cfg) -> list[str]:
@@ -100,10 +95,13 @@ def test_ids(cfg, setting: str, test: str, ids: list[str], pools: dict | None = 
     caps: dict[str, int | None] = {}
     out = []
     for h in ids:
-        label, sep, i = h.rpartition("#")
-        if sep and label not in caps:
-            caps[label] = test_R(cfg, setting, test, label, pools)
-        if not sep or caps[label] is None or int(i) < caps[label]:
+        hid = parse_headset_id(h)
+        if hid.draw is None or hid.is_s:
+            out.append(h)
+            continue
+        if hid.label not in caps:
+            caps[hid.label] = test_R(cfg, setting, test, hid.label, pools)
+        if caps[hid.label] is None or hid.draw < caps[hid.label]:
             out.append(h)
     return out
 
@@ -123,7 +121,7 @@ def cell_means(store, settings) -> dict[tuple[str, str], dict[tuple[str, str], d
     out: dict = defaultdict(lambda: defaultdict(dict))
     for setting, test, hid, uid, *means in store.query(
             f"SELECT setting, test, headset_id, MIN(unit_id), {aggs} FROM outcomes WHERE setting NOT LIKE '%&%' "
-            "AND test NOT GLOB '*@beta=*' AND headset_id NOT GLOB '*@k=*' GROUP BY setting, test, headset_id"):
+            f"AND test NOT GLOB '{BETA_SWEEP_GLOB}' AND headset_id NOT GLOB '{K_SWEEP_GLOB}' GROUP BY setting, test, headset_id"):
         if setting not in want:
             continue
         ut = unit_test(uid, setting)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from vheads._ids import beta_test_id, is_k_sweep
 from vheads._seeds import derived_seed
 from vheads.evaluation import METRICS, TEST_SETS, HeadSet, Outcomes, ProbeMemo, audit_sets, item_sets, run_test
 from vheads.study._ablation import ablation_rows
@@ -149,7 +150,7 @@ class UnitComputer:
             ids, hsets = [*ids, ALL_HEADS], [*hsets, HeadSet([(l, h) for l in layers for h in range(H)], L, H, layers)]
         # the k sweep's sets (S@k=K and its layer-matched@k=K controls) run in CERS and NCS
         # at all rows only (seed Tables 14 and 18)
-        every = [j for j, h in enumerate(ids) if "@k=" not in h or test in unit.get("k_sweep_tests", K_SWEEP_TESTS)]
+        every = [j for j, h in enumerate(ids) if not is_k_sweep(h) or test in unit.get("k_sweep_tests", K_SWEEP_TESTS)]
         if test == "grounding":  # one capture per shard serves every setting (vheads.study._grounding)
             from vheads.study._grounding import grounding_rows
 
@@ -190,7 +191,7 @@ class UnitComputer:
         headline β is chosen from these controls (:mod:`vheads.study._headline`)."""
         cfg = self.cfg
         for b in cfg.beta_sweep:
-            put(f"cers@beta={b:g}", run_test(self.engine, "cers", sets, hsets, b, cfg.steer_rows, cfg.seed, cfg.run.batch_size,
+            put(beta_test_id(b), run_test(self.engine, "cers", sets, hsets, b, cfg.steer_rows, cfg.seed, cfg.run.batch_size,
                                              memo=self.memo), range(len(ids)))
         return {"rows": out}
 
