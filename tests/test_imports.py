@@ -282,3 +282,12 @@ def test_no_import_circle_between_modules_even_through_annotations():
 
     cycle = find_cycle({m: {resolve(n) for n in imports_of(p)} - {m} for m, p in modules.items()})
     assert cycle is None, "import circle (annotations included): " + " -> ".join(cycle)
+
+
+def test_the_headset_stands_below_discovery_and_evaluation():
+    """``HeadSet``, the central noun, lives in ``vheads._headset``, which imports neither
+    discovery nor evaluation (issue 42); both packages import it from there."""
+    graph = package_graph()
+    assert not {"vheads.discovery", "vheads.evaluation"} & closure(graph, "vheads._headset")
+    for pkg in ("vheads.discovery", "vheads.evaluation"):
+        assert "vheads._headset" in graph[pkg]

@@ -18,7 +18,7 @@ from vheads.evaluation._controls import (
     text_heavy_heads,
     whole_layer_controls,
 )
-from vheads.evaluation._headsets import HeadSet, default_k
+from vheads._headset import HeadSet, default_k
 
 L, H = 8, 12
 

@@ -9,7 +9,7 @@ from PIL import Image
 
 from vheads.data import Item
 from vheads.engine import Batching, Capture, Engine, RowBatch, positions_mask
-from vheads.evaluation._headsets import HeadSet
+from vheads._headset import HeadSet
 from vheads.evaluation._probe import Action, Probe, run_probes
 
 QUESTIONS = ["what is in panel 3 ?", "what is the answer ?", "which option shows the a cell of 1 2 3 ?"]

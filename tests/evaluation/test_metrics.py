@@ -6,7 +6,7 @@ from PIL import Image
 
 from vheads.data import Item
 from vheads.engine import Engine
-from vheads.evaluation._headsets import HeadSet
+from vheads._headset import HeadSet
 from vheads.evaluation._metrics import baseline_audit, cers, ncs, ncs_grid
 from vheads.evaluation._probe import Action, option_probs
 

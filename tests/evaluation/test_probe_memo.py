@@ -9,7 +9,7 @@ from PIL import Image
 from vheads.data import Item
 from vheads.engine import Engine
 from vheads.evaluation import ProbeMemo, prompt_digest
-from vheads.evaluation._headsets import HeadSet
+from vheads._headset import HeadSet
 from vheads.evaluation._probe import Action, Probe, run_probes
 from tests.evaluation.test_cross_item import _counting, _items
 

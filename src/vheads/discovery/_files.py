@@ -54,7 +54,7 @@ from vheads._io import atomic_write, read_json
 from vheads.discovery._schema import validate_headset_json
 from vheads.discovery._setting import Setting
 from vheads.discovery._selection import MODES, ranked_heads
-from vheads.evaluation import HeadSet
+from vheads._headset import HeadSet
 
 SCHEMA = "vheads.headset/1"
 

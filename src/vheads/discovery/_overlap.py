@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vheads.evaluation import HeadSet
+from vheads._headset import HeadSet
 
 
 def topk_overlap(a: HeadSet, b: HeadSet) -> int:

@@ -25,7 +25,7 @@ from vheads.data import Item
 from vheads.discovery._files import HeadSetRecord, check_out_folder, ids_hash, save_headset, save_per_item
 from vheads.discovery._score_setting import ScoreSetting
 from vheads.discovery._space import PointResult, ScorePoint, aggregate, point_statistics
-from vheads.evaluation import HeadSet
+from vheads._headset import HeadSet
 
 
 def record_k(res: PointResult) -> int:

@@ -1,6 +1,6 @@
 """Head-set selection from a discovery score: flat top-k or top-k per layer.
 
-Built on :class:`vheads.evaluation.HeadSet`; this module only fixes what ``k`` means when it
+Built on :class:`vheads.evaluation.HeadSet` (defined in ``vheads._headset``, below discovery and evaluation); this module only fixes what ``k`` means when it
 is not given, and the rank order a head-set file lists its heads in.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from vheads._errors import VheadsError
-from vheads.evaluation import HeadSet, default_k
+from vheads._headset import HeadSet, default_k
 
 MODES = ("flat", "per-layer")
 

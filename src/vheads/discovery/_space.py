@@ -51,7 +51,7 @@ from vheads._errors import VheadsError
 from vheads.data import Item
 from vheads.discovery._setting import SOURCE_SPAN, SOURCES, Setting
 from vheads.discovery._selection import resolve_k
-from vheads.evaluation import HeadSet
+from vheads._headset import HeadSet
 
 if TYPE_CHECKING:  # torch loads only where a point is scored: a config check reads this module
     from vheads.engine import Engine

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         attention_matched_controls, draw_controls, get_control, layer_matched_controls, split_control_name,
         parse_control_spec, random_n_controls, sink_heads, text_heavy_heads, whole_layer_controls,
     )
-    from vheads.evaluation._headsets import HeadSet, default_k
+    from vheads._headset import HeadSet, default_k
     from vheads.evaluation._pools import EXACT_POOL_FACTOR, control_pool, control_pool_size
     from vheads.evaluation._metrics import (
         Outcomes, baseline_audit, cers, letter_metric, distractor_cell, head_attention_mass, ncs, ncs_grid, text_arm,

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vheads._ids import random_n_count
-from vheads.evaluation._headsets import HeadSet
+from vheads._headset import HeadSet
 from vheads.evaluation._pools import (
     EXACT_POOL_FACTOR, _free_in, _rings, control_pool, control_pool_size, take_distinct,
 )

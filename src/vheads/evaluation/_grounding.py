@@ -42,7 +42,7 @@ from scipy import sparse
 from vheads._errors import VheadsError
 from vheads.data import Item
 from vheads.evaluation._boxes import CONNECTIVITIES, PixelGrid, box_iou, box_rule, pointing_hits
-from vheads.evaluation._headsets import HeadSet
+from vheads._headset import HeadSet
 
 #: how a head-set's maps become one map (module docstring)
 AGGREGATIONS = ("mean-norm", "mean-raw")

@@ -21,7 +21,7 @@ from PIL import Image
 from vheads.data import OPTION_LETTERS, Item
 from vheads.engine import Engine
 from vheads.evaluation._ablation import item_references
-from vheads.evaluation._headsets import HeadSet
+from vheads._headset import HeadSet
 from vheads.evaluation._probe import Action, Probe, ProbeMemo, build_prompt, letter_p, run_probes, run_scores
 from vheads.evaluation._request import METRICS
 

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from vheads.evaluation._headsets import HeadSet
+from vheads._headset import HeadSet
 
 #: a pool of at most this many times R head-sets is tested whole (exact permutation p):
 #: at most twice the forwards R asked for, for the exact p instead of a sampled one

@@ -26,7 +26,7 @@ from vheads.engine import Engine, Intervention, RowBatch, mask_keys, pack, posit
 from vheads.engine import RoleMeans, can_split, first_biased_key, split_on_oom
 from vheads.evaluation._ablation import head_ablation
 from vheads.evaluation._digest import prompt_digest
-from vheads.evaluation._headsets import HeadSet
+from vheads._headset import HeadSet
 from vheads.models import Prompt
 
 N_SCORES = 5  # per row: the four letters' logits, then the log-sum-exp over the vocabulary

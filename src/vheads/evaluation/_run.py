@@ -20,7 +20,7 @@ from vheads.evaluation._ablation import check_ablation
 from vheads.evaluation._controls import draw_controls, get_control, is_exchangeable
 from vheads.evaluation._grounding import GroundingRule, capture_maps, grounding
 from vheads.evaluation._sequential import control_rank_p
-from vheads.evaluation._headsets import HeadSet
+from vheads._headset import HeadSet
 from vheads.evaluation._metrics import Outcomes, cers, head_attention_mass, ncs, ncs_grid, text_arm
 from vheads.evaluation._probe import ProbeMemo
 from vheads.evaluation._request import TEST_SETS, TESTS, check_request, item_sets, reference_sets
