@@ -63,11 +63,32 @@ def section(id: str, title: str, how_to_read: str, order: float, needs: tuple[st
     return register
 
 
+#: the entry-point group of report sections other packages add (``[project.entry-points."vheads.sections"]``
+#: ``mine = "my_package.my_section"``: the module registers its section with :func:`section` when imported)
+ENTRY_POINT_GROUP = "vheads.sections"
+
+
+def _plugin_sections() -> None:
+    """Import every module of the :data:`ENTRY_POINT_GROUP` entry points; one that fails is
+    left out with a warning naming it (the report is still built)."""
+    import warnings
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            importlib.import_module(ep.value.partition(":")[0])
+        except Exception as e:  # a plugin's own error: never the whole report's
+            warnings.warn(f"report section plugin {ep.name!r} ({ep.value}) failed to import and is left out: "
+                          f"{type(e).__name__}: {e}", stacklevel=2)
+
+
 def registered_sections() -> list[SectionSpec]:
-    """Every section of :mod:`vheads.report.sections` (each module imported once), in page order."""
+    """Every section of :mod:`vheads.report.sections` and of the installed plugins (entry
+    points :data:`ENTRY_POINT_GROUP`; each module imported once), in page order."""
     pkg = importlib.import_module(SECTION_PACKAGE)
     for info in pkgutil.iter_modules(pkg.__path__):
         importlib.import_module(f"{SECTION_PACKAGE}.{info.name}")
+    _plugin_sections()
     return sorted(SECTIONS.values(), key=lambda s: (s.order, s.id))
 
 
