@@ -61,7 +61,7 @@ def _baseline_forward(lm, prompt, heads: np.ndarray, cells: torch.Tensor) -> np.
 
 def random_headsets(n_layers: int, n_heads: int, n: int = 64, seed: int = 0):
     """``n`` head-sets of the seed study's size (``default_k``), uniform over the model."""
-    from vheads.evaluation._headsets import HeadSet, default_k
+    from vheads.evaluation import HeadSet, default_k
 
     rng = np.random.default_rng(seed)
     k = default_k(n_layers, n_heads)
