@@ -418,72 +418,25 @@ def causal_map(
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
     """The causal map of every head: exact (each head alone, every whole layer), AtP, and head attribution by regression."""
-    from vheads._errors import VheadsError, check_output_path, check_range
-    from vheads.causal import check_causal_request, check_methods
-
-    check_causal_request(test, rows, n=n, batch_size=batch_size, seed=seed, ablation=ablation)
-    methods = check_methods(method)
-    check_range("--top", top, 0, 1_000_000)
-    check_range("--backups", backups, 0, 1_000_000)
-    if k is not None:
-        check_range("--k", k, 1, 1_000_000)
-    if metric not in ("p4", "logprob", "logit-diff"):
-        raise VheadsError(f"--metric {metric!r}: choose from p4, logprob, logit-diff")
-    if "regression" in methods:
-        from vheads.causal import check_design
-
-        check_design(subsets, None, q, m)  # what needs no model; the number of heads is checked once it is loaded
-    out = check_output_path(out)
-    if out.exists() and not out.is_dir():
-        raise VheadsError(f"--out {out} is a file, not a folder")
-
-    from vheads._errors import make_output_folder
     from vheads._io import atomic_write, json_safe
-    from vheads._quiet import quiet_libraries
-    from vheads.causal import agreement, backup_heads, causal_item_sets, causal_maps_by_method, draw_design, save_causal_map
-    from vheads.data import default_templates
-    from vheads.engine import Engine
-    from vheads.evaluation import default_k
-    from vheads.models import load_model
+    from vheads.causal import run_causal_map
 
-    sets = causal_item_sets(test, n, lambda kind: seed, templates=default_templates(model))
-    with quiet_libraries(quiet):
-        lm = load_model(model, dtype=dtype, device=device)
-        att = list(lm.attention_layers)
-        # the design is drawn (and a bad one refused) before any forward
-        design = draw_design(lm.n_layers, lm.n_heads, subsets, q, m, seed, att) if "regression" in methods else None
-        k = k if k is not None else default_k(len(att), lm.n_heads)
-        if k > len(att) * lm.n_heads:
-            raise VheadsError(f"--k {k}: the model has {len(att) * lm.n_heads} heads")
-        engine = Engine(lm)
-        maps, fits = causal_maps_by_method(engine, sets, methods, test, rows=rows, ablation=ablation, layers=layers, seed=seed,
-                                           batch_size=batch_size, design=design, progress=not quiet)
-        scans = {t: backup_heads(engine, sets, t, top=backups, rows=rows, ablation=ablation, metric=metric, seed=seed,
-                                 batch_size=batch_size, progress=not quiet) for t in test} if backups else {}
+    res = run_causal_map(model, test, method, n, rows, ablation, layers, subsets, q, m, backups, k, seed, batch_size, out,
+                         device, dtype, metric, top, quiet)
     from vheads.report import causal_map_figure, methods_figure
 
-    out = make_output_folder(out)
-    for scan in scans.values():
-        maps |= scan.causal_maps()
-    path = save_causal_map(maps, out / "causal_map.json", {"id": model, "n_layers": lm.n_layers, "n_heads": lm.n_heads})
+    maps, methods = res.maps, res.methods
     png = causal_map_figure({key: x for key, x in maps.items() if x.method in ("exact", "atp")}, metric)
-    figures = []
     if png is not None:
-        atomic_write(out / "causal_map.png", lambda fh: fh.write(png), mode="wb")
-        figures.append(out / "causal_map.png")
+        atomic_write(res.out / "causal_map.png", lambda fh: fh.write(png), mode="wb")
+        res.files.append(res.out / "causal_map.png")
     if len(methods) > 1 or methods != ["exact"]:
         side = methods_figure(maps, metric)
         if side is not None:
-            atomic_write(out / "causal_methods.png", lambda fh: fh.write(side), mode="wb")
-            figures.append(out / "causal_methods.png")
-    agree = agreement({key: x for key, x in maps.items() if x.method in methods}, k, metric)
+            atomic_write(res.out / "causal_methods.png", lambda fh: fh.write(side), mode="wb")
+            res.files.append(res.out / "causal_methods.png")
     if json_out:
-        doc = {"format": "vheads.causal-maps/1", "model": {"id": model, "n_layers": lm.n_layers, "n_heads": lm.n_heads},
-               "metric": metric, "k": k, "maps": {key: x.to_dict() for key, x in maps.items() if x.method in methods},
-               "regression": {key: f.to_dict(metric) for key, f in fits.items()},
-               "backups": {scan.test: scan.pairs(metric, top=top) for scan in scans.values()},
-               "agreement": agree, "files": [str(path), *map(str, figures)]}
-        typer.echo(json.dumps(json_safe(doc), allow_nan=False))
+        typer.echo(json.dumps(json_safe(res.to_dict(top)), allow_nan=False))
         return
     for key, x in maps.items():
         if x.method not in methods:
@@ -492,15 +445,15 @@ def causal_map(
         order = [i for i in (-e).ravel().argsort(kind="stable") if e.ravel()[i] == e.ravel()[i]][:top]  # NaN left out
         typer.echo(f"{key}: top heads by effect ({metric if x.method != 'atp' else 'p4'}): "
                    + ", ".join(f"L{i // x.n_heads}H{i % x.n_heads} {e.ravel()[i]:+.4f}" for i in order))
-    for a in agree:
+    for a in res.agreement:
         typer.echo(f"{a['test']}{'' if a['ablation'] == 'attention' else '@' + a['ablation']}: {a['a']} vs {a['b']}: "
                    f"Spearman rho {a['spearman']:+.3f} (p {a['spearman_p']:.2g}), top-{a['k']} recall {a['top_k_recall']:.2f}")
-    for scan in scans.values():
+    for scan in res.scans.values():
         for r in scan.pairs(metric, top=3):
             typer.echo(f"{scan.test}: with L{r['hidden'][0]}H{r['hidden'][1]} hidden, L{r['head'][0]}H{r['head'][1]}'s effect "
                        f"{r['with_hidden']:+.4f} against {r['alone']:+.4f} alone (gain {r['gain']:+.4f})")
-    typer.echo(f"causal map: {path}")
-    for f in figures:
+    typer.echo(f"causal map: {res.path}")
+    for f in res.files:
         typer.echo(f"figure: {f}")
 
 

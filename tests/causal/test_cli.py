@@ -116,3 +116,23 @@ def test_json_prints_every_method_and_their_agreement_recomputable_with_scipy(tm
     for row in doc["backups"]["ncs-all"]:
         assert row["gain"] == pytest.approx(row["with_hidden"] - row["alone"], abs=1e-12)
     assert (tmp_path / "o" / "causal_methods.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_command_is_one_library_call(tmp_path):
+    """``run_causal_map`` (what ``vheads causal-map`` calls) returns the maps it wrote: the file
+    reads back to the same per-item values; bad input is refused before any model loads."""
+    import numpy as np
+    import pytest
+
+    from vheads._errors import VheadsError
+    from vheads.causal import load_causal_map, run_causal_map
+
+    with pytest.raises(VheadsError, match="--metric"):
+        run_causal_map(tests=["ncs"], n=2, metric="bits", out=tmp_path / "bad", model=str(tmp_path / "no-model"))
+    assert not (tmp_path / "bad").exists()
+    res = run_causal_map(tests=["ncs"], n=2, out=tmp_path / "o", quiet=True)
+    maps = load_causal_map(res.path)
+    assert set(maps) == set(res.maps)
+    for key, x in res.maps.items():
+        np.testing.assert_allclose(maps[key].head_map("p4"), x.head_map("p4"))
+    assert res.to_dict()["maps"].keys() == {k for k, x in res.maps.items() if x.method in res.methods}

@@ -12,7 +12,8 @@
   were hidden (method ``regression``), with bootstrap and OLS intervals and pairwise interactions;
 - :func:`backup_heads` — co-ablation: each head's effect once a top head is hidden, minus its effect alone;
 - :func:`causal_maps_by_method` / :func:`agreement` — the maps of several methods on the same
-  items, and Spearman ρ and top-k recall between every pair.
+  items, and Spearman ρ and top-k recall between every pair;
+- :func:`run_causal_map` — ``vheads causal-map`` as one call (checks, model, maps, backups, the file).
 
 The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
 ``vheads causal-map --help`` (the command is in :mod:`vheads.cli`) imports no torch.
@@ -36,5 +37,6 @@ if TYPE_CHECKING:  # the public names; each loads on first use
     )
     from vheads.causal._backup import BackupScan, backup_heads
     from vheads.causal._methods import METHODS, agreement, causal_maps_by_method, check_methods
+    from vheads.causal._run import CausalMapRun, check_causal_map_request, run_causal_map
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__)
