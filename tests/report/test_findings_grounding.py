@@ -101,3 +101,16 @@ def test_table_3_shows_grounding_with_the_same_holm_p(run_dir):
         for row, a in zip(sorted(table.rows, key=lambda r: GRID.index(r[0])), adjusted):
             cell = row[p_col + j * width]
             assert float(cell.split("(", 1)[1].strip("*)")) == pytest.approx(a, abs=5e-4)
+
+
+def test_score_points_are_answered_in_both_grounding_measures(tmp_path):
+    """The score points' line answers pointing and IoU, each from its own Holm family over the points."""
+    d = make_run(tmp_path / "run", settings=GRID[:2], R=199, n_items=12, tests=("cers", "ncs-all", "grounding", "grounding-iou"),
+                 row_groups=False, text=False, sweeps=False, extra_controls=False, strips=False,
+                 score_points={"cm-ord-gaze": None, "cm-ord-vrh": None})
+    sections, _ = build_sections(load_run(d))
+    (sec,) = [s for s in sections if s.id == "findings"]
+    line = next(b for b in sec.blocks if isinstance(b, str) and b.startswith("**Score points**"))
+    assert "Grounds: " in line and "Grounds (IoU): " in line
+    for name in ("cm-ord-gaze", "cm-ord-vrh"):
+        assert line.count(name) >= 4  # named in NCS, CERS, pointing and IoU

@@ -232,7 +232,10 @@ def question_lines(run: RunData, f: Findings) -> list[str]:
         pf = next((f.verdicts[(s, c)].family for s in points for c in f.main.values() if (s, c) in f.verdicts), "")
         lines.append(f"**Score points** (published methods; Holm over the {pf}, their own family): "
                      + " ".join(f"{QUESTION[kind][0]}: {_answer(f, col, [s for s in points if (s, col) in f.verdicts])}."
-                                for kind, col in f.main.items()))
+                                for kind, col in f.main.items())
+                     + "".join(f" Grounds ({c.label}): {_answer(f, c, [s for s in points if (s, c) in f.verdicts])}."
+                               for c in f.columns if c.kind == "Grounding" and c != f.main.get("Grounding")
+                               and any((s, c) in f.verdicts for s in points)))
     if CAUSAL_SETTING in f.rows:
         lines.append(f"**{CAUSAL_SETTING}** (the exact causal map's top-k, a reference outside every family: its "
                      "unadjusted rank p): " + " ".join(
