@@ -46,6 +46,9 @@ from vheads.engine._ablate import head_outputs
 from vheads.engine._plan import ProbePlan
 from vheads.engine._prefix import SharedPrefixLayer, owner
 from vheads.engine._prefix import note_mask as note_prefix_mask
+from vheads.engine._short_attention import applies as short_attention_applies
+from vheads.engine._short_attention import MAX_KEYS as SHORT_KEYS
+from vheads.engine._short_attention import short_attention, short_pairs
 from vheads.engine._schedule import _F32, CHUNK_BYTES, ROW_CHUNK, Chunk, LayerWork, Schedule, on_device, pair_chunks  # noqa: F401 - re-exported
 
 NAME = "vheads"
@@ -164,16 +167,24 @@ def _mask_function(*args, **kwargs):
 
 
 def plain_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """transformers' sdpa attention, except on a CPU with grouped KV heads and a mask (a
-    prefix cache, padding): there sdpa reads the KV heads as they are (``enable_gqa``)
-    where transformers first copies each one for every query head of its group — on
-    the suffix rows of a shared prefix that copy cost more than the attention itself
-    (``benchmarks/bench_ablation.py``). The same sum in the same order (tests). On other
-    devices, or with a position bias or a softcap, transformers' function runs as it is
-    (a CUDA kernel with a mask does not take GQA and would fall back to the math kernel)."""
+    """transformers' sdpa attention, except on a CPU: short fp32 prompts (the tiny model's)
+    take two matmuls and a softmax (:mod:`vheads.engine._short_attention`, about 2× sdpa's
+    flash kernel there); longer ones with grouped KV heads and a mask (a prefix cache,
+    padding) take sdpa reading the KV heads as they are (``enable_gqa``) where transformers
+    first copies each one for every query head of its group — on the suffix rows of a
+    shared prefix that copy cost more than the attention itself (``benchmarks/bench_ablation.py``).
+    Both agree with transformers' function to float rounding (tests). On other devices, or
+    with a position bias, a softcap or sinks, transformers' function runs as it is (a CUDA
+    kernel with a mask does not take GQA and would fall back to the math kernel)."""
     groups = getattr(module, "num_key_value_groups", 1)
-    if (query.device.type != "cpu" or groups <= 1 or attention_mask is None or query.shape[2] == 1
-            or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None or kwargs.get("output_attentions")):
+    plain = all(kwargs.get(k) is None for k in ("position_bias", "softcap", "s_aux")) and not kwargs.get("output_attentions")
+    if plain and short_attention_applies(query, key, attention_mask, dropout):
+        is_causal = kwargs.get("is_causal")
+        is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+        if attention_mask is not None or not is_causal or query.shape[2] == key.shape[2]:
+            scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+            return short_attention(query, key, value, attention_mask, scale, bool(is_causal)).transpose(1, 2).contiguous(), None
+    if query.device.type != "cpu" or groups <= 1 or attention_mask is None or query.shape[2] == 1 or not plain:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, enable_gqa=True)
     return out.transpose(1, 2).contiguous(), None
@@ -269,10 +280,17 @@ def _folded_rows(query, key, value, bi, hi, bias, scaling) -> torch.Tensor:
     """Attention of the pairs ``(bi, hi)`` at rows [0, e) under a causal mask and the key
     bias ``bias`` [P, e]: the bias rides in an extra feature of the keys (the queries
     carry 1 there), so sdpa runs with its causal kernel and no [e, e] mask exists.
-    (Features padded by 8 keep the fused kernels' head-size rules.) fp32 [P, e, D]."""
+    (Features padded by 8 keep the fused kernels' head-size rules.) On a CPU with at most
+    :data:`~vheads.engine._short_attention.MAX_KEYS` rows, two matmuls and a softmax instead
+    (:func:`~vheads.engine._short_attention.short_pairs`, faster there). fp32 [P, e, D]."""
     P, e = bias.shape
     D = query.shape[-1]
     groups = query.shape[1] // key.shape[1]
+    pos = torch.arange(e, device=bias.device)
+    first = torch.where(bias > HIDDEN / 2, pos, e).amin(1)  # [P]
+    if query.device.type == "cpu" and e <= SHORT_KEYS:  # two matmuls and a softmax (vheads.engine._short_attention)
+        out = short_pairs(query[bi, hi, :e].float(), key[bi, hi // groups, :e].float(), value[bi, hi // groups, :e].float(), bias, scaling)
+        return out.masked_fill((pos[None] < first[:, None])[..., None], 0.0)
     pad = query.new_zeros(P, e, 8, dtype=torch.float32)
     q = torch.cat([query[bi, hi, :e].float(), pad], -1)
     k = torch.cat([key[bi, hi // groups, :e].float(), pad], -1)
@@ -281,8 +299,6 @@ def _folded_rows(query, key, value, bi, hi, bias, scaling) -> torch.Tensor:
     k[..., D] = bias / scaling
     out = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None], is_causal=True, scale=scaling)[:, 0, :, :D]
     # rows before the first key left visible see no key: they attend nowhere (not tested on the host: no sync)
-    pos = torch.arange(e, device=bias.device)
-    first = torch.where(bias > HIDDEN / 2, pos, e).amin(1)  # [P]
     return out.masked_fill((pos[None] < first[:, None])[..., None], 0.0)
 
 
