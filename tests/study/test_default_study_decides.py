@@ -5,7 +5,9 @@ rank p's recomputed here from the store.
 The rank p of an exchangeable control is Besag and Clifford's sequential p (the study's
 default, ``controls_h``): walking the control's draws in draw order (the ``draw`` column of
 the store's ``headsets`` table), ``p = h / L`` at the L-th draw, the h-th whose statistic
-reaches T_S, else ``(1 + g) / (R_max + 1)`` with R_max every draw of the control. A member's
+reaches T_S, else ``(1 + g) / (R_max + 1)`` with R_max every draw of the control — or, where
+fewer than R_max ran (the study stopped it once its Holm verdict was settled), the largest p its
+remaining draws could have given, ``h / (n + h − g)``. A member's
 floor is Holm over the family with every member at ``1 / (R_max + 1)``.
 
 The whole default study runs for minutes, so the test is slow; ``VHEADS_DEFAULT_RUN=DIR``
@@ -50,6 +52,9 @@ def _sequential_p(t_s: float, t: list[float], h: int, r_max: int) -> float:
         g += x >= t_s
         if g == h:
             return h / L
+    n = len(t)
+    if n < r_max:  # stopped once its Holm verdict was settled: the largest p its remaining draws could give
+        return h / (n + h - g) if n + h - g <= r_max else (1 + g + r_max - n) / (r_max + 1)
     return (1 + g) / (r_max + 1)
 
 

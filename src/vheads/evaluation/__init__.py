@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         check_sizes, item_sets, reference_sets,
     )
     from vheads.evaluation._sequential import (
-        SequentialRankP, control_rank_p, run_sequential, sequential_decisions, sequential_params, sequential_rank_p,
+        SequentialRankP, control_rank_p, p_bounds, run_sequential, sequential_decisions, sequential_params, sequential_rank_p,
+        settled_no,
     )
     from vheads.evaluation._run import HeadsetResult, evaluate_headsets, run_test
     from vheads.evaluation._grounding import (

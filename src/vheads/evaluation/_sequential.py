@@ -25,10 +25,26 @@ neither p nor its validity, only how many forwards run past the stopping point.
 **A family of settings.** Holm's step-down (:func:`vheads.evaluation.holm`) needs only
 that every p of the family is valid (``P(p ≤ u) ≤ u`` under its null), whatever their
 dependence; Besag–Clifford p's are, so Holm over them keeps the family-wise error rate at
-α. This is the simple, provably valid rule chosen here instead of Gandy & Hahn's MMCTest
-(2014), which decides the family while it samples; it may stop later than MMCTest would,
-never with a larger error. The Holm-adjusted floor of a family of m is ``m / (R_max + 1)``:
-an R_max with ``m / (R_max + 1) > α`` can never reject, and its verdicts read *cannot tell*.
+α. The Holm-adjusted floor of a family of m is ``m / (R_max + 1)``: an R_max with
+``m / (R_max + 1) > α`` can never reject, and its verdicts read *cannot tell*.
+
+**Stopping once the family's decision is settled** (in the spirit of Gandy & Hahn's
+MMCTest, 2014, for the one direction that saves draws). A comparison not yet stopped,
+after n draws with e < h reaching T_S, can still end anywhere in ``[lo, hi]``
+(:func:`p_bounds`): ``lo = (1 + e) / (R_max + 1)`` (no later draw reaches T_S) and
+``hi = h / (n + h − e)`` (the next h − e all do; ``(1 + e + R_max − n) / (R_max + 1)`` where
+fewer than h − e draws are left). Holm is monotone — lowering any p of the family never
+un-rejects a member — so where Holm over the family with every open member at its ``lo``
+(and every stopped one at its p) does not reject a member, no later draw can make it
+rejected: its verdict is settled (:func:`settled_no`) and it stops (``stopped ==
+"decided"``). Its p is then ``hi`` at the draws it ran: at least the p its full sequence
+would have given, whatever that sequence, so still a valid p, and a reviewer recomputes it
+from n, e, h and R_max. Every member of a family the report adjusts together must be in
+the family the rule reads (the rule may read fewer members — those left out count as
+rejected, at p = 0 — never more); a settled member keeps its verdict, and the other
+members' p's are no smaller than with its full sequence, so the family-wise error stays
+≤ α. (The other direction, a rejection settled before R_max, needs ``hi`` to pass Holm:
+with e = 0 that is n ≈ R_max, so it saves nothing and is not used.)
 
 Everything here is pure (numpy, no model): :func:`sequential_rank_p` reads a sequence of
 control statistics, :func:`run_sequential` drives any ``batch → statistics`` callback and
@@ -45,8 +61,9 @@ import numpy as np
 #: verdicts of one comparison of a family (:func:`sequential_decisions`)
 VERDICTS = ("yes", "no", "cannot tell")
 #: why a comparison stopped: h controls reached T_S; R_max controls compared; fewer than
-#: R_max exist (a small pool compared whole, or a run stopped by another test's rule)
-STOPS = ("h", "R_max", "all")
+#: R_max exist (a small pool compared whole, or a run stopped by another test's rule); its
+#: family's verdict on it was settled before either (:func:`settled_no`; p is then ``hi``)
+STOPS = ("h", "R_max", "all", "decided")
 
 
 def _check_h_rmax(h: int, R_max: int) -> None:
@@ -198,7 +215,35 @@ def sequential_decisions(ranks: Sequence[SequentialRankP], alpha: float = 0.05) 
     return out
 
 
-def control_rank_p(t_s: float, t_controls, h: int, R_max: int | None = None) -> SequentialRankP:
+def p_bounds(t_s: float, t_controls, h: int, R_max: int) -> tuple[float, float]:
+    """``(lo, hi)``: the least and the largest Besag–Clifford p a comparison can still end with,
+    given its first draws ``t_controls`` (draw order; fewer than R_max, fewer than h of them
+    reaching T_S): ``lo = (1 + e) / (R_max + 1)``; ``hi = h / (n + h − e)`` where h − e more
+    draws fit in R_max, else ``(1 + e + R_max − n) / (R_max + 1)``. A stopped comparison
+    (h reached, or R_max run) has ``lo = hi = p``."""
+    _check_h_rmax(h, R_max)
+    t = np.asarray(t_controls, dtype=float).reshape(-1)[:R_max]
+    L = stop_position(t_s, t, h)
+    if L is not None or len(t) >= R_max:
+        p = sequential_rank_p(t_s, t, h, R_max).p
+        return p, p
+    n, e = len(t), int(np.sum(t >= float(t_s)))
+    hi = h / (n + h - e) if n + h - e <= R_max else (1 + e + R_max - n) / (R_max + 1)
+    return (1 + e) / (R_max + 1), hi
+
+
+def settled_no(lo, alpha: float = 0.05) -> list[bool]:
+    """Which members of a family Holm cannot reject whatever their remaining draws: Holm over
+    ``lo`` — each open member's :func:`p_bounds` ``lo``, each stopped member's p — does not
+    reject them (Holm is monotone, so larger final p's reject no more)."""
+    from vheads.evaluation._stats import holm
+
+    if not len(lo):
+        return []
+    return [not bool(r) for r in holm([float(x) for x in lo], alpha=alpha).reject]
+
+
+def control_rank_p(t_s: float, t_controls, h: int, R_max: int | None = None, settled: bool = False) -> SequentialRankP:
     """The rank p of S against one control's statistics in draw order, as a study reports it:
 
     - ``h = 0`` (``controls_h = 0``): the fixed-R rank p over every control given,
@@ -207,9 +252,19 @@ def control_rank_p(t_s: float, t_controls, h: int, R_max: int | None = None) -> 
       an ``R_max`` below h can never see h controls reach T_S, so its p is the fixed-R
       rank p over the first R_max (``stopped`` ``"R_max"``).
 
+    With ``settled`` (the study stopped it once its family's verdict was settled, before h
+    draws reached T_S and before R_max: :func:`settled_no`), p is the largest it could still
+    have become, :func:`p_bounds`' ``hi``, ``stopped`` ``"decided"``.
+
     The same p whatever was stored past the stopping point (a batch runs past it)."""
     t = np.asarray(t_controls, dtype=float).reshape(-1)
     R_max = len(t) if R_max is None else int(R_max)
+    if settled and 1 <= h <= R_max:
+        rp = sequential_rank_p(t_s, t, int(h), R_max)
+        if rp.stopped == "all":  # fewer than R_max ran and fewer than h reached T_S
+            return SequentialRankP(p_bounds(t_s, t, int(h), R_max)[1], rp.n_at_least, rp.compared, rp.ran, int(h), R_max,
+                                   "decided")
+        return rp
     if h == 0 or R_max < h:
         head = t if h == 0 else t[:R_max]
         g = int(np.sum(head >= float(t_s)))

@@ -46,6 +46,10 @@ class Cell:
     #: per exchangeable control of a sequential run (``controls_h ≥ 1``), ``(h, R_max)``: its
     #: rank p is Besag–Clifford's over the draws in draw order (:func:`sequential_of`)
     sequential: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: per sequential control the study stopped once its Holm verdict was settled (the store's
+    #: ``sequential_stops``, ``stopped == "decided"``), its R_max: the p is then the largest its
+    #: remaining draws could have given (:func:`vheads.evaluation.control_rank_p`)
+    settled: dict[str, int] = field(default_factory=dict)
 
     def distinct(self, control: str) -> np.ndarray:
         """``T_r`` of the distinct head-sets of ``control``'s draws, one per head-set (its
@@ -221,8 +225,8 @@ def _load(store: Store, run_dir: Path, metric: str | None = None) -> RunData:
     others = tuple(m for m in METRIC_COLUMNS if m != metric and (m == "p4" or store.has_metric(m)))
     by_metric = outcome_cells_by_metric(store, (metric, *others), heads_of)  # one pass for every metric
     cells, ksweep, arms, nonfinite = by_metric.pop(metric)
-    for c in (cells, *(v[0] for v in by_metric.values())):
-        mark_sequential(c, config, heads_of)
+    for m, c in ((metric, cells), *((k, v[0]) for k, v in by_metric.items())):
+        mark_sequential(c, config, heads_of, settled_of(meta, m))
 
     headset_sizes: dict[tuple[str, str], int] = {}
     for setting, hid, control, heads in store.query(
@@ -441,12 +445,31 @@ def sequential_of(config: dict[str, Any], heads_of: dict[tuple[str, str], str]) 
     return dict(out)
 
 
-def mark_sequential(cells: dict[tuple[str, str], Cell], config: dict[str, Any], heads_of: dict[tuple[str, str], str]) -> None:
-    """Set each main cell's :attr:`Cell.sequential` (β-sweep cells keep their few draws whole)."""
+def settled_of(meta: dict[str, Any], metric: str) -> dict[tuple[str, str], dict[str, int]]:
+    """``(setting, test) -> control -> R_max`` of the comparisons under ``metric`` that the study
+    stopped once their Holm verdict was settled (meta ``sequential_stops``, ``stopped == "decided"``)."""
+    rec = meta.get("sequential_stops")
+    if isinstance(rec, str):
+        try:
+            rec = json.loads(rec)
+        except ValueError:
+            rec = None
+    out: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+    for c in (rec.get("comparisons") or []) if isinstance(rec, dict) else []:
+        if isinstance(c, dict) and c.get("stopped") == "decided" and c.get("metric") == metric and isinstance(c.get("R_max"), int):
+            out[(c.get("setting"), c.get("test"))][c.get("control")] = c["R_max"]
+    return dict(out)
+
+
+def mark_sequential(cells: dict[tuple[str, str], Cell], config: dict[str, Any], heads_of: dict[tuple[str, str], str],
+                    settled: dict[tuple[str, str], dict[str, int]] | None = None) -> None:
+    """Set each main cell's :attr:`Cell.sequential` (β-sweep cells keep their few draws whole)
+    and :attr:`Cell.settled` (``settled``: :func:`settled_of`)."""
     seq = sequential_of(config, heads_of)
     for (setting, test), cell in cells.items():
         if setting in seq and parse_test_id(test).param != "beta":
             cell.sequential = {c: v for c, v in seq[setting].items() if c in cell.controls}
+            cell.settled = {c: r for c, r in (settled or {}).get((setting, test), {}).items() if c in cell.sequential}
 
 
 def settings_text(run: RunData) -> str:

@@ -170,7 +170,8 @@ def protocol_checks(run: RunData, alpha: float = ALPHA) -> list[Check]:
         checks.append(Check(f"Controls: {c}, R", f"{_join(Rs)} stored, {_range(ns.values())} distinct head-sets "
                             + ("drawn at most (R_max)" if stopped or any(c in cell.sequential for cell in cells.values()) else "compared")
                             + (f" (config: R={want}; a pool of at most 2R is compared whole)" if want else "")
-                            + (f"; {stopped} comparison(s) stopped early, sequentially (h controls reached S)" if stopped else ""),
+                            + (f"; {stopped} comparison(s) stopped early, sequentially (h controls reached S, or "
+                               "the Holm verdict was settled: then p is the largest its remaining draws could give)" if stopped else ""),
                             f"fewer {c} head-sets stored than drawn for {len(set(short))} setting(s)"
                             + ("" if pools else f" (the config asks for {want})") + " (an unfinished run?)"
                             if short else None))

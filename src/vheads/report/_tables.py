@@ -166,6 +166,8 @@ def control_rank(cell: Cell, name: str, t_s: float | None, td: np.ndarray):
     if name in cell.sequential:
         from vheads.evaluation import control_rank_p
 
+        if name in cell.settled:  # stopped once its Holm verdict was settled: p is its largest possible
+            return control_rank_p(t_s, td, cell.sequential[name][0], cell.settled[name], settled=True)
         return control_rank_p(t_s, td, *cell.sequential[name])
     return rank_p(t_s, td)  # over the distinct head-sets compared
 

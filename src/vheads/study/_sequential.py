@@ -141,7 +141,7 @@ def comparisons(store, cfg, upto: int | None = None, draws: dict | None = None) 
 
     draws = setting_draws(store, cfg) if draws is None else draws
     pools = store_pools(store) if (cfg.test_controls or any("test_controls" in sc for sc in cfg.scope)) else {}
-    rows = []
+    rows, seqs = [], []
     for (setting, ut), cells in sorted(cell_means(store, draws).items()):
         for (test, metric), by_id in sorted(cells.items()):
             t_s = by_id.get("S")
@@ -154,10 +154,51 @@ def comparisons(store, cfg, upto: int | None = None, draws: dict | None = None) 
                 if not t:  # this control is not run in this cell (a row group's controls)
                     continue
                 rp = control_rank_p(t_s, t, cfg.controls_h, R_max)
-                decided = rp.stopped == "h" or len(seen) >= R_max
+                decided = rp.stopped == "h" or len(t) >= R_max  # draws that ran: a settled cell's stop fewer
                 rows.append({"setting": setting, "unit_test": ut, "test": test, "metric": metric, "control": label,
                              **rp.to_dict(), "decided": decided})
+                seqs.append((t_s, t, R_max))
+    if cfg.controls_h:
+        _settle(store, cfg, rows, seqs)
     return rows
+
+
+def holm_groups(store, rows: list[dict]) -> dict[tuple, list[int]]:
+    """Comparisons (indices into ``rows``) that the report adjusts in one Holm family, or in
+    families that hold them all: per (test id, metric, control), the grid settings (every
+    setting but the score points and the causal setting: :func:`vheads.report._tables.holm_family`);
+    the score points against ``layer-matched`` (:func:`vheads.report._methods.methods_tests`);
+    any other comparison on its own (read unadjusted, or in a family the report may draw
+    smaller)."""
+    from vheads.causal import CAUSAL_SETTING
+
+    scored = {sid for (sid,) in store.query("SELECT setting FROM discovery WHERE source = 'score'")}
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, c in enumerate(rows):
+        if c["setting"] == CAUSAL_SETTING or (c["setting"] in scored and c["control"] != "layer-matched"):
+            kind = ("alone", c["setting"], c["unit_test"])
+        else:
+            kind = ("score" if c["setting"] in scored else "grid",)
+        groups[(*kind, c["test"], c["metric"], c["control"])].append(i)
+    return dict(groups)
+
+
+def _settle(store, cfg, rows: list[dict], seqs: list[tuple]) -> None:
+    """Stop the open comparisons whose Holm verdict is settled (no, whatever their remaining
+    draws: :func:`vheads.evaluation.settled_no` over each :func:`holm_groups` family, open
+    members at their least possible p); such a comparison's p is the largest it could still
+    have become (``stopped`` ``"decided"``, :func:`vheads.evaluation.control_rank_p`)."""
+    from vheads.evaluation import control_rank_p, p_bounds, settled_no
+
+    h = cfg.controls_h
+    for members in holm_groups(store, rows).values():
+        if all(rows[i]["decided"] for i in members):
+            continue
+        lo = [rows[i]["p"] if rows[i]["decided"] else p_bounds(seqs[i][0], seqs[i][1], h, seqs[i][2])[0] for i in members]
+        for i, no in zip(members, settled_no(lo)):
+            if no and not rows[i]["decided"]:
+                t_s, t, R_max = seqs[i]
+                rows[i].update(control_rank_p(t_s, t, h, R_max, settled=True).to_dict(), decided=True)
 
 
 def round_plan(store, cfg, rnd: int, draws: dict | None = None) -> dict[tuple[str, str], tuple[list[str], set[str]]]:
