@@ -95,13 +95,18 @@ def test_every_default_verdict_decides_and_equals_holm_recomputed_from_the_store
     for label, span in table.groups[1:]:
         kind, _, abl = label.partition(", ")
         abl = abl.split(" · ")[0] if abl else None
-        keys += [(TESTS[(kind, abl)], table.columns[j].split(" · ")[-1]) for j in range(i, i + span)]
+        # the grounding columns' verdicts are recomputed in tests/report/test_findings_grounding.py
+        keys += [None if kind == "Grounding" else (TESTS[(kind, abl)], table.columns[j].split(" · ")[-1])
+                 for j in range(i, i + span)]
         i += span
     checked = 0
     for row in table.rows:
         if row[0] not in GRID:
             continue
-        for (test, metric), cell in zip(keys, row[3:]):
+        for key, cell in zip(keys, row[3:]):
+            if key is None:
+                continue
+            test, metric = key
             word = cell.split(" (", 1)[0].strip("*")
             assert word == expected[(row[0], test, metric)], (row[0], test, metric, cell)
             checked += 1
