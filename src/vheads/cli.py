@@ -91,11 +91,6 @@ def study(
         typer.echo(f"report: {res.report}")
 
 
-#: why ``vheads evaluate`` steers at a fixed β unless asked for the study's rule (said under its table)
-BETA_FIXED_WHY = ("fixed (--beta-rule fixed, the default: the seed study's beta; `vheads study` chooses beta by its "
-                  "controls rule, which first sweeps beta over random heads: pass --beta-rule controls to apply it here)")
-
-
 @app.command()
 def evaluate(
     headset: Annotated[Optional[list[Path]], typer.Option(help="head-set file(s): from `vheads discover`, or a plain head list (JSON: a list of (layer, head) pairs, or an object whose 'heads' is one); repeat for several")] = None,  # noqa: UP007
@@ -134,113 +129,13 @@ def evaluate(
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
     """Test head-sets (CERS, NCS, NCS_grid, text arm, grounding) against random controls."""
-    from vheads._errors import VheadsError
-    from vheads.discovery import load_headset, model_to_load, parse_heads, read_head_list
-    from vheads.evaluation import check_request
-    from vheads.study import parse_beta_rule
+    from vheads.study import evaluate_heads
 
-    # every argument, and every head-set file, is checked before the model (or torch) is loaded
-    headset, heads = headset or [], heads or []
-    if not headset and not heads:
-        raise VheadsError("name the heads to test: --headset FILE (from `vheads discover`, or a JSON list of [layer, head] "
-                          "pairs) or --heads L1H0,L2H3 with --model")
-    if controls_h < 0:
-        _die(f"--controls-h must be 0 (fixed R) or h >= 1, got {controls_h}")
-    _fail_clearly(check_request, test, controls, beta, rows, n=n, batch_size=batch_size, steer_rows=steer_rows, seed=seed,
-                  ablation=ablation, reference_n=reference_n)
-    try:
-        parse_beta_rule(beta_rule)
-    except ValueError as e:
-        raise VheadsError(f"--beta-rule: {e}") from None
-    from vheads.evaluation import GroundingRule
-
-    rule = _fail_clearly(GroundingRule, grounding_rows, aggregation, box_threshold, connectivity)
-    lists = {(f"heads-{i + 1}" if len(heads) > 1 else "heads"): parse_heads(h) for i, h in enumerate(heads)}
-    records = [load_headset(p) for p in headset if read_head_list(p) is None]
-    referring = None
-    if refer is not None:  # every row and image checked before the model loads
-        from vheads.data.refcoco import open_referring
-
-        if "grounding" not in test:
-            _die("--refer gives referring items, which only the grounding test reads; add --test grounding")
-        referring = _fail_clearly(open_referring, refer, n, seed)
-    if out is not None:
-        from vheads._errors import check_output_file
-
-        out = check_output_file(out, "--out")  # a rerun overwrites it
-    _options.check_load_flags(device, device_map, quantize)
-    real = _real_items(source, cell)
-    if real is not None:  # every photo or benchmark row read (and checked) before the model loads
-        from vheads.evaluation import TEST_SETS, item_sets
-
-        _fail_clearly(item_sets, [k for t in test for k in TEST_SETS[t]], n, lambda kind: seed, real)
-    if model is None:
-        if not records:
-            raise VheadsError("--heads and plain head lists need --model: the model the heads belong to ('tiny', a folder or a hub id)")
-        model, recorded_revision = model_to_load(records[0])
-        revision = revision or recorded_revision
-    from vheads.discovery import load_headset_files
-    from vheads.engine import Engine
-    from vheads.evaluation import evaluate_headsets
-    from vheads.models import load_model
-    from vheads.study import beta_by_rule
-
-    with _quiet_libraries(quiet):
-        lm = load_model(model, revision=revision, dtype=dtype, device=device, device_map=device_map, quantization=quantize,
-                        trust_remote_code=trust_remote_code, system_prompt=system_prompt, chat_template=chat_template)
-        hs = load_headset_files(headset, lm, force, heads=lists)
-        engine = Engine(lm)
-        steering = any(t.startswith("cers") for t in test)
-        beta, beta_record = (beta_by_rule(engine, hs, beta_rule, beta, n, seed, steer_rows=steer_rows, source=real,
-                                          batch_size=batch_size, progress=not (json_out or quiet))
-                             if steering else (beta, {"rule": "unused (no CERS test)", "beta": beta}))
-        results = _fail_clearly(evaluate_headsets, engine, hs, test, controls, n, beta, rows, seed, batch_size,
-                                not (json_out or quiet), steer_rows, real, ablation=ablation, reference_n=reference_n,
-                                grounding_rule=rule, grounding_items=referring, controls_h=controls_h)
-    run = {"model": lm.record(), "beta": beta, "beta_rule": beta_record, "n": n, "seed": seed, "controls_spec": controls,
-           "rows": rows, "steer_rows": steer_rows, "source": source}
-    if json_out or out is not None:
-        from vheads._io import atomic_write, json_safe
-
-        doc = [{**r.to_dict(per_item=True), "heads": [list(h) for h in hs[r.name].heads], **run} for r in results]
-        text = json.dumps(json_safe(doc), indent=1, allow_nan=False)
-        if out is not None:
-            atomic_write(out, lambda fh: fh.write(text + "\n"))
-        if json_out:
-            typer.echo(text)
-            return
-    typer.echo(f"model {lm.model_id} ({lm.fingerprint}); n = {n} items per set, seed {seed}")
-    if steering:
-        why = BETA_FIXED_WHY if beta_record["rule"] == "fixed" else (
-            f"by the study's rule {beta_record['rule']} (CERS RMS of random layer-matched heads by beta: "
-            + ", ".join(f"{b}: {r:.3f}" for b, r in beta_record["rms"].items())
-            + ("" if beta_record["met"] else "; no beta met the tolerance: the one of smallest RMS") + ")")
-        typer.echo(f"beta = {beta:g}: {why}")
-    if ablation != "attention":
-        typer.echo(f"ablation: {ablation} (S's head outputs replaced at the row group, not its attention masked)")
-    typer.echo(f"{'head-set':<14} {'test':<10} {'T_S':>8} {'95% CI':>19}  control          mean ± sd        z     rank p   Holm p  "
-               "floor  verdict      draws")
-    typer.echo("(95% CI: t over items; NCS: Welch over its two arms, bootstrap below — see --json; mean ± sd and z "
-               "and rank p over the n distinct head-sets compared: the whole pool when it holds at most 2R, floor 1/(n+1); "
-               "Holm over the head-sets tested together, per test and control; floor: the smallest Holm p this n and the "
-               "family's allow; verdict: yes, no, or cannot tell where the floor is above 0.05)")
-    for r in results:
-        for i, (cname, c) in enumerate(r.controls.items()):
-            lead = f"{r.name:<14} {r.test:<10} {r.t_s:8.4f} [{r.ci[0]:8.4f},{r.ci[1]:8.4f}]" if i == 0 else " " * 48
-            z = "nan" if c["z"] is None else f"{c['z']:.2f}"
-            typer.echo(f"{lead}  {cname:<15} {c['mean']:7.4f} ± {c['sd']:.4f} {z:>6} {c['rank_p']:8.4f} {c['holm_p']:8.4f} "
-                       f"{c['holm_floor']:6.4f}  {c['verdict']:<11}  n={c['distinct']} {_compared(c)}")
-            if c["verdict"] == "cannot tell":
-                typer.echo(f"{'':<50}cannot tell with these controls: Holm over {c['family']['m']} cannot fall below "
-                           f"{c['holm_floor']:.4f} with n={c['distinct']}; it needs n ≥ {c['n_needed']} distinct head-sets "
-                           + ("(the pool is the limit: a larger k or model)" if c.get("mode") == "exact" and c["pool"] < c["n_needed"]
-                              else f"(--controls {cname}:{c['n_needed']})"))
-        if r.ci_bootstrap is not None:
-            bca = (f"; fewer than 30 items per arm: may undercover, BCa [{r.ci_bca[0]:8.4f},{r.ci_bca[1]:8.4f}]"
-                   if r.ci_bca is not None else "")
-            typer.echo(f"{'':<25} bootstrap [{r.ci_bootstrap[0]:8.4f},{r.ci_bootstrap[1]:8.4f}] (both arms resampled, 2000{bca})")
-    if out is not None:
-        typer.echo(f"results: {out}")
+    res = evaluate_heads(headset or [], heads or [], test, controls, n, beta, beta_rule, rows, steer_rows, seed, model,
+                         revision, device, dtype, device_map, quantize, trust_remote_code, force, batch_size, out, source,
+                         cell, system_prompt, chat_template, ablation, reference_n, grounding_rows, aggregation,
+                         box_threshold, connectivity, refer, controls_h, quiet, progress=not (json_out or quiet))
+    typer.echo(res.json() if json_out else res.text())
 
 
 @app.command()
@@ -259,23 +154,9 @@ def audit(
     trust_remote_code: _options.TrustRemoteCode = False,
 ) -> None:
     """Baseline audit of the evaluation sets: oracle, floor, matched, mismatched, leak."""
-    from vheads._errors import MAX_ITEMS, MAX_SEED, check_range
-    from vheads.evaluation import audit_sets
+    from vheads.evaluation import run_baseline_audit
 
-    _fail_clearly(check_range, "--n", n, 1, MAX_ITEMS)
-    _fail_clearly(check_range, "--seed", seed, 0, MAX_SEED)
-    _options.check_load_flags(device, device_map, quantize)
-    from vheads.data import default_templates
-
-    real = _real_items(source, cell)
-    sets = _fail_clearly(audit_sets, n, lambda kind: seed, real, default_templates(model))  # every photo read before the model loads
-    from vheads.engine import Engine
-    from vheads.evaluation import baseline_audit
-    from vheads.models import load_model
-
-    lm = _fail_clearly(load_model, model, revision=revision, dtype=dtype, device=device, device_map=device_map,
-                       quantization=quantize, trust_remote_code=trust_remote_code)
-    rep = baseline_audit(Engine(lm), sets)
+    rep = run_baseline_audit(model, n, seed, source, cell, revision, device, dtype, device_map, quantize, trust_remote_code)
     if json_out:
         typer.echo(json.dumps(rep, indent=1))
         return
@@ -418,57 +299,15 @@ def causal_map(
     quiet: Annotated[bool, typer.Option("--quiet", help="no progress bars or library chatter; warnings print one line each")] = False,
 ) -> None:
     """The causal map of every head: exact (each head alone, every whole layer), AtP, and head attribution by regression."""
-    from vheads._io import atomic_write, json_safe
+    from vheads._io import json_safe
     from vheads.causal import run_causal_map
 
     res = run_causal_map(model, test, method, n, rows, ablation, layers, subsets, q, m, backups, k, seed, batch_size, out,
                          device, dtype, metric, top, quiet)
-    from vheads.report import causal_map_figure, methods_figure
+    from vheads.report import write_causal_figures
 
-    maps, methods = res.maps, res.methods
-    png = causal_map_figure({key: x for key, x in maps.items() if x.method in ("exact", "atp")}, metric)
-    if png is not None:
-        atomic_write(res.out / "causal_map.png", lambda fh: fh.write(png), mode="wb")
-        res.files.append(res.out / "causal_map.png")
-    if len(methods) > 1 or methods != ["exact"]:
-        side = methods_figure(maps, metric)
-        if side is not None:
-            atomic_write(res.out / "causal_methods.png", lambda fh: fh.write(side), mode="wb")
-            res.files.append(res.out / "causal_methods.png")
-    if json_out:
-        typer.echo(json.dumps(json_safe(res.to_dict(top)), allow_nan=False))
-        return
-    for key, x in maps.items():
-        if x.method not in methods:
-            continue
-        e = x.head_map(metric if x.method != "atp" else "p4")
-        order = [i for i in (-e).ravel().argsort(kind="stable") if e.ravel()[i] == e.ravel()[i]][:top]  # NaN left out
-        typer.echo(f"{key}: top heads by effect ({metric if x.method != 'atp' else 'p4'}): "
-                   + ", ".join(f"L{i // x.n_heads}H{i % x.n_heads} {e.ravel()[i]:+.4f}" for i in order))
-    for a in res.agreement:
-        typer.echo(f"{a['test']}{'' if a['ablation'] == 'attention' else '@' + a['ablation']}: {a['a']} vs {a['b']}: "
-                   f"Spearman rho {a['spearman']:+.3f} (p {a['spearman_p']:.2g}), top-{a['k']} recall {a['top_k_recall']:.2f}")
-    for scan in res.scans.values():
-        for r in scan.pairs(metric, top=3):
-            typer.echo(f"{scan.test}: with L{r['hidden'][0]}H{r['hidden'][1]} hidden, L{r['head'][0]}H{r['head'][1]}'s effect "
-                       f"{r['with_hidden']:+.4f} against {r['alone']:+.4f} alone (gain {r['gain']:+.4f})")
-    typer.echo(f"causal map: {res.path}")
-    for f in res.files:
-        typer.echo(f"figure: {f}")
-
-
-def _real_items(source: str | None, cell: int):
-    """The item builder of ``--source`` — class-labelled photos or a pointing-suite benchmark
-    (its files read now) — or None for the synthetic items."""
-    if source is None:
-        return None
-    from vheads.data.builders import check_cell
-    from vheads.data.ood import item_source
-
-    _fail_clearly(check_cell, cell, "--cell")
-    real = _fail_clearly(item_source, source, cell)
-    _fail_clearly(real.open)
-    return real
+    write_causal_figures(res)
+    typer.echo(json.dumps(json_safe(res.to_dict(top)), allow_nan=False) if json_out else res.text(top))
 
 
 def _resumable(out: Path, fn, *args, **kwargs):
@@ -497,13 +336,6 @@ def _resumable(out: Path, fn, *args, **kwargs):
 def _die(msg: str) -> None:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(2)
-
-
-def _compared(c: dict) -> str:
-    """How the n control head-sets of one ``vheads evaluate`` row were chosen, for its last column."""
-    if c.get("mode") == "exact":
-        return f"(the whole pool, R={c['R']} asked)"
-    return f"(distinct of R={c['R']}" + (f", pool {c['pool']:,})" if c.get("pool") else ")")
 
 
 def _fail_clearly(fn, *args, **kwargs):

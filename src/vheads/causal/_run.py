@@ -1,6 +1,7 @@
 """``vheads causal-map`` as one library call: :func:`run_causal_map` checks the request, loads the
 model, computes every asked method's map (and the backup scan), writes ``causal_map.json`` and
-returns what the command prints (:class:`CausalMapRun`); the command adds the figures."""
+returns what the command prints (:class:`CausalMapRun`, its :meth:`~CausalMapRun.text`); the command adds
+the figures (:func:`vheads.report.write_causal_figures`)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,30 @@ class CausalMapRun:
                 "regression": {key: f.to_dict(self.metric) for key, f in self.fits.items()},
                 "backups": {scan.test: scan.pairs(self.metric, top=top) for scan in self.scans.values()},
                 "agreement": self.agreement, "files": [str(self.path), *map(str, self.files)]}
+
+    def text(self, top: int = 10) -> str:
+        """What ``vheads causal-map`` prints: per map the ``top`` heads of largest effect (AtP by
+        p4, its one metric; NaN left out), the agreement between methods, the backup pairs and
+        the files written."""
+        lines = []
+        for key, x in self.maps.items():
+            if x.method not in self.methods:
+                continue
+            metric = self.metric if x.method != "atp" else "p4"
+            e = x.head_map(metric).ravel()
+            order = [i for i in (-e).argsort(kind="stable") if e[i] == e[i]][:top]
+            lines.append(f"{key}: top heads by effect ({metric}): "
+                         + ", ".join(f"L{i // x.n_heads}H{i % x.n_heads} {e[i]:+.4f}" for i in order))
+        for a in self.agreement:
+            lines.append(f"{a['test']}{'' if a['ablation'] == 'attention' else '@' + a['ablation']}: {a['a']} vs {a['b']}: "
+                         f"Spearman rho {a['spearman']:+.3f} (p {a['spearman_p']:.2g}), top-{a['k']} recall {a['top_k_recall']:.2f}")
+        for scan in self.scans.values():
+            for r in scan.pairs(self.metric, top=3):
+                lines.append(f"{scan.test}: with L{r['hidden'][0]}H{r['hidden'][1]} hidden, L{r['head'][0]}H{r['head'][1]}'s "
+                             f"effect {r['with_hidden']:+.4f} against {r['alone']:+.4f} alone (gain {r['gain']:+.4f})")
+        lines.append(f"causal map: {self.path}")
+        lines += [f"figure: {f}" for f in self.files]
+        return "\n".join(lines)
 
 
 def check_causal_map_request(tests, methods, n: int, rows: str, ablation: str, subsets: int, q, m, backups: int,

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         settled_no,
     )
     from vheads.evaluation._run import HeadsetResult, evaluate_headsets, run_test
+    from vheads.evaluation._audit import run_baseline_audit
     from vheads.evaluation._grounding import (
         AGGREGATIONS, GROUNDING_MEASURES, GROUNDING_ROWS, GroundingRule, aggregate_maps, capture_maps, grounding, truth_box,
     )

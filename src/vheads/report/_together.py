@@ -1,7 +1,8 @@
 """The report's "Heads that matter together" section: the causal map by every stored method.
 
 - :func:`methods_figure` — per test, the exact, AtP and regression head maps side by side on
-  one colour scale (also ``vheads causal-map``'s ``causal_methods.png``);
+  one colour scale (also ``vheads causal-map``'s ``causal_methods.png``, which
+  :func:`write_causal_figures` writes beside its ``causal_map.png``);
 - :func:`methods_table` — Spearman ρ, its p and top-k recall between every pair of methods
   (:func:`vheads.causal.agreement`);
 - :func:`backup_table` — the backup pairs of the co-ablation scan (method ``backup-LxHy``):
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from vheads.causal import METHODS, CausalMap, agreement
-from vheads.report._causal import _effect_colorbar, _heat, score_map_rho, _settings_with_scores
+from vheads.report._causal import _effect_colorbar, _heat, causal_map_figure, score_map_rho, _settings_with_scores
 from vheads.report._data import RunData
 from vheads.report._doc import Figure, Table
 from vheads.report._maps import _label, load_causal_maps
@@ -73,6 +74,23 @@ def methods_figure(maps: dict[str, CausalMap], metric: str = "p4") -> bytes | No
             ax.axis("off")
         _effect_colorbar(fig, im, list(row[:len(names)]), f"effect ({metric})", vmax, shrink=0.8)
     return _png(fig)
+
+
+def write_causal_figures(run) -> list:
+    """The figures of a :class:`vheads.causal.CausalMapRun`, written to its folder and added to
+    its ``files``: ``causal_map.png`` (the exact and AtP maps, :func:`causal_map_figure`) and,
+    when a method other than exact ran, ``causal_methods.png`` (:func:`methods_figure`)."""
+    from vheads._io import atomic_write
+
+    figures = [("causal_map.png", causal_map_figure({key: x for key, x in run.maps.items() if x.method in ("exact", "atp")},
+                                                    run.metric))]
+    if run.methods != ["exact"]:
+        figures.append(("causal_methods.png", methods_figure(run.maps, run.metric)))
+    for name, png in figures:
+        if png is not None:
+            atomic_write(run.out / name, lambda fh, png=png: fh.write(png), mode="wb")
+            run.files.append(run.out / name)
+    return run.files
 
 
 def methods_table(maps: dict[str, CausalMap], k: int, metric: str = "p4") -> Table | None:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         DEFAULT_TOML, RunConfig, default_toml, StudyConfig, config_from_dict, load_config, load_config_for_plan,
     )
     from vheads.study._headline import beta_by_rule, parse_beta_rule
+    from vheads.study._evaluate import HeadsEvaluation, evaluate_heads
     from vheads.study._plan import Layout, plan_study, plan_text, study_plan
     from vheads.study._projection import study_rows
     from vheads.study._report import build_report_if_available

@@ -103,4 +103,16 @@ def item_source(spec: str, cell: int = 224, classes: str = "", exclude: str = ""
     return RealItems(spec, classes, exclude, cell=cell, resize=resize, templates=templates)
 
 
-__all__ = ["BenchmarkItems", "KINDS", "RECIPES", "TASKS", "Task", "is_task_spec", "item_source"]
+def open_item_source(spec: str, cell: int = 224):
+    """The item builder of ``vheads evaluate --source`` and ``vheads audit --source``
+    (:func:`item_source`) with its files read now: a bad ``--cell``, photo folder or benchmark
+    row is refused before a model loads."""
+    from vheads.data.builders import check_cell
+
+    check_cell(cell, "--cell")
+    source = item_source(spec, cell)
+    source.open()
+    return source
+
+
+__all__ = ["BenchmarkItems", "KINDS", "RECIPES", "TASKS", "Task", "is_task_spec", "item_source", "open_item_source"]
