@@ -12,10 +12,23 @@ another of its set by a seeded derangement over all ``n_eval`` items (not per sh
 
 from __future__ import annotations
 
-# the study's default ``ablation`` and its check live with the config (vheads.study._config):
-# the config validates its own keys and imports no feature module
 from vheads._ids import ablation_test_id  # noqa: F401  (re-exported)
-from vheads.study._config import DEFAULT_ABLATION, validate_ablation  # noqa: F401  (re-exported)
+
+#: the study's default ``ablation``: the seed's mask, and ``zero`` beside it wherever the study runs NCS
+DEFAULT_ABLATION = ["attention", "zero"]
+
+
+def validate_ablation(cfg, bad) -> None:
+    """An unknown name, or a head-output ablation without NCS to run it in, names the key
+    (the ablations themselves: below)."""
+    from vheads.evaluation import ABLATIONS  # torch-free
+
+    for a in cfg.ablation:
+        if a not in ABLATIONS:
+            bad("ablation", f"unknown ablation {a!r}; choose from {', '.join(ABLATIONS)}")
+    # the default's zero ablation runs where the study runs NCS; one the config names needs NCS
+    if cfg.ablation != DEFAULT_ABLATION and any(a != "attention" for a in cfg.ablation) and ("ncs" not in cfg.tests or not cfg.row_groups):
+        bad("ablation", "the head-output ablations run NCS; add 'ncs' to tests (with a row group) or set ablation = [\"attention\"]")
 
 
 def ablation_runs(cfg, source, templates, lo: int, hi: int) -> list[tuple[str, dict | None, dict | None]]:

@@ -1,6 +1,6 @@
 """The grounding test in a study: one capture per item for every setting's S and controls.
 
-Evaluation units run test-major, then shard, then setting (:func:`vheads.study._runner._eval_units`),
+Evaluation units run test-major, then shard, then setting (:func:`vheads.study.stages.evaluation.eval_units`),
 so every grounding unit of one shard reads the same items: the replica captures their maps
 once (``[L, H, |I|]`` per item, :func:`vheads.evaluation.capture_maps`) and each setting's
 head-sets are subsets of that capture. The items are the ``grid-oracle`` set ("what is in

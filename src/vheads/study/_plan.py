@@ -1,10 +1,9 @@
 """The study's plan: the forward rows every stage will run, counted from the config alone.
 
 One plan, read by ``vheads plan``, the doctor's time projection
-(:func:`vheads.study.study_rows`, which `vheads doctor` hands to the doctor) and ``benchmarks/gpu_check.py``. It follows the layout of
-:mod:`vheads.study._runner` (which units exist, which head-sets each runs) and of
-:class:`vheads.study._units.UnitComputer` (which rows a unit's tests ask the engine for), and
-counts *batch rows* — one head-set on one item in one forward — by stage:
+(:func:`vheads.study.study_rows`, which `vheads doctor` hands to the doctor) and ``benchmarks/gpu_check.py``.
+Each stage counts its own rows beside its units and their compute (:attr:`vheads.study._stage.Stage.rows`,
+:mod:`vheads.study.stages`); :func:`study_plan` collects them. It counts *batch rows* — one head-set on one item in one forward — by stage:
 
 - ``full`` rows compute the whole prompt (an intervention at all or image rows, steering,
   NCS_grid, capture); ``suffix`` rows only what follows a prefix shared by the rows of one
@@ -33,67 +32,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from vheads._errors import VheadsError
-
-#: rows per item of each test and head-set (CERS: steered onto the target and a distractor;
-#: NCS: the matched and mismatched arm; NCS_grid: the target cell's and a distractor's hidden)
-ROWS_PER_ITEM = {"cers": 2, "cers-sym": 2, "ncs": 2, "ncs-grid": 2, "text": 1}
-#: row groups whose intervention leaves the image in a shared prefix (suffix rows)
-SUFFIX_GROUPS = ("question", "last")
-#: rows of one discovery item: one capture row, plus for the ``out`` source a greedy answer
-#: (4 generated tokens) and the teacher-forced capture row
-OUT_ROWS = 5
-
-#: built-in layouts: language-model shape (softmax-attention layers × query heads) and prompt
-#: lengths in tokens: ``prompt_tokens`` of an evaluation prompt, ``suffix_tokens`` after the
-#: shared prefix (question, options, answer cue), ``strip_tokens`` of a discovery strip
-LAYOUTS: dict[str, dict] = {
-    # the measured GPU point: 1,024 image tokens (a 1,024-px square), 1,057-token prompts
-    "qwen3-vl-8b": {"n_layers": 36, "n_heads": 32, "prompt_tokens": 1057, "suffix_tokens": 29, "strip_tokens": 1057,
-                    "note": "Qwen3-VL-8B, 1,024 image tokens a prompt (the gpu_check point)"},
-    # the prompt configs/paper.toml builds: 224-px cells -> a 448-px image, 32-px merged patches -> 14 x 14 = 196 tokens
-    "qwen3-vl-8b-paper": {"n_layers": 36, "n_heads": 32, "prompt_tokens": 229, "suffix_tokens": 29, "strip_tokens": 229,
-                          "note": "Qwen3-VL-8B, 448-px images: 196 image tokens + 33 text (computed, not measured)",
-                          "rates_layout": "qwen3-vl-8b"},
-    "qwen3-vl-2b": {"n_layers": 28, "n_heads": 16, "prompt_tokens": 1057, "suffix_tokens": 29, "strip_tokens": 1057,
-                    "note": "Qwen3-VL-2B, 1,024 image tokens a prompt"},
-    "tiny": {"n_layers": 4, "n_heads": 16, "prompt_tokens": 28, "suffix_tokens": 21, "strip_tokens": 28,
-             "note": "the built-in tiny model (4 x 16 heads): a grid prompt is 28 tokens, 4 of them image tokens"},
-}
-#: the rates shipped with vheads (benchmarks/README.md's measured figures)
-RATES_FILE = Path(__file__).with_name("plan_rates.json")
-
-
-@dataclass(frozen=True)
-class Layout:
-    name: str
-    n_layers: int  # softmax-attention layers
-    n_heads: int
-    prompt_tokens: int
-    suffix_tokens: int
-    strip_tokens: int
-    rates_layout: str = ""  # the layout whose rates apply ('' = this one's name)
-    note: str = ""
-
-    @property
-    def rates_key(self) -> str:
-        return self.rates_layout or self.name
-
-
-def load_layout(spec: str) -> Layout:
-    """A built-in layout by name (:data:`LAYOUTS`) or a JSON file with the same keys; errors
-    name ``--model-layout``."""
-    if spec in LAYOUTS:
-        return Layout(spec, **LAYOUTS[spec])
-    p = Path(spec)
-    if not p.is_file():
-        raise VheadsError(f"--model-layout {spec!r}: neither a built-in layout ({', '.join(LAYOUTS)}) nor a JSON file")
-    try:
-        d = json.loads(p.read_text())
-        return Layout(**{"name": p.stem, **d})
-    except (ValueError, TypeError) as e:
-        raise VheadsError(f"--model-layout {spec}: not a layout ({e}); keys: name, n_layers, n_heads, prompt_tokens, "
-                          "suffix_tokens, strip_tokens") from None
-
+from vheads.study._rows import (  # noqa: F401 (re-exported: the layouts and the rows a stage counts)
+    LAYOUTS, OUT_ROWS, RATES_FILE, ROWS_PER_ITEM, SUFFIX_GROUPS, Layout, PlanStage, grid_ids as _grid_ids, load_layout,
+)
 
 def layout_of_config(cfg) -> Layout:
     """The layout of ``cfg.model`` without weights: the built-in tiny model's, or the model
@@ -176,32 +117,13 @@ def control_pool(name: str, counts: list[int], n_heads: int) -> int | None:
 
 
 @dataclass
-class Stage:
-    """One stage's rows: ``full`` and ``suffix`` batch rows, the tokens a full row computes and
-    a suffix row computes, the items, and the head-sets (per setting where that applies)."""
-
-    name: str
-    full: int = 0
-    suffix: int = 0
-    tokens_full: int = 0
-    tokens_suffix: int = 0
-    items: int = 0
-    head_sets: int = 0
-    note: str = ""
-
-    @property
-    def rows(self) -> int:
-        return self.full + self.suffix
-
-
-@dataclass
 class Plan:
     layout: Layout
     settings: int
     main_k: int
-    stages: list[Stage] = field(default_factory=list)
+    stages: list[PlanStage] = field(default_factory=list)
 
-    def stage(self, name: str) -> Stage:
+    def stage(self, name: str) -> PlanStage:
         return next(s for s in self.stages if s.name == name)
 
     @property
@@ -290,112 +212,45 @@ def expected_compared(R_max: int, h: int, batch: int, inside: float = INSIDE_SHA
     return inside * early + (1 - inside) * R_max
 
 
-def _evaluation_rows(g, cfg, settings: int, k: int, L: int, H: int, compared, ev: dict, seen: set) -> float:
-    """Add the rows of ``settings`` settings that run under config ``g`` (the study's own, or
-    a ``[[scope]]``'s) to the evaluation stages ``ev`` (by name; ``seen`` collects the stages
-    a test of the run has); the per-test items are the study's ``[items]``. Returns the
-    layer-matched draws compared per setting."""
-    tests = set(g.tests)
+@dataclass
+class PlanContext:
+    """What a stage's :attr:`vheads.study._stage.Stage.rows` reads: the config, the layout and
+    its shape ``L`` × ``H``, the head-set size ``k``, the number of settings, and
+    ``compared(name, R, size, main=False)``: the distinct head-sets of control ``name`` (R
+    asked) one setting of ``size`` heads is compared with (:func:`study_plan`)."""
 
-    def controls_of(test: str) -> dict[str, float]:  # each control's draws compared in ``test`` ([test_controls])
-        return {name: compared(name, g.control_R(test, name), k, main=True) for name in g.controls}
+    cfg: object
+    layout: Layout
+    k: int
+    settings: int
+    compared: object
 
-    per_test = {t: controls_of(t) for t in ("cers", "ncs", "ncs-grid", "text")}
-    C = per_test["cers"]
-    lm = C.get("layer-matched", 0.0)
-    rg = sum(per_test["ncs"][c] for c in g.row_group_controls if c in per_test["ncs"])
-    k_points = [kk for kk in dict.fromkeys(g.k_sweep) if kk != k and kk <= L * H]
-    k_ctrl = sum(compared("layer-matched", g.k_sweep_controls, kk) for kk in dict.fromkeys(g.k_sweep) if kk <= L * H) \
-        if g.k_sweep_controls else 0.0
-    main_of = {t: 1 + sum(c.values()) for t, c in per_test.items()}  # S and its controls, per test
-    main = main_of["cers"]
-    sweep_sets = len(k_points) + k_ctrl  # the k sweep's sets (in the k_sweep_tests; NCS at all rows)
-    sweep = {t: sweep_sets if t in g.k_sweep_tests else 0.0 for t in ("cers", "ncs")}
+    @property
+    def L(self) -> int:
+        return self.layout.n_layers
 
-    def add(name: str, head_sets: float, rows_per_item: int, suffix: bool, items: int) -> None:
-        rows = round(head_sets * rows_per_item * items)
-        st = ev[name]
-        if suffix:
-            st.suffix += rows
-        else:
-            st.full += rows
-        if name in ("cers", "ncs-grid", "text"):  # these count the head-sets of every setting
-            st.head_sets += round(head_sets)
-        seen.add(name)
-
-    beta_first = 0.0
-    if "cers" in tests and g.beta_sweep:
-        nb = cfg.n_items("beta-sweep")
-        beta_first = 1 + min(g.beta_sweep_controls, lm)
-        add("beta sweep", settings * beta_first * len(g.beta_sweep), 2, False, nb)
-    if tests & {"cers", "cers-sym"}:
-        nc = cfg.n_items("cers")
-        sets = main + sweep["cers"]
-        if g.beta_sweep and "cers" in tests and g.beta in g.beta_sweep:
-            # S and the first draws at the main beta on the sweep's items: the sweep's rows
-            sets -= beta_first * min(cfg.n_items("beta-sweep"), nc) / nc
-        add("cers", settings * sets, 2, g.steer_rows in SUFFIX_GROUPS, nc)
-    if "ncs" in tests:
-        nn = cfg.n_items("ncs")
-        for grp in g.row_groups:
-            add("ncs", settings * (main_of["ncs"] + sweep["ncs"] if grp == "all" else 1 + rg), 2, grp in SUFFIX_GROUPS, nn)
-        if "ncs baselines" not in seen:  # the unmasked baselines, once per model
-            ev["ncs"].suffix += 2 * nn
-            seen.add("ncs baselines")
-        for a in g.ablation:
-            if a != "attention":
-                add("ncs", settings * (1 + rg), 2, g.row_groups[0] in SUFFIX_GROUPS, nn)
-        ev["ncs"].head_sets = max(ev["ncs"].head_sets, round(main_of["ncs"] + sweep["ncs"]))
-    if "ncs-grid" in tests:  # + every head hidden: the attainable bound (once)
-        add("ncs-grid", settings * main_of["ncs-grid"] + (0 if "ncs-grid" in seen else 1), 2, False, cfg.n_items("ncs-grid"))
-    if "text" in tests:  # + the unmasked baseline (once)
-        add("text", settings * main_of["text"] + (0 if "text" in seen else 1), 1, True, cfg.n_items("text"))
-    ev["beta sweep"].head_sets = max(ev["beta sweep"].head_sets, round(beta_first))  # per setting
-    return lm
+    @property
+    def H(self) -> int:
+        return self.layout.n_heads
 
 
 def study_plan(cfg, layout: Layout, main_k: int | None = None, shared_draws: bool = False, sequential: bool = False,
                inside: float = INSIDE_SHARE) -> Plan:
-    """The :class:`Plan` of ``cfg`` on ``layout`` (module docstring). ``main_k``: the
-    head-set size (default: ``cfg.k``, or the study's k scaled to the layout). ``sequential``:
-    each exchangeable control of ``controls_h ≥ 1`` counted at its expected draws
+    """The :class:`Plan` of ``cfg`` on ``layout`` (module docstring): each stage's rows
+    (:attr:`vheads.study._stage.Stage.rows`, in stage order). ``main_k``: the head-set size
+    (default: ``cfg.k``, or the study's k scaled to the layout). ``sequential``: each
+    exchangeable control of ``controls_h ≥ 1`` counted at its expected draws
     (:func:`expected_compared`, a share ``inside`` of settings with S inside its controls)
     instead of R_max (the upper bound)."""
     from vheads.discovery import resolve_k
     from vheads.evaluation import COMMON_DRAWS
-    from vheads.study._causal import causal_map_units
-    from vheads.study._runner import algebra_pairs
-    from vheads.study._scores import score_targets
+    from vheads.study._config import setting_ids
+    from vheads.study._sequential import sequential_controls
+    from vheads.study._stage import registered_stages
 
     L, H = layout.n_layers, layout.n_heads
     k = main_k if main_k is not None else resolve_k(L, H, cfg.k or None, cfg.selection)
-    n, tests = cfg.n_eval, set(cfg.tests)
-    Tf, Ts = layout.prompt_tokens, layout.suffix_tokens
-    grid = [f"{c}|{q}|{s}" for c in cfg.corpora for q in cfg.queries for s in cfg.sources]
-    n_scores = len(cfg.scores) * len(score_targets(cfg)) if cfg.scores else 0
-    causal = 1 if "ncs" in cfg.causal_tests else 0
-    settings = len(grid) + n_scores + causal
-    plan = Plan(layout, settings, k)
-
-    # discovery: one capture row per strip and query source, the out source's answer rows
-    strips = len(cfg.corpora) * len(cfg.queries) * cfg.n_discovery
-    disc = strips * (1 + (OUT_ROWS if "out" in cfg.sources else 0)) + len(score_targets(cfg)) * cfg.n_discovery
-    plan.stages.append(Stage("discovery", full=disc, tokens_full=layout.strip_tokens, items=cfg.n_discovery,
-                             note="capture rows (not run through the evaluation's probes)"))
-
-    # the causal map: every head alone and every whole layer, per test and ablation, + baselines once
-    cm = Stage("causal map", tokens_full=Tf, tokens_suffix=Ts, items=n)
-    if causal_map_units(cfg):
-        units = L * H + L
-        for t in cfg.causal_tests:
-            runs = sum(1 for a in cfg.ablation if a == "attention" or (a != "mean" and t in ("ncs", "text")))
-            cm.full += units * runs * ROWS_PER_ITEM[t] * n
-            cm.suffix += ROWS_PER_ITEM[t] * n  # the unmasked baselines
-        cm.head_sets = units
-    plan.stages.append(cm)
-
-    from vheads.study._sequential import sequential_controls
-
+    settings = len(setting_ids(cfg))
     seq_names = set(sequential_controls(cfg)) if sequential else set()
 
     def compared(name: str, R: int, size: int, main: bool = False) -> float:
@@ -413,61 +268,12 @@ def study_plan(cfg, layout: Layout, main_k: int | None = None, shared_draws: boo
             return min(float(settings * per), per * every / pool, float(every)) / settings
         return expected_union(pool, per, settings) / settings
 
-    from vheads.study._config import setting_ids
-
-    # the evaluation's per-setting stages, summed over the groups of settings that share a
-    # config: one per [[scope]] (its keys for its settings), the rest under the top-level keys
-    groups: dict[int, int] = {}
-    ids = setting_ids(cfg)
-    for sid in ids:
-        i = next((j for j, sc in enumerate(cfg.scope) if sid in sc["settings"]), -1)
-        groups[i] = groups.get(i, 0) + 1
-    ev = {name: Stage(name, tokens_full=Tf, tokens_suffix=0 if name == "beta sweep" else Ts,
-                      items=cfg.n_items(name.replace(" ", "-")) if name != "cers" else cfg.n_items("cers"))
-          for name in ("beta sweep", "cers", "ncs", "ncs-grid", "text")}
-    seen: set[str] = set()
-    for i, m in sorted(groups.items()):
-        g = cfg.for_setting(cfg.scope[i]["settings"][0]) if i >= 0 else cfg
-        _evaluation_rows(g, cfg, m, k, L, H, compared, ev, seen)
-    for name in ("beta sweep", "cers", "ncs", "ncs-grid", "text"):
-        if name in seen or name == "beta sweep":
-            plan.stages.append(ev[name])
-
-    # head-set algebra: per pair, the shared and only-one parts with their controls, NCS at all rows
-    alg = Stage("algebra", tokens_full=Tf, items=n)
-    if cfg.algebra_controls and "ncs" in tests:
-        ids = _grid_ids(cfg)
-        pairs = algebra_pairs(ids)
-        part_sets = 1 + compared("layer-matched", cfg.algebra_controls, max(1, k // 2))
-        alg.full = round(len(pairs) * 3 * part_sets * 2 * n)
-        alg.head_sets = round(len(pairs) * 3 * part_sets)
-        alg.note = "upper bound: every part non-empty, each part's pool that of a set of k/2 heads"
-    plan.stages.append(alg)
-
-    aud = Stage("audit", suffix=5 * n, tokens_full=Tf, tokens_suffix=Ts, items=n,
-                note="oracle, floor, matched, mismatched and the matched items blanked (leak): one row each")
-    plan.stages.append(aud)
-
-    ood = Stage("pointing suite", tokens_full=Tf, tokens_suffix=Ts, items=cfg.n_ood)
-    if cfg.ood_tasks:
-        tasks, m, d = len(cfg.ood_tasks), cfg.n_ood, len(grid) + n_scores + causal
-        ood.suffix = tasks * (5 * m + 2 * m)  # the audit sets and NCS baselines
-        ood.full = tasks * d * (1 + cfg.ood_controls) * (2 * m + 2 * m)  # CERS and NCS, S and its draws
-        ood.head_sets = d * (1 + cfg.ood_controls)
-    plan.stages.append(ood)
+    plan = Plan(layout, settings, k)
+    ctx = PlanContext(cfg, layout, k, settings, compared)
+    for stage in registered_stages():
+        if stage.rows is not None:
+            plan.stages += stage.rows(ctx)
     return plan
-
-
-def _grid_ids(cfg) -> list[str]:
-    """The grid's setting ids as discovery names them (built-in corpora: their abbreviation;
-    a folder corpus: ``c<i>``, enough for the head-set algebra's pairs)."""
-    from vheads.discovery import CORPUS_ABBREV, QUERY_ABBREV, SOURCE_ABBREV
-
-    out = []
-    for i, c in enumerate(cfg.corpora):
-        a = CORPUS_ABBREV.get(c.partition(":")[0], f"c{i}") if ":" not in c else f"c{i}"
-        out += [f"{a}-{QUERY_ABBREV[q]}-{SOURCE_ABBREV[s]}" for q in cfg.queries for s in cfg.sources]
-    return out
 
 
 def evaluation_stages() -> tuple[str, ...]:

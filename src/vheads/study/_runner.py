@@ -1,10 +1,11 @@
 """``run_study``: discovery × evaluation × report, resumable, on any backend.
 
-Stages: discovery (one unit per corpus × query) → overlap and noise ceilings, stability
-curves (no forward pass: the stored per-item scores) → the exact causal map (one unit per
-item shard, :mod:`vheads.study._causal`) → head-sets (the causal setting among them) and
-their random controls → evaluation (one unit per setting × test × item shard) →
-baseline audit → report. Every unit is committed to the store atomically; rerunning the
+The study is a loop over the registered stages (:mod:`vheads.study.stages`, in their
+order): the doctor's checks → discovery (one unit per corpus × query) → baseline attention →
+overlap and noise ceilings, stability curves (no forward pass: the stored per-item scores) →
+the exact causal map (one unit per item shard) → head-sets (the causal setting among them)
+and their random controls → evaluation (the β sweep, then one unit per setting × test × item
+shard) → baseline audit → pointing suite → report. Every unit is committed to the store atomically; rerunning the
 same command into the same directory computes only what is missing, and a run directory
 made with a different configuration is refused.
 
@@ -21,24 +22,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from tqdm.auto import tqdm
-
 from vheads import __version__
-from vheads._ids import S as S_ID, control_label, headset_id, k_label
-from vheads.evaluation import COMMON_DRAWS, PATTERN_DRAWS, HeadSet, draw_controls
-from vheads.evaluation import split_control_name
+from vheads._errors import VheadsError, check_output_path, storage_error
 from vheads.study._backends import make_backend
-from vheads._errors import VheadsError, check_output_path, path_inside, storage_error
-from vheads._io import atomic_write
+from vheads.study._execute import FORWARD_ROWS, _commit, _log, _logged, _run_units  # noqa: F401 (re-exported)
 from vheads.study._config import StudyConfig, changed_config_error, model_config, model_entries, validate_for_model
-from vheads.study._headline import headline_beta
 from vheads.study._lock import RunLock
 from vheads.study._report import build_report_if_available
-from vheads.study._stability import stability_stage
-from vheads.study._scores import ranks_per_layer, score_units
+from vheads.study._stage import registered_stages
 from vheads.store import STORE_NAME, Store
-from vheads._seeds import derived_seed
+# the stages' names other modules and tests read here (re-exported)
+from vheads.study.stages.controls import algebra_pairs, control_seed, headset_stage as _headset_stage  # noqa: F401
+from vheads.study.stages.doctor import doctor_stage as _doctor_stage  # noqa: F401
+from vheads.study.stages.evaluation import beta_sweep_units as _beta_sweep_units, eval_units as _eval_units  # noqa: F401
+from vheads.study.stages.ood import ood_units
+from vheads.study.stages.overlap import RANDOM_OVERLAP_DRAWS, overlap_stage as _overlap_stage  # noqa: F401
+
+_ood_units = ood_units
 
 
 @dataclass
@@ -99,333 +99,24 @@ def _prompts(cfg: StudyConfig, key: str) -> dict[str, str]:
         raise VheadsError(f"config key {key}: {str(e).splitlines()[0]}") from None
 
 
-#: one JSON line per unit: the full and suffix batch rows it ran (``vheads plan`` projects them)
-FORWARD_ROWS = "forward_rows.jsonl"
+@dataclass
+class StageRun:
+    """What a stage's ``units`` / ``run`` (:class:`vheads.study._stage.Stage`) reads: one model's
+    store and config, its shape, the run folder and backend; ``beta`` is the headline β once
+    the evaluation stage has fixed it. :meth:`run_units` runs units on the backend, resumably."""
 
+    store: Store
+    cfg: StudyConfig
+    run_dir: Path
+    backend: object
+    shape: dict
+    progress: bool = True
+    skip_doctor: bool = False
+    beta: float | None = None
 
-def _log(run_dir: Path, line: str) -> None:
-    with open(run_dir / "units.log", "a") as f:
-        f.write(line + "\n")
-
-
-def _commit(store: Store, run_dir: Path, res: dict) -> None:
-    payload = res["rows"]
-    strips = run_dir / "strips"
-    for name, png in payload.get("strips", {}).items():  # item ids hold names from data: kept inside strips/
-        atomic_write(path_inside(strips, f"{name}.png"), lambda fh: fh.write(png), mode="wb")
-    for name, meta in payload.get("strip_meta", {}).items():
-        atomic_write(path_inside(strips, f"{name}.json"), lambda fh: fh.write(json.dumps(meta)))
-    for name, png in payload.get("grounding_images", {}).items():  # S's grounding maps for the report (vheads.study._grounding)
-        atomic_write(path_inside(run_dir / "grounding", f"{name}.png"), lambda fh: fh.write(png), mode="wb")
-    for name, maps in payload.get("grounding_maps", {}).items():
-        atomic_write(path_inside(run_dir / "grounding", f"{name}.json"), lambda fh: fh.write(json.dumps(maps)))
-    store.commit_unit(res["unit_id"], res["kind"], res["seconds"], payload["rows"])
-    if res.get("forward_rows"):  # the batch rows the unit ran (vheads.study._plan projects them)
-        with open(run_dir / FORWARD_ROWS, "a") as f:
-            f.write(json.dumps({"model": store.model, "unit_id": res["unit_id"], **res["forward_rows"]}) + "\n")
-    _log(run_dir, f"done {_logged(store, res['unit_id'])}")
-
-
-def _logged(store: Store, unit_id: str) -> str:
-    """A unit as ``units.log`` names it: ``<model>/<unit_id>`` in a multi-model run."""
-    return f"{store.model}/{unit_id}" if store.model else unit_id
-
-
-def _run_units(store, run_dir, backend, units, desc, progress) -> int:
-    done = store.done_units()
-    todo = [u for u in units if u["unit_id"] not in done]
-    desc = f"{store.model}: {desc}" if store.model else desc
-    bar = tqdm(total=len(units), initial=len(units) - len(todo), desc=desc, unit="unit", disable=not progress)
-    for res in backend.run(todo, on_start=lambda u: _log(run_dir, f"start {_logged(store, u['unit_id'])}")):
-        _commit(store, run_dir, res)
-        bar.update(1)
-    bar.close()
-    return len(todo)
-
-
-RANDOM_OVERLAP_DRAWS = 100  # uniform random head-sets per setting for the Fig. 7 baseline
-
-
-def _overlap_stage(store: Store, cfg: StudyConfig, attention_layers: tuple[int, ...] | None = None) -> None:
-    """Split-half ceilings, each pair's overlap at half size (Table 20), and the overlap of
-    every setting with uniform random draws of its size (Fig. 7)."""
-    from vheads.discovery import pair_overlap, split_half_ceiling
-
-    if "overlap" in store.done_units():
-        return
-    t0 = time.time()
-    disc = store.query("SELECT setting, k, headset FROM discovery ORDER BY setting")
-    per_layer = ranks_per_layer(cfg)  # setting id -> whether its top-k is taken per layer
-    ceil, per, ids = {}, {}, {}
-    rows = {"ceilings": [], "overlap": [], "random_overlap": []}
-    for sid, k, _ in disc:
-        got = store.query("SELECT item_id, scores FROM item_scores WHERE setting=? ORDER BY item_id", sid)
-        ids[sid] = [i for i, _ in got]
-        per[sid] = np.array([json.loads(s) for _, s in got])
-        c = split_half_ceiling(per[sid], k, cfg.splits, derived_seed(cfg.seed, "ceiling", sid), per_layer=per_layer(sid),
-                               attention_layers=attention_layers)
-        ceil[sid] = c
-        rows["ceilings"].append((sid, k, c.mean, c.lo, c.hi, cfg.splits))
-    sets = {sid: {tuple(h) for h in json.loads(hs)} for sid, _, hs in disc}
-    for i, (a, ka, _) in enumerate(disc):
-        for b, _, _ in disc[i + 1:]:
-            p = pair_overlap(a, b, per[a], per[b], ceil[a], ceil[b], len(sets[a] & sets[b]), ka, cfg.splits,
-                             derived_seed(cfg.seed, "pair-overlap", a, b), per_layer(a), ids[a] == ids[b], attention_layers)
-            rows["overlap"].append((a, b, ka, p.all_items, p.half.mean, p.half.lo, p.half.hi, int(p.same_items),
-                                    ceil[a].mean, ceil[b].mean, p.geo_ceiling, p.fraction))
-    # Fig. 7: overlap of each native set with uniform random draws of the same size
-    # (uniform over the heads that exist: on a hybrid model, the softmax layers' heads)
-    L, H = next(iter(per.values())).shape[1:] if per else (0, 0)
-    pool = [(l, h) for l in (attention_layers if attention_layers is not None else range(L)) for h in range(H)]
-    for sid, k, _ in disc:
-        seed = derived_seed(cfg.seed, "random-overlap", sid)
-        rng = np.random.default_rng(seed)
-        for d in range(RANDOM_OVERLAP_DRAWS):
-            draw = {pool[int(f)] for f in rng.choice(len(pool), size=len(sets[sid]), replace=False)}
-            rows["random_overlap"].append((sid, k, d, seed, len(sets[sid] & draw)))
-    store.commit_unit("overlap", "overlap", time.time() - t0, rows)
-
-
-def _heads_json(hs: HeadSet) -> str:
-    return json.dumps([list(h) for h in hs.heads])
-
-
-def control_seed(seed: int, heads: HeadSet, name: str) -> int:
-    """The seed of control ``name``'s draws for the head-set ``heads`` (docs/controls.md):
-    derived from the heads themselves (an any-layer draw: from their number, see
-    ``COMMON_DRAWS``), not from the setting's id, so two settings that
-    select the same heads (``cm-ord-gaze`` and ``cm-ord-last`` on the tiny model), a k-sweep
-    point and an algebra part with a setting's heads draw the same controls (R draws from
-    one seed: the first R of a longer sequence), and the probe memo runs their rows once.
-    A layer-matched draw's seed comes from S's per-layer counts (``PATTERN_DRAWS``): every
-    head-set of one layer pattern reads one sequence, S itself skipped."""
-    if name in COMMON_DRAWS:
-        return derived_seed(seed, "control", f"common:{len(heads)}", name)
-    if name in PATTERN_DRAWS:  # the draws depend on S only through its layer pattern (and the skip of S)
-        return derived_seed(seed, "control", "pattern:" + ",".join(map(str, heads.per_layer_counts().tolist())), name)
-    return derived_seed(seed, "control", ",".join(f"{l}.{h}" for l, h in sorted(heads.heads)), name)
-
-
-
-def algebra_pairs(settings: list[str]) -> list[tuple[str, str]]:
-    """Pairs of settings that differ in one factor, for head-set algebra (seed Table 15):
-    the heads they share and the heads only one has. As in the seed, two pairs per factor,
-    at the query-span and last-token sources:
-
-    - query type: ``c0-ord-s`` vs ``c0-ref-s`` on the first corpus c0;
-    - corpus: ``c0-ord-s`` vs ``c1-ord-s`` (the first two corpora);
-    - attention source: ``cL-ord-s`` vs ``cL-ord-out`` on the last corpus cL;
-
-    for s in (qsp, last); pairs whose settings the study lacks are left out. Corpora are
-    ordered as they first appear in ``settings``."""
-    have = set(settings)
-    corpora = list(dict.fromkeys(s.split("-", 1)[0] for s in settings))
-    if not corpora:
-        return []
-    c0, cl = corpora[0], corpora[-1]
-    pairs = []
-    for src in ("qsp", "last"):
-        pairs.append((f"{c0}-ord-{src}", f"{c0}-ref-{src}"))
-        if len(corpora) > 1:
-            pairs.append((f"{c0}-ord-{src}", f"{corpora[1]}-ord-{src}"))
-        pairs.append((f"{cl}-ord-{src}", f"{cl}-ord-out"))
-    return [p for p in dict.fromkeys(pairs) if p[0] in have and p[1] in have]
-
-
-def _headset_stage(store: Store, cfg: StudyConfig, shape: tuple[int, int], attention_layers: tuple[int, ...] | None = None) -> None:
-    from vheads.discovery import select_heads
-
-    if "headsets" in store.done_units():
-        return
-    t0 = time.time()
-    L, H = shape
-    inputs = {}
-    for key in ("image_mass", "sink_mass"):
-        v = store.get_meta(key)
-        if v is not None:
-            inputs[key] = np.array(json.loads(v))
-    rows, fallbacks = [], {}
-    discovered = {}
-
-    pools: dict = {}
-
-    def record(setting: str, label: str, draws, R: int) -> None:
-        """Keep the fallbacks of one control draw, ``fallbacks[setting][label]``, and how its
-        head-sets were chosen, ``pools[setting][label]`` (:func:`vheads.evaluation.draw_controls`:
-        the whole pool or distinct draws; its size where known; R asked). The row groups, the
-        β sweep and the pointing suite reuse the main draws (label ``layer-matched``), so they
-        carry the main record."""
-        if draws.fallbacks:
-            fallbacks.setdefault(setting, {})[label] = [str(f) for f in draws.fallbacks]
-        pools.setdefault(setting, {})[label] = {"mode": draws.mode, "pool": draws.pool, "n": len(draws), "R": R}
-
-    from vheads.study._causal import CAUSAL_SETTING, causal_setting_rows
-
-    # the discovered settings, then the causal one (the exact map's top-k: same controls, same tests)
-    for sid, scores, heads in (store.query("SELECT setting, scores, headset FROM discovery ORDER BY setting")
-                               + causal_setting_rows(store, cfg, shape, attention_layers)):
-        S = HeadSet([tuple(h) for h in json.loads(heads)], L, H, attention_layers)
-        if sid != CAUSAL_SETTING:  # head-set algebra pairs discovered settings only
-            discovered[sid] = S
-        rows.append((sid, "S", "S", 0, cfg.seed, _heads_json(S)))
-        scfg = cfg.for_setting(sid)  # its [[scope]]'s controls and k sweep
-        for name in scfg.controls:
-            R = scfg.drawn_R(name)  # the most any of its tests compares ([test_controls])
-            seed = control_seed(cfg.seed, S, name)
-            base, n = split_control_name(name)  # "random-n@200": 200 heads per draw
-            draws = draw_controls(base, S, R, seed, **({"n": n} if n else {}), **({"common": True} if base in COMMON_DRAWS else {}),
-                                  **inputs)
-            label = control_label(name)
-            record(sid, label, draws, R)
-            for i, d in enumerate(draws):
-                rows.append((sid, headset_id(label, i), label, i, seed, _heads_json(d)))
-        sc = np.array(json.loads(scores))
-        for kk in scfg.k_sweep:
-            if kk <= L * H:
-                Sk = select_heads(sc, kk, cfg.selection, attention_layers)
-                rows.append((sid, k_label(S_ID, kk), "S@k", kk, cfg.seed, _heads_json(Sk)))
-                if scfg.k_sweep_controls:  # every sweep point is tested against its own controls
-                    seed = control_seed(cfg.seed, Sk, "layer-matched")
-                    draws = draw_controls("layer-matched", Sk, scfg.k_sweep_controls, seed)
-                    record(sid, k_label("layer-matched", kk), draws, scfg.k_sweep_controls)
-                    for i, d in enumerate(draws):
-                        rows.append((sid, headset_id("layer-matched", i, kk), "layer-matched@k", i, seed, _heads_json(d)))
-    # head-set algebra: shared heads and heads only one setting has, each with
-    # same-size layer-matched controls (pseudo-setting "A&B")
-    if cfg.algebra_controls:
-        for a, b in algebra_pairs(list(discovered)):
-            pid = f"{a}&{b}"
-            parts = {"shared": discovered[a] & discovered[b], f"only:{a}": discovered[a] - discovered[b], f"only:{b}": discovered[b] - discovered[a]}
-            for part, hs in parts.items():
-                if not len(hs):
-                    continue
-                rows.append((pid, part, "S", 0, cfg.seed, _heads_json(hs)))
-                seed = control_seed(cfg.seed, hs, "layer-matched")
-                draws = draw_controls("layer-matched", hs, cfg.algebra_controls, seed)
-                record(pid, f"{part}/layer-matched", draws, cfg.algebra_controls)
-                for i, d in enumerate(draws):
-                    rows.append((pid, headset_id(f"{part}/layer-matched", i), f"{part}/layer-matched", i, seed, _heads_json(d)))
-    store.commit_unit("headsets", "headsets", time.time() - t0, {"headsets": rows})
-    store.set_meta(control_fallbacks=json.dumps(fallbacks), control_pools=json.dumps(pools))
-
-
-def _beta_sweep_units(store: Store, cfg: StudyConfig) -> list[dict]:
-    """The β sweep, run before every other evaluation (the headline β is chosen from its
-    controls, :mod:`vheads.study._headline`): per setting with an S and shard, one unit
-    running S and its first ``beta_sweep_controls`` layer-matched draws at every β."""
-    if not cfg.beta_sweep:
-        return []
-    units, n = [], cfg.n_items("beta-sweep")
-    for (sid,) in store.query("SELECT DISTINCT setting FROM headsets WHERE control='S' AND setting NOT LIKE '%&%' ORDER BY setting"):
-        if "cers" not in cfg.for_setting(sid).tests:
-            continue
-        hs = store.query("SELECT headset_id, heads FROM headsets WHERE setting=? AND (control='S' OR "
-                         "(control='layer-matched' AND draw<?)) ORDER BY control != 'S', draw", sid, cfg.beta_sweep_controls)
-        for lo in range(0, n, cfg.run.shard_size):
-            hi = min(n, lo + cfg.run.shard_size)
-            units.append({"unit_id": f"beta-sweep/{sid}/{lo}-{hi}", "kind": "eval", "setting": sid, "test": "beta-sweep",
-                          "shard": [lo, hi], "headset_ids": [h for h, _ in hs], "headsets": [json.loads(x) for _, x in hs]})
-    return units
-
-
-def _eval_units(store: Store, cfg: StudyConfig, beta: float | None = None, rnd: int = 0) -> list[dict]:
-    """Every evaluation unit of round ``rnd``; CERS (and its k sweep) at the headline ``beta``
-    (default the config's).
-
-    ``controls_h = 0``: round 0 holds every unit (S and every control draw). Otherwise
-    (:mod:`vheads.study._sequential`) round 0 holds S, every non-exchangeable control and the
-    first ``controls_batch`` draws of each exchangeable one; round r ≥ 1 the next batch of
-    each control still undecided in its (setting, test), under ids ``.../r<r>``; ``[]`` once
-    every comparison is decided."""
-    from vheads.study._ablation import ablation_test_id
-    from vheads.study._sequential import round_plan, setting_draws, store_pools, test_ids
-
-    seq = setting_draws(store, cfg) if cfg.controls_h else {}
-    pools = store_pools(store)  # how each setting's draws were chosen ([test_controls] reads it)
-    if rnd and not seq:
-        return []
-    later = round_plan(store, cfg, rnd, seq) if rnd else {}
-    units = []
-    settings = [s for (s,) in store.query("SELECT DISTINCT setting FROM headsets ORDER BY setting")]
-    for sid in settings:
-        hs = store.query("SELECT headset_id, heads FROM headsets WHERE setting=? ORDER BY control != 'S', control, draw", sid)
-        heads_of = dict(hs)
-        if rnd == 0:  # S, the controls run whole and the first batch of each sequential control
-            first = {h for ids in seq.get(sid, {}).values() for h in ids[:cfg.controls_batch]}
-            later_ids = {h for ids in seq.get(sid, {}).values() for h in ids} - first
-            ids = [h for h, _ in hs if h not in later_ids]
-        algebra = "&" in sid  # shared / only-one head-sets: NCS at all rows only
-        scfg = cfg.for_setting(sid)  # its [[scope]]'s tests, row groups and k sweep
-        tests = [t for t in cfg.tests if t == "ncs"] if algebra else scfg.tests
-        for test in tests:
-            cells = None
-            if rnd:
-                ids, undecided = later.get((sid, test), ([], set()))
-                if not ids:
-                    continue
-                if test == "ncs":  # only the row groups and ablations with an undecided cell run their forwards
-                    cells = {"row_groups": [g for g in scfg.row_groups if f"ncs-{g}" in undecided],
-                             "ablations": [a for a in cfg.ablation if a != "attention"
-                                           and ablation_test_id(scfg.row_groups[0], a) in undecided]}
-            n_items = cfg.n_items(test)
-            run_ids = test_ids(cfg, sid, test, ids, pools) if scfg.test_controls and not algebra else ids
-            for lo in range(0, n_items, cfg.run.shard_size):
-                hi = min(n_items, lo + cfg.run.shard_size)
-                unit = {"unit_id": f"eval/{sid}/{test}/{lo}-{hi}" + (f"/r{rnd}" if rnd else ""), "kind": "eval",
-                        "setting": sid, "test": test, "shard": [lo, hi], "headset_ids": run_ids,
-                        "headsets": [json.loads(heads_of[h]) for h in run_ids],
-                        "row_groups": ["all"] if algebra else scfg.row_groups if scfg is not cfg else None,
-                        "beta": cfg.beta if beta is None else beta}
-                if scfg.k_sweep_tests != cfg.k_sweep_tests or cfg.k_sweep_tests != ["cers", "ncs"]:
-                    unit["k_sweep_tests"] = scfg.k_sweep_tests
-                if cells is not None:
-                    unit["cells"] = cells
-                units.append(unit)
-    # test-major, then shard, then setting: every setting runs a test on the same items, so
-    # consecutive units share prompts and many head-sets, and a replica's probe memo (bounded)
-    # holds what the next unit asks for however large the study
-    rank = {t: i for i, t in enumerate(cfg.tests)}
-    units.sort(key=lambda u: (rank.get(u["test"], len(rank)), u["shard"][0]))
-    return units
-
-
-def _evaluation_rounds(store: Store, cfg: StudyConfig, run_dir: Path, backend, beta: float | None, progress: bool) -> int:
-    """The evaluation stage, round by round (:mod:`vheads.study._sequential`): each round's
-    units are planned from the rounds before it (all committed), so a resumed run plans the
-    same units; records where each sequential comparison stopped. Returns the units computed."""
-    from vheads.study._sequential import record_stops
-
-    n, rnd = 0, 0
-    while True:
-        units = _eval_units(store, cfg, beta, rnd)
-        if not units:
-            break
-        n += _run_units(store, run_dir, backend, units, "evaluation" + (f" (controls round {rnd})" if rnd else ""), progress)
-        if not cfg.controls_h:
-            break
-        rnd += 1
-    if cfg.controls_h:
-        record_stops(store, cfg)
-    return n
-
-
-def _ood_units(store: Store, cfg: StudyConfig, beta: float | None = None) -> list[dict]:
-    """Pointing suite: one audit unit per task, and per task x discovered setting x test
-    (CERS, NCS) x shard one unit running S and its first ``ood_controls`` layer-matched draws."""
-    units = []
-    for spec in cfg.ood_tasks:
-        task = spec.partition(":")[0]
-        units.append({"unit_id": f"ood-audit/{task}", "kind": "ood-audit", "task": task, "spec": spec})
-        for (sid,) in store.query("SELECT DISTINCT setting FROM headsets WHERE setting NOT LIKE '%&%' ORDER BY setting"):
-            hs = store.query("SELECT headset_id, heads FROM headsets WHERE setting=? AND (control='S' OR "
-                             "(control='layer-matched' AND draw<?)) ORDER BY control != 'S', draw", sid, cfg.ood_controls)
-            for test in ("cers", "ncs"):
-                for lo in range(0, cfg.n_ood, cfg.run.shard_size):
-                    hi = min(cfg.n_ood, lo + cfg.run.shard_size)
-                    units.append({"unit_id": f"ood/{task}/{sid}/{test}/{lo}-{hi}", "kind": "ood-eval", "task": task, "spec": spec,
-                                  "setting": sid, "test": test, "shard": [lo, hi], "headset_ids": [h for h, _ in hs],
-                                  "headsets": [json.loads(x) for _, x in hs], "beta": cfg.beta if beta is None else beta})
-    return units
+    def run_units(self, units: list[dict], desc: str) -> int:
+        """Run the units not yet in the store (each committed as it ends); returns how many ran."""
+        return _run_units(self.store, self.run_dir, self.backend, units, desc, self.progress)
 
 
 def run_study(cfg: StudyConfig, out: str | Path = "runs/study", progress: bool = True, report: bool = True,
@@ -550,26 +241,6 @@ def _run_locked(cfg: StudyConfig, run_dir: Path, models: list[tuple[str, StudyCo
     return StudyResult(run_dir, report_path, secs, n_computed)
 
 
-def _doctor_stage(store: Store, cfg: StudyConfig, run_dir: Path, backend, skip: bool) -> None:
-    """The doctor's fast checks on the backend's replica, once per run (a unit), before the
-    first other unit; a failed invariant is a :class:`VheadsError` naming it (nothing is
-    committed, so the next run checks again). ``skip``: recorded in the store's meta instead."""
-    if "doctor" in store.done_units():
-        return
-    if skip:
-        store.set_meta(doctor=json.dumps({"skipped": True}))
-        _log(run_dir, f"skip {_logged(store, 'doctor')} (--skip-doctor)")
-        return
-    (res,) = list(backend.run([{"unit_id": "doctor", "kind": "doctor"}], on_start=lambda u: _log(run_dir, f"start {_logged(store, 'doctor')}")))
-    failed = res["rows"]["doctor"]["failed"]
-    if failed:
-        first = next(c for c in res["rows"]["doctor"]["checks"] if c["name"] == failed[0])
-        raise VheadsError(f"vheads doctor: invariant(s) {', '.join(failed)} failed on {cfg.model!r} ({first['summary']}); "
-                          f"run `vheads doctor --model {cfg.model}` for the details, or pass --skip-doctor to run anyway "
-                          "(recorded in the run)")
-    _commit(store, run_dir, res)
-
-
 def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progress: bool, secs: dict[str, float],
                skip_doctor: bool = False) -> int:
     """One model's stages into its (scoped) ``store``, on a backend of its own: each replica
@@ -580,43 +251,20 @@ def _run_model(store: Store, cfg: StudyConfig, run_dir: Path, shape: dict, progr
         secs[stage] = secs.get(stage, 0.0) + time.time() - t
 
     backend = make_backend(cfg.to_dict())
+    ctx = StageRun(store, cfg, run_dir, backend, shape, progress, skip_doctor)
     try:
-        t = time.time()
-        _doctor_stage(store, cfg, run_dir, backend, skip_doctor)
-        timed("doctor", t)
-        t = time.time()
-        # the score points first: a selection that keeps no head stops the run before the grid's work
-        disc = score_units(cfg) + [{"unit_id": f"discovery/{c}/{q}", "kind": "discovery", "corpus": c, "query": q}
-                                   for c in cfg.corpora for q in cfg.queries]
-        n_computed += _run_units(store, run_dir, backend, disc, "discovery", progress)
-        timed("discovery", t)
-        t = time.time()
-        n_computed += _run_units(store, run_dir, backend, [{"unit_id": "image-mass", "kind": "image-mass"}], "attention", progress)
-        _overlap_stage(store, cfg, shape["attention_layers"])
-        timed("overlap", t)
-        t = time.time()
-        stability_stage(store, cfg, shape["attention_layers"])
-        timed("stability", t)
-        t = time.time()
-        from vheads.study._causal import causal_map_units
-
-        n_computed += _run_units(store, run_dir, backend, causal_map_units(cfg), "causal map", progress)
-        timed("causal map", t)
-        t = time.time()
-        _headset_stage(store, cfg, (shape["n_layers"], shape["n_heads"]), shape["attention_layers"])
-        timed("controls", t)
-        t = time.time()
-        n_computed += _run_units(store, run_dir, backend, _beta_sweep_units(store, cfg), "beta sweep", progress)
-        beta = headline_beta(store, cfg)  # from the sweep's controls alone (beta_rule), before any CERS of S at it
-        n_computed += _evaluation_rounds(store, cfg, run_dir, backend, beta, progress)
-        timed("evaluation", t)
-        t = time.time()
-        n_computed += _run_units(store, run_dir, backend, [{"unit_id": "audit", "kind": "audit"}], "audit", progress)
-        timed("audit", t)
-        if cfg.ood_tasks:
+        for stage in registered_stages():
             t = time.time()
-            n_computed += _run_units(store, run_dir, backend, _ood_units(store, cfg, beta), "pointing suite", progress)
-            timed("ood", t)
+            if stage.run is not None:
+                n_computed += stage.run(ctx)
+            elif stage.units is not None:
+                units = stage.units(ctx)
+                if not units:
+                    continue
+                n_computed += ctx.run_units(units, stage.desc or stage.name)
+            else:
+                continue  # the report: built once every model is done (_run_locked)
+            timed(stage.timing or stage.name, t)
     finally:
         backend.close()
         store.close()
@@ -627,4 +275,4 @@ def run_finished(store: Store, cfg: StudyConfig) -> bool:
     """Whether every stage of ``cfg``'s study is in ``store`` (the audit runs after the
     evaluation; the pointing suite, where configured, last)."""
     done = store.done_units()
-    return "audit" in done and all(u["unit_id"] in done for u in _ood_units(store, cfg))
+    return "audit" in done and all(u["unit_id"] in done for u in ood_units(store, cfg))
