@@ -61,7 +61,7 @@ def run(lm, eng, n_items: int, image_tokens: int | None, batch_size: int, device
     cmp = compare_maps(holder["exact"], holder["atp"].map(), k=min(TOP_K, heads))
     log(f"  AtP map {atp_s:.1f}s, exact one-head scan {exact_s:.1f}s ({exact_s / atp_s:.1f}×); ρ {cmp['spearman']:.3f}, "
         f"top-{cmp['k']} recall {cmp['top_k_recall']:.2f}")
-    # per-row throughput for the README's GPU-hour projection: the exact scan runs one row per head and
+    # per-row throughput for the GPU-hour projection of docs/causal.md: the exact scan runs one row per head and
     # one baseline per prompt; AtP one forward + backward per prompt
     return {"atp_s": atp_s, "exact_s": exact_s, "items_per_arm": n_items, "heads": heads,
             "exact_rows_per_s": 2 * n_items * (heads + 1) / exact_s, "atp_s_per_prompt": atp_s / (2 * n_items),

@@ -15,8 +15,10 @@ session (a later block may use an earlier block's names), its ``bash`` blocks in
   the reason is written in the block, where the reader sees it.
 
 ``docs/index.md``'s table of model families is checked against the adapter registry.
-The README's walk (several CLI runs on the built-in model, over a minute on a busy 2-core
-machine) runs with the slow tests; the other pages run always.
+The README's walk and the pages whose blocks run the model several times (``docs/cli.md``'s
+walk: several CLI runs on the built-in model, about a minute on a busy 2-core machine;
+``vheads doctor`` in ``docs/models.md``; the causal maps of ``docs/causal.md``) run with the
+slow tests; the other pages run always.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 INCLUDE = re.compile(r'^--8<-- "([^"]+)"\s*$')
 NOT_RUN = "# not run:"
 KINDS = {"python", "bash", "toml", "json", "text"}
-#: pages that take over a minute (several command-line runs, each loading the model)
-SLOW_PAGES = {"README.md"}
+#: pages whose blocks run the model several times (the walk: several command-line runs, each
+#: loading the model, about a minute on a busy 2-core machine; the doctor and the causal maps,
+#: 10-20 s each), slow as the README's blocks are (issue 42 moves them to these pages)
+SLOW_PAGES = {"README.md", "docs/cli.md", "docs/models.md", "docs/causal.md"}
 
 
 def blocks(page: str) -> list[tuple[str, str]]:

@@ -38,3 +38,38 @@ def test_docs_point_only_inside_the_repository():
     readme = " ".join((REPO / "README.md").read_text().split())
     assert "Kadir and Daniel Sonntag, *What Do Visual-Head Discovery Scores Actually Find?" in readme
     assert (REPO / "DESIGN.md").read_text().startswith("# vheads — design")
+
+
+def test_readme_is_short():
+    """The README is the front page (what vheads is, the quick start, the API in ten lines, the
+    commands, the data a user brings); everything else lives in ``docs/`` (issue 42)."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move detail into a docs/ page"
+
+
+def cli_commands() -> list[str]:
+    """Every ``vheads`` subcommand, as ``vheads --help`` lists it (groups with their subcommands)."""
+    import typer.main
+
+    from vheads.cli import app
+
+    names = []
+    for name, cmd in typer.main.get_command(app).commands.items():
+        sub = getattr(cmd, "commands", None)
+        names += [f"{name} {s}" for s in sub] if sub else [name]
+    return names
+
+
+def table_commands(page: str) -> set[str]:
+    """The ``vheads …`` commands named in the first cell of a Markdown table row of ``page``
+    (``vheads tiny train --out DIR`` names ``tiny train``; options and arguments are not names)."""
+    first_cells = [line.split(" | ")[0] for line in (REPO / page).read_text().splitlines() if line.startswith("| `vheads ")]
+    return {name for cell in first_cells for name in re.findall(r"`vheads ([a-z][a-z-]*(?: [a-z][a-z-]*)?)", cell)}
+
+
+def test_every_command_has_a_row_in_the_readme_and_in_the_cli_page():
+    commands = cli_commands()
+    assert {"study", "causal-map", "data preview", "tiny train", "tiny eval"} <= set(commands)
+    for page in ("README.md", "docs/cli.md"):
+        missing = [c for c in commands if c not in table_commands(page)]
+        assert missing == [], f"{page}'s command table has no row for: {', '.join('vheads ' + c for c in missing)}"
