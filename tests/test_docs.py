@@ -73,3 +73,41 @@ def test_every_command_has_a_row_in_the_readme_and_in_the_cli_page():
     for page in ("README.md", "docs/cli.md"):
         missing = [c for c in commands if c not in table_commands(page)]
         assert missing == [], f"{page}'s command table has no row for: {', '.join('vheads ' + c for c in missing)}"
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+CODE = re.compile(r"^```.*?^```[ \t]*$|`[^`\n]*`", re.M | re.S)
+
+
+def heading_slugs(page: Path) -> set[str]:
+    """The anchors of ``page``'s headings, as the site makes them (Python-Markdown's toc) and as
+    GitHub does (lower case, punctuation dropped, each space a hyphen)."""
+    from markdown.extensions.toc import slugify
+
+    text = re.sub(r"^```.*?^```[ \t]*$", "", page.read_text(), flags=re.M | re.S)
+    slugs = set()
+    for title in re.findall(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, re.M):
+        plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", title).replace("`", "").replace("*", "")
+        slugs.add(slugify(plain, "-"))
+        slugs.add(re.sub(r"[^\w\- ]", "", plain.lower()).replace(" ", "-"))
+    return slugs
+
+
+def test_every_relative_link_of_the_readme_and_the_docs_resolves():
+    """Each relative link of README.md and docs/*.md (code aside) names a file that exists, and a
+    ``#anchor`` names a heading of that page (the README's moved text must stay reachable)."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    broken, checked = [], 0
+    for page in pages:
+        for target in LINK.findall(CODE.sub("", page.read_text())):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+                continue
+            checked += 1
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target} (no file {path})")
+            elif anchor and dest.suffix == ".md" and anchor not in heading_slugs(dest):
+                broken.append(f"{page.relative_to(REPO)}: {target} (no heading #{anchor} in {dest.relative_to(REPO)})")
+    assert checked >= 40
+    assert broken == [], "broken links:\n" + "\n".join(broken)

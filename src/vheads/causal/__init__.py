@@ -16,7 +16,8 @@
 - :func:`run_causal_map` — ``vheads causal-map`` as one call (checks, model, maps, backups, the file).
 
 The names load lazily (:func:`vheads._lazy.lazy_exports` reads them from the block below):
-``vheads causal-map --help`` (the command is in :mod:`vheads.cli`) imports no torch.
+``vheads causal-map --help`` (the command is in :mod:`vheads._cli.causal_map`, one module per
+command in ``src/vheads/_cli/``) imports no torch.
 """
 
 from typing import TYPE_CHECKING
