@@ -173,4 +173,11 @@ class RayBackend:
 
 
 def make_backend(cfg: dict[str, Any]):
-    return RayBackend(cfg) if cfg["run"]["backend"] == "ray" else LocalBackend(cfg)
+    """Ray's replicas, local worker processes (``[run] workers``: :mod:`vheads.study._processes`)
+    or this process."""
+    from vheads.study._processes import ProcessBackend, auto_workers
+
+    if cfg["run"]["backend"] == "ray":
+        return RayBackend(cfg)
+    workers = auto_workers(cfg)
+    return ProcessBackend(cfg, workers) if workers > 1 else LocalBackend(cfg)

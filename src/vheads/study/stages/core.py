@@ -15,6 +15,8 @@ DTYPES = ("float32", "bfloat16", "float16", "fp32", "bf16", "fp16")
 def _validate_core(cfg, bad) -> None:
     if cfg.seed < 0:
         bad("seed", f"must be 0 or positive, got {cfg.seed}")
+    if cfg.run.workers < 0:
+        bad("run.workers", f"must be 0 (auto) or positive, got {cfg.run.workers}")
     if cfg.run.torch_threads < 0:
         bad("run.torch_threads", f"must be 0 (all cores) or positive, got {cfg.run.torch_threads}")
     _validate_eval_source(cfg, bad)
@@ -138,6 +140,8 @@ KEYS = (
     Key("batch_size", 512, "rows (head-sets x items) per batched forward", table="run"),
     Key("token_budget", 1 << 19, "and at most rows x padded prompt length positions per forward", table="run"),
     Key("cross_item", True, "rows of different items share a forward (false: one item per forward)", table="run"),
+    Key("workers", 0, "local worker processes, each a model replica; 0 = auto: one per core for the built-in tiny model "
+        "on a CPU, else 1", table="run"),
     Key("torch_threads", 0, "CPU threads per model replica; 0 = all cores (on Ray: the replica's); set: the same everywhere",
         table="run"),
 )
