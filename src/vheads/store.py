@@ -90,6 +90,10 @@ causal_map(unit_id, method, test, ablation, headset_id, item_id, arm, value, log
                                                   only, value in p4, logprob / logit_diff NULL); arm
                                                   'matched' / 'mismatched' (NCS drops) or 'value'
                                                   (NCS_grid, text arm); a run before it has no such table
+
+A stage may add a table of its own (:func:`register_table`, when its module is imported):
+kind_necessity(setting, kind, test, metric, headset_id, control, n, mean, sd, t_lo, t_hi, boot_lo, boot_hi,
+               boot_seed)                         necessity per item kind (vheads.study.stages.kinds)
 """
 
 from __future__ import annotations
@@ -140,6 +144,23 @@ METRIC_COLUMNS = {"p4": "value", "logprob": "logprob", "logit-diff": "logit_diff
 def columns(table: str) -> list[str]:
     """The column names of ``table`` as one model's view shows them."""
     return [c.split()[0] for c in TABLES[table][0].split(", ")]
+
+
+#: the tables of vheads itself; :func:`register_table` adds the others
+BUILTIN_TABLES = frozenset(TABLES)
+
+
+def register_table(name: str, cols: str, pk: str) -> None:
+    """Add a table to the store, as :data:`TABLES` writes one (``cols``: ``"a TEXT, b REAL"``,
+    ``pk``: ``"a"``): a study stage's own results, registered when its module is imported
+    (``vheads.study.stages``; a plugin's too). A store opened for writing creates it (the
+    first :meth:`Store.commit_unit` to it, where it was registered after the store opened);
+    a reader need not register it: every stored table gets its per-model view. The same
+    name twice must be the same table."""
+    if TABLES.get(name, (cols, pk)) != (cols, pk):
+        raise ValueError(f"results-store table {name!r} is registered twice, with different columns"
+                         + (" (it is one of vheads' own tables)" if name in BUILTIN_TABLES else ""))
+    TABLES[name] = (cols, pk)
 
 
 SCHEMA_VERSION = 4
@@ -207,6 +228,8 @@ class Store:
                 schema = (SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};" if self.coded else
                           SCHEMA_V3 + "PRAGMA user_version = 3;" if self.scoped else SCHEMA_V2)
                 self.db.executescript(schema)
+                for table in TABLES.keys() - BUILTIN_TABLES:  # the registered tables (register_table)
+                    self._create_registered(table, views=False)  # the views come once every column is there
                 self._add_later_columns()
             if self.scoped:
                 self._create_model_views()
@@ -220,6 +243,14 @@ class Store:
             if explained is None:  # e.g. MissingFileError: already one line
                 raise
             raise explained from None
+
+    def _create_registered(self, table: str, views: bool = True) -> None:
+        """CREATE a table of :func:`register_table` (and, on a model's view, its view)."""
+        cols, pk = TABLES[table]
+        model = "model TEXT NOT NULL DEFAULT '', " if self.scoped else ""
+        self.db.execute(f"CREATE TABLE IF NOT EXISTS main.{table}({model}{cols}, PRIMARY KEY({'model, ' if model else ''}{pk}))")
+        if self.scoped and views:
+            self._create_model_views()
 
     def _stored_columns(self, table: str) -> set[str]:
         return {r[1] for r in self.db.execute(f"PRAGMA main.table_info({table})")}
@@ -257,6 +288,13 @@ class Store:
         for table in TABLES:
             self.db.execute(f"CREATE TEMP VIEW IF NOT EXISTS {table} AS SELECT {self._select_list(table)} "
                             f"FROM main.{table} WHERE model = {literal}")
+        # a stored table this process has not registered (a stage's own: register_table): its columns as stored
+        stored = {n for (n,) in self.db.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")}
+        for table in sorted(stored - set(TABLES) - {"names"} - {f"coded_{t}" for t in CODED}):
+            cols = [r[1] for r in self.db.execute(f"PRAGMA main.table_info({table})")]
+            if "model" in cols:
+                self.db.execute(f"CREATE TEMP VIEW IF NOT EXISTS {table} AS SELECT {', '.join(c for c in cols if c != 'model')} "
+                                f"FROM main.{table} WHERE model = {literal}")
 
     def models(self) -> list[str]:
         """The models with rows in this store, '' first where present (a schema-2 store: [''])."""
@@ -310,7 +348,9 @@ class Store:
         """INSERT one tuple (or ``many``) of ``table``'s view columns, in order, into this
         model's rows; a tuple may stop before the last columns (they stay NULL)."""
         if table not in TABLES:
-            raise ValueError(f"unknown results-store table {table!r}")
+            raise ValueError(f"unknown results-store table {table!r} (a stage's own table: vheads.store.register_table)")
+        if table not in BUILTIN_TABLES:  # registered after this store opened, perhaps
+            self._create_registered(table)
         rows = values if many else [values]
         n = len(rows[0])
         names = ", ".join(columns(table)[:n])  # a shorter tuple leaves the last columns NULL (the metric columns)

@@ -64,7 +64,7 @@ def test_later_keys_keep_the_hash_of_runs_made_before_them():
 def test_the_runner_runs_the_stages_in_the_study_order():
     names = [s.name for s in registered_stages()]
     assert names == ["core", "doctor", "discovery", "attention", "overlap", "stability", "causal map", "controls", "evaluation",
-                     "audit", "ood", "report"]
+                     "necessity by kind", "audit", "ood", "report"]
 
 
 def test_each_unit_kind_is_computed_by_one_stage():
