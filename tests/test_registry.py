@@ -92,3 +92,20 @@ def test_a_plugin_that_fails_to_import_is_left_out_with_a_warning(monkeypatch):
     _fake_entry_points(monkeypatch, "vheads.gadgets", [_EntryPoint("broken", "no_such_module_of_vheads_tests")])
     with pytest.warns(UserWarning, match="gadget plugin 'broken'"):
         assert reg.names() == ("built-in",)
+
+
+def test_study_stages_and_causal_methods_live_in_registries():
+    from vheads.causal import METHOD_REGISTRY
+    from vheads.study._stage import STAGE_REGISTRY, get_stage, registered_stages
+
+    assert [s.name for s in registered_stages()] == sorted(STAGE_REGISTRY.names(), key=lambda n: (get_stage(n).order, n))
+    assert METHOD_REGISTRY.names() == ("exact", "atp", "regression")
+    with pytest.raises(VheadsError, match=r"unknown study stage 'evaluaton' \(did you mean 'evaluation'\?\); stages: "):
+        get_stage("evaluaton")
+
+
+def test_a_strict_registry_raises_when_a_plugin_fails_to_import(monkeypatch):
+    reg = Registry("gadget", strict=True)
+    _fake_entry_points(monkeypatch, "vheads.gadgets", [_EntryPoint("broken", "no_such_module_of_vheads_tests")])
+    with pytest.raises(ModuleNotFoundError):
+        reg.names()

@@ -10,7 +10,7 @@ kind, the value, the closest name (:func:`difflib.get_close_matches`) and every 
 Plugins: a registry with an entry-point ``group`` (``vheads.<kind>``) imports, on first
 look-up, the modules of that group's entry points (``[project.entry-points."vheads.ablations"]``
 ``mine = "my_package.my_ablation"``: the module registers its entries when imported). A
-plugin that fails to import is left out with a warning naming it, never the whole run.
+plugin that fails to import is left out with a warning naming it (``strict``: it raises).
 Torch-free: a registry is consulted when a config is checked, before torch loads.
 """
 
@@ -38,11 +38,17 @@ class Registry(Generic[E]):
     ``kind``: the word error messages use ("ablation"). ``group``: the entry-point group of
     plugin modules (default ``vheads.<kind>s``; ``""``: none)."""
 
-    def __init__(self, kind: str, group: str | None = None):
+    def __init__(self, kind: str, group: str | None = None, strict: bool = False):
         self.kind = kind
         self.group = f"vheads.{kind.replace(' ', '_')}s" if group is None else group
+        self.strict = strict  # a plugin that fails to import raises (default: left out with a warning)
         self._entries: dict[str, E] = {}
         self._plugins_loaded = not self.group
+
+    @property
+    def by_name(self) -> dict[str, E]:
+        """The live ``{name: entry}`` (plugins not loaded: :meth:`entries` loads them)."""
+        return self._entries
 
     # ---- adding ---------------------------------------------------------------------------------
     def register(self, entry: E) -> E:
@@ -79,6 +85,8 @@ class Registry(Generic[E]):
             try:
                 importlib.import_module(ep.value.partition(":")[0])
             except Exception as e:  # a plugin's own error: never the whole run's
+                if self.strict:
+                    raise
                 warnings.warn(f"{self.kind} plugin {ep.name!r} ({ep.value}) failed to import and is left out: {e}", stacklevel=2)
 
     def entries(self) -> list[E]:
