@@ -37,7 +37,9 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         regression_causal_maps, stored_design,
     )
     from vheads.causal._backup import BackupScan, backup_heads
-    from vheads.causal._methods import METHODS, agreement, causal_maps_by_method, check_methods
+    from vheads.causal._methods import (
+        METHOD_REGISTRY, METHODS, CausalMethod, agreement, causal_maps_by_method, check_methods, register_method,
+    )
     from vheads.causal._run import CausalMapRun, check_causal_map_request, run_causal_map
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -209,8 +209,7 @@ def check_ablation(ablation: str, tests=("ncs",)) -> dict:
 
     if ablation == DEFAULT_ABLATION:
         return {}
-    check_test_ablation(ablation, tests)
-    if ablation == "mean":
+    if check_test_ablation(ablation, tests).replacement == "mean":
         raise VheadsError("--ablation 'mean': a causal map draws no reference set for the mean; use attention, zero or "
                           "resample (vheads evaluate --ablation mean tests a head-set with one)")
     return {"ablation": ablation}

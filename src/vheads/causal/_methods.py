@@ -9,20 +9,70 @@ compares every pair of methods' head maps of one test with
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 from vheads._errors import VheadsError
+from vheads._registry import Registry, did_you_mean
 from vheads.causal._map import DEFAULT_ABLATION, CausalMap
 
-METHODS = ("exact", "atp", "regression")
+@dataclass(frozen=True)
+class CausalMethod:
+    """One way to take a causal map: ``run(engine, sets, tests, **request) -> (maps, fits)``,
+    the request by keyword as :func:`causal_maps_by_method` takes it (``rows``, ``ablation``,
+    ``layers``, ``seed``, ``batch_size``, ``design``, ``progress``, ``memo``); ``maps`` keyed
+    like the store, ``fits`` the regression's ``{key: HeadAttribution}`` (``{}`` for others)."""
+
+    name: str
+    run: Callable
+
+
+#: every causal method, in the order maps are compared; plugins add theirs with :func:`register_method`
+METHOD_REGISTRY: Registry[CausalMethod] = Registry("causal method", group="vheads.causal_methods")
+
+
+def register_method(name: str) -> Callable[[Callable], Callable]:
+    """Decorator: register ``run(engine, sets, tests, **request) -> (maps, fits)`` as the causal method ``name``."""
+    return METHOD_REGISTRY.decorator(lambda fn, name: CausalMethod(name, fn), name=name)
+
+
+@register_method("exact")
+def _exact(engine, sets, tests, **kw):
+    from vheads.causal._map import exact_causal_map
+
+    return exact_causal_map(engine, sets, tests, rows=kw["rows"], ablation=kw["ablation"], layers=kw["layers"],
+                            seed=kw["seed"], batch_size=kw["batch_size"], progress=kw["progress"], memo=kw["memo"]), {}
+
+
+@register_method("atp")
+def _atp(engine, sets, tests, **kw):
+    from vheads.causal._atp_map import atp_causal_maps
+
+    return atp_causal_maps(engine, sets, tests, kw["ablation"], kw["rows"], batch_size=min(8, kw["batch_size"])), {}
+
+
+@register_method("regression")
+def _regression(engine, sets, tests, **kw):
+    from vheads.causal._regression import head_attribution
+
+    fits = head_attribution(engine, sets, tests, kw["design"], rows=kw["rows"], ablation=kw["ablation"], seed=kw["seed"],
+                            batch_size=kw["batch_size"], progress=kw["progress"], memo=kw["memo"])
+    return {k: a.causal_map() for k, a in fits.items()}, fits
+
+
+#: the built-in causal methods (a plugin's: :data:`METHOD_REGISTRY`)
+METHODS = METHOD_REGISTRY.names()
 
 
 def check_methods(methods) -> list[str]:
-    """The requested methods, each one of :data:`METHODS`, in order, none twice (one line otherwise)."""
+    """The requested methods, each a registered one, in order, none twice (one line otherwise)."""
     methods = list(methods)
+    names = METHOD_REGISTRY.names()
     for m in methods:
-        if m not in METHODS:
-            raise VheadsError(f"--method {m!r}: choose from {', '.join(METHODS)}")
+        if m not in names:
+            raise VheadsError(f"--method {m!r}{did_you_mean(m, names)}: choose from {', '.join(names)}")
     if not methods:
-        raise VheadsError(f"--method: name at least one of {', '.join(METHODS)}")
+        raise VheadsError(f"--method: name at least one of {', '.join(names)}")
     return list(dict.fromkeys(methods))
 
 
@@ -32,22 +82,14 @@ def causal_maps_by_method(engine, sets: dict, methods=("exact",), tests=("ncs",)
     """The maps of every method (``design``: the regression's, default :func:`vheads.causal.draw_design`)
     and the regression's fits ``{key: HeadAttribution}`` (empty without ``regression``).
     AtP covers NCS and the text arm under the attention and zero ablations; elsewhere it is left out."""
-    from vheads.causal._atp_map import atp_causal_maps
-    from vheads.causal._map import exact_causal_map
-    from vheads.causal._regression import head_attribution
-
     maps: dict[str, CausalMap] = {}
     fits: dict = {}
     for method in check_methods(methods):
-        if method == "exact":
-            maps |= exact_causal_map(engine, sets, tests, rows=rows, ablation=ablation, layers=layers, seed=seed,
-                                     batch_size=batch_size, progress=progress, memo=memo)
-        elif method == "atp":
-            maps |= atp_causal_maps(engine, sets, tests, ablation, rows, batch_size=min(8, batch_size))
-        else:
-            fits = head_attribution(engine, sets, tests, design, rows=rows, ablation=ablation, seed=seed,
-                                    batch_size=batch_size, progress=progress, memo=memo)
-            maps |= {k: a.causal_map() for k, a in fits.items()}
+        got, got_fits = METHOD_REGISTRY.get(method).run(engine, sets, tests, rows=rows, ablation=ablation, layers=layers,
+                                                        seed=seed, batch_size=batch_size, design=design, progress=progress,
+                                                        memo=memo)
+        maps |= got
+        fits |= got_fits
     return maps, fits
 
 
@@ -61,7 +103,7 @@ def agreement(maps: dict[str, CausalMap], k: int, metric: str = "p4") -> list[di
         by_test.setdefault((m.test, m.ablation), {})[m.method] = m
     out = []
     for (test, ablation), got in by_test.items():
-        names = [x for x in METHODS if x in got]
+        names = [x for x in METHOD_REGISTRY.names() if x in got]
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 ma, mb = (got[x].head_map(metric if x != "atp" else "p4") for x in (a, b))

@@ -25,8 +25,9 @@ if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.evaluation._metrics import _check_items as check_items  # four lettered options per item
     from vheads.evaluation._ablation import donors, reference_means
     from vheads.evaluation._request import (
-        ABLATIONS, AUDIT_SETS, HEAD_OUTPUT_TESTS, METRICS, TEST_SETS, TESTS, audit_sets, check_ablation, check_request,
-        check_sizes, item_sets, reference_sets,
+        ABLATION_REGISTRY, ABLATIONS, AUDIT_SETS, HEAD_OUTPUT_TESTS, METRICS, TEST_REGISTRY, TEST_SETS, TESTS, Ablation,
+        EvaluationTest, audit_sets, check_ablation, check_request, check_sizes, item_sets, reference_sets, register_ablation,
+        register_test,
     )
     from vheads.evaluation._sequential import (
         SequentialRankP, control_rank_p, p_bounds, run_sequential, sequential_decisions, sequential_params, sequential_rank_p,

@@ -30,7 +30,7 @@ from vheads._errors import VheadsError
 from vheads.engine import HeadAblation, OutputRecord, RoleMeans, RowBatch, pack, pooled_means, row_roles
 from vheads.evaluation._digest import prompt_digest
 
-from vheads.evaluation._request import ABLATIONS, HEAD_OUTPUT_TESTS, check_ablation  # noqa: F401 - torch-free, re-exported
+from vheads.evaluation._request import ABLATION_REGISTRY, ABLATIONS, HEAD_OUTPUT_TESTS, check_ablation  # noqa: F401 - torch-free, re-exported
 
 
 def _digest(prompts) -> str:
@@ -123,12 +123,13 @@ def item_references(engine, ablation: str, prompts, reference_items=None, seed: 
     ``zero`` (and ``attention``, which has none); the reference set's means for ``mean``;
     the donor item's own outputs for ``resample``: ``reference_items[i]`` is item i's donor
     when given, else the donors are the other prompts (:func:`donors` from ``seed``)."""
-    if ablation in ("attention", "zero"):
+    replacement = ABLATION_REGISTRY.get(ablation).replacement
+    if replacement == "":
         return [None] * len(prompts)
-    if ablation == "mean":
+    if replacement == "mean":
         ref = reference_means(engine, reference_items or [], what or "mean ablation")
         return [ref] * len(prompts)
-    if ablation == "resample":
+    if replacement == "donor":
         if reference_items is not None:  # the donors, one per prompt, chosen by the caller
             if len(reference_items) != len(prompts):
                 raise ValueError(f"resample: {len(reference_items)} donor items for {len(prompts)} items")
@@ -138,7 +139,7 @@ def item_references(engine, ablation: str, prompts, reference_items=None, seed: 
             pool, donor = prompts, donors(len(prompts), seed)
         own = record_head_outputs(engine, pool)
         return [pooled_means(own[d][1], own[d][2], own[d][0], f"outputs of item {_digest([pool[d]])}") for d in donor]
-    raise VheadsError(f"unknown ablation {ablation!r}; choose from {', '.join(ABLATIONS)}")
+    raise VheadsError(f"ablation {ablation!r}: unknown replacement {replacement!r}")
 
 
 def head_ablation(batch: RowBatch, probes, heads: torch.Tensor, rows: torch.Tensor, device=None) -> HeadAblation:

@@ -7,28 +7,56 @@ study config is refused at once, before torch loads (``tests/test_cli_startup.py
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
 from vheads._seeds import derived_seed
 from vheads._errors import MAX_ITEMS, MAX_SEED, VheadsError, check_range
+from vheads._registry import Registry
 from vheads.engine import ROW_GROUPS  # torch-free: the engine package loads its names lazily
 from vheads.evaluation._controls import parse_control_spec
 
 #: the metrics of an outcome (DESIGN.md "Metrics of an outcome"); the first is the seed's
 METRICS = ("p4", "logprob", "logit-diff")
 
-#: the item kinds each test runs on
-TEST_SETS: dict[str, tuple[str, ...]] = {
-    "cers": ("grid-neutral",),
-    "cers-sym": ("grid-neutral",),
-    "ncs": ("class-matched", "class-mismatched"),
-    "ncs-grid": ("grid-oracle",),
-    "text": ("text",),
-    # the referred cell's box is the ground truth (vheads.evaluation._grounding); a real
-    # corpus's referring items (vheads.data.refcoco) go straight to ``grounding``
-    "grounding": ("grid-oracle",),
-}
+
+
+@dataclass(frozen=True)
+class EvaluationTest:
+    """One test (DESIGN.md "Metric definitions"): the item kinds it runs on (``sets``) and
+    whether it takes a head-output ablation (``head_output``: it hides heads from keys, so
+    zeroing or replacing their outputs is defined too), and its run function (``run``)."""
+
+    name: str
+    sets: tuple[str, ...]
+    head_output: bool = False
+    #: ``run(engine, test, sets, headsets, **request) -> Outcomes`` (:func:`vheads.evaluation.run_test`'s
+    #: arguments by keyword, ``ablation`` as its :class:`Ablation`), or ``"module:function"`` imported on first use
+    run: Callable | str | None = None
+
+
+#: every test, in the order the CLI lists them; plugins add theirs with :func:`register_test`
+TEST_REGISTRY: Registry[EvaluationTest] = Registry("test", group="vheads.tests")
+
+
+def register_test(name: str, sets: tuple[str, ...], run: Callable | str, head_output: bool = False) -> EvaluationTest:
+    """Register the test ``name``: its item kinds, its run function, whether it takes a head-output ablation."""
+    return TEST_REGISTRY.register(EvaluationTest(name, tuple(sets), head_output, run))
+
+
+_RUN = "vheads.evaluation._run:run_"
+register_test("cers", ("grid-neutral",), _RUN + "cers")
+register_test("cers-sym", ("grid-neutral",), _RUN + "cers")
+register_test("ncs", ("class-matched", "class-mismatched"), _RUN + "ncs", head_output=True)
+register_test("ncs-grid", ("grid-oracle",), _RUN + "ncs_grid")
+register_test("text", ("text",), _RUN + "text", head_output=True)
+# the referred cell's box is the ground truth (vheads.evaluation._grounding); a real
+# corpus's referring items (vheads.data.refcoco) go straight to ``grounding``
+register_test("grounding", ("grid-oracle",), _RUN + "grounding")
+
+#: the item kinds each built-in test runs on (a plugin test: :data:`TEST_REGISTRY`)
+TEST_SETS: dict[str, tuple[str, ...]] = {t.name: t.sets for t in TEST_REGISTRY.entries()}
 TESTS = tuple(TEST_SETS)
 #: the baseline audit's sets (DESIGN.md "Baseline audit"); the leak set is derived from "matched"
 AUDIT_SETS: dict[str, str] = {"oracle": "grid-oracle", "floor": "grid-blank", "matched": "class-matched", "mismatched": "class-mismatched"}
@@ -59,22 +87,55 @@ def audit_sets(n: int, seed_of: Callable[[str], int], source=None, templates=Non
     return {name: items[kind] for name, kind in AUDIT_SETS.items()}
 
 
-ABLATIONS = ("attention", "zero", "mean", "resample")
-#: the tests that take a head-output ablation (the others refuse it)
-HEAD_OUTPUT_TESTS = ("ncs", "text")
+@dataclass(frozen=True)
+class Ablation:
+    """One ablation type (DESIGN.md "Ablation types"): what "hide S" means.
+
+    ``head_output``: it replaces S's head outputs (only the tests with
+    :attr:`EvaluationTest.head_output` take it); ``False``: S's attention logits are masked (every
+    test). ``replacement``: what replaces the outputs, which the runs branch on — ``""``
+    (zero, or nothing for the attention mask), ``"mean"`` (means over a stored reference set
+    of items), ``"donor"`` (another item's own outputs, seeded pairing)."""
+
+    name: str
+    head_output: bool = True
+    replacement: str = ""
 
 
-def check_ablation(ablation: str, tests=(), what: str = "--ablation") -> None:
-    """An unknown ablation, or a head-output ablation with a test that has none, is a
-    :class:`VheadsError` naming ``what``."""
-    if ablation not in ABLATIONS:
-        raise VheadsError(f"{what}: unknown ablation {ablation!r}; choose from {', '.join(ABLATIONS)}")
-    if ablation != "attention":
-        bad = [t for t in tests if t not in HEAD_OUTPUT_TESTS]
+#: every ablation type; plugins add theirs with :func:`register_ablation`
+ABLATION_REGISTRY: Registry[Ablation] = Registry("ablation", group="vheads.ablations")
+
+
+def register_ablation(name: str, head_output: bool = True, replacement: str = "") -> Ablation:
+    """Register the ablation type ``name`` (see :class:`Ablation`)."""
+    if replacement not in ("", "mean", "donor"):
+        raise VheadsError(f"ablation {name!r}: replacement {replacement!r} is none of '', 'mean', 'donor'")
+    return ABLATION_REGISTRY.register(Ablation(name, head_output, replacement))
+
+
+register_ablation("attention", head_output=False)
+register_ablation("zero")
+register_ablation("mean", replacement="mean")
+register_ablation("resample", replacement="donor")
+
+#: the built-in ablation types (a plugin's: :data:`ABLATION_REGISTRY`)
+ABLATIONS = ABLATION_REGISTRY.names()
+#: the built-in tests that take a head-output ablation (the others refuse it)
+HEAD_OUTPUT_TESTS = tuple(t.name for t in TEST_REGISTRY.entries() if t.head_output)
+
+
+def check_ablation(ablation: str, tests=(), what: str = "--ablation") -> Ablation:
+    """The entry of ``ablation``; an unknown ablation (with a did-you-mean), or a head-output
+    ablation with a test that has none, is a :class:`VheadsError` naming ``what``."""
+    entry = ABLATION_REGISTRY.get(ablation, what)
+    if entry.head_output:
+        bad = [t for t in tests if not (t in TEST_REGISTRY and TEST_REGISTRY.get(t).head_output)]
         if bad:
+            takes = [t.name for t in TEST_REGISTRY.entries() if t.head_output]
             raise VheadsError(f"{what}: the {ablation!r} ablation replaces head outputs, which tests {', '.join(bad)} do not "
                               f"define (NCS_grid contrasts two regions, CERS steers); run them with 'attention', or "
-                              f"{ablation!r} with {', '.join(HEAD_OUTPUT_TESTS)} only")
+                              f"{ablation!r} with {', '.join(takes)} only")
+    return entry
 
 
 def check_sizes(n: int, batch_size: int, seed: int) -> None:
@@ -98,10 +159,8 @@ def check_request(tests: Iterable[str], controls: str, beta: float, rows: str, n
     reference items per kind) 1 to ``MAX_ITEMS``."""
     check_sizes(n, batch_size, seed)
     for t in tests:
-        if t not in TESTS:
-            raise ValueError(f"unknown test {t!r}; choose from {', '.join(TESTS)}")
-    check_ablation(ablation, tests)
-    if ablation == "mean" and reference_n is not None:
+        TEST_REGISTRY.get(t)  # unknown: "unknown test 'x' (did you mean ...); choose from ..."
+    if check_ablation(ablation, tests).replacement == "mean" and reference_n is not None:
         if reference_n < 1:
             raise VheadsError(f"--reference-n: the mean ablation's reference set is empty ({reference_n} items); it needs at least 1")
         check_range("--reference-n", reference_n, 1, MAX_ITEMS)

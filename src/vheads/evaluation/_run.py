@@ -11,6 +11,7 @@ Holm-adjusted p, its floor and the verdict: yes, no, or cannot tell with these c
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 
 from vheads._ids import headset_id
@@ -23,7 +24,7 @@ from vheads.evaluation._sequential import control_rank_p
 from vheads._headset import HeadSet
 from vheads.evaluation._metrics import Outcomes, cers, head_attention_mass, ncs, ncs_grid, text_arm
 from vheads.evaluation._probe import ProbeMemo
-from vheads.evaluation._request import TEST_SETS, TESTS, check_request, item_sets, reference_sets
+from vheads.evaluation._request import TEST_REGISTRY, TEST_SETS, check_request, item_sets, reference_sets
 from vheads.evaluation._stats import (
     MIN_BOOTSTRAP_N, bca_diff_ci, bootstrap_diff_ci, holm, holm_floors, member_required_n, rank_p, t_interval, verdict,
     welch_interval, z_score,
@@ -142,31 +143,53 @@ def run_test(engine, test: str, sets: dict, headsets: list[HeadSet], beta: float
     (:func:`reference_sets`). ``grounding``: its keys are ``grounding_rule`` (default
     :class:`GroundingRule`), and ``cache`` keeps its one capture per item, so the next
     head-sets on the same items run no forward."""
-    check_ablation(ablation, [test])
-    if test == "grounding":
-        rule = grounding_rule or GroundingRule()
-        items = sets["grid-oracle"]
-        key = ("grounding-maps", rule.rows, rule.aggregation, tuple(it.id for it in items))
-        if cache is not None and key not in cache:
-            cache[key] = capture_maps(engine, items, rule)
-        return grounding(engine, items, headsets, rule, captured=None if cache is None else cache[key])
-    if ablation != "attention":
-        if test == "ncs":
-            return ncs(engine, sets["class-matched"], sets["class-mismatched"], headsets, rows=rows, batch_size=batch_size,
-                       progress=progress, cache=cache, memo=memo, ablation=ablation, reference=reference, seed=seed)
-        return text_arm(engine, sets["text"], headsets, batch_size=batch_size, progress=progress, memo=memo,
-                        ablation=ablation, reference=reference, seed=seed)
-    if test in ("cers", "cers-sym"):
-        return cers(engine, sets["grid-neutral"], headsets, beta, rows, symmetric=test == "cers-sym", seed=seed,
-                    batch_size=batch_size, progress=progress, memo=memo)
-    if test == "ncs":
-        return ncs(engine, sets["class-matched"], sets["class-mismatched"], headsets, rows=rows, batch_size=batch_size,
-                   progress=progress, cache=cache, memo=memo)
-    if test == "ncs-grid":
-        return ncs_grid(engine, sets["grid-oracle"], headsets, rows, seed=seed, batch_size=batch_size, progress=progress, memo=memo)
-    if test == "text":
-        return text_arm(engine, sets["text"], headsets, batch_size=batch_size, progress=progress, memo=memo)
-    raise ValueError(f"unknown test {test!r}; choose from {', '.join(TESTS)}")
+    entry = TEST_REGISTRY.get(test)
+    abl = check_ablation(ablation, [test])
+    run = entry.run
+    if isinstance(run, str):  # "module:function", imported on first use (the registry is torch-free)
+        mod, _, fn = run.partition(":")
+        run = getattr(importlib.import_module(mod), fn)
+    if run is None:
+        raise VheadsError(f"test {test!r} is registered without a run function")
+    return run(engine, test, sets, headsets, beta=beta, rows=rows, seed=seed, batch_size=batch_size, progress=progress,
+               cache=cache, memo=memo, ablation=abl, reference=reference, grounding_rule=grounding_rule)
+
+
+# ---- the built-in tests' run functions (EvaluationTest.run): (engine, test, sets, head-sets, **request) ----
+
+def _head_output(kw: dict) -> dict:
+    """The ablation arguments of a head-output ablation (none for the attention mask)."""
+    a = kw["ablation"]
+    return {"ablation": a.name, "reference": kw["reference"], "seed": kw["seed"]} if a.head_output else {}
+
+
+def run_cers(engine, test, sets, headsets, **kw) -> Outcomes:
+    return cers(engine, sets["grid-neutral"], headsets, kw["beta"], kw["rows"], symmetric=test == "cers-sym", seed=kw["seed"],
+                batch_size=kw["batch_size"], progress=kw["progress"], memo=kw["memo"])
+
+
+def run_ncs(engine, test, sets, headsets, **kw) -> Outcomes:
+    return ncs(engine, sets["class-matched"], sets["class-mismatched"], headsets, rows=kw["rows"], batch_size=kw["batch_size"],
+               progress=kw["progress"], cache=kw["cache"], memo=kw["memo"], **_head_output(kw))
+
+
+def run_ncs_grid(engine, test, sets, headsets, **kw) -> Outcomes:
+    return ncs_grid(engine, sets["grid-oracle"], headsets, kw["rows"], seed=kw["seed"], batch_size=kw["batch_size"],
+                    progress=kw["progress"], memo=kw["memo"])
+
+
+def run_text(engine, test, sets, headsets, **kw) -> Outcomes:
+    return text_arm(engine, sets["text"], headsets, batch_size=kw["batch_size"], progress=kw["progress"], memo=kw["memo"],
+                    **_head_output(kw))
+
+
+def run_grounding(engine, test, sets, headsets, **kw) -> Outcomes:
+    rule, cache = kw["grounding_rule"] or GroundingRule(), kw["cache"]
+    items = sets["grid-oracle"]
+    key = ("grounding-maps", rule.rows, rule.aggregation, tuple(it.id for it in items))
+    if cache is not None and key not in cache:
+        cache[key] = capture_maps(engine, items, rule)
+    return grounding(engine, items, headsets, rule, captured=None if cache is None else cache[key])
 
 
 def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], controls: str = "layer-matched:100,any-layer:100",
@@ -226,10 +249,11 @@ def evaluate_headsets(engine, headsets: dict[str, HeadSet], tests: list[str], co
                 for test in tests}  # every image opened first
     grounding_cache: dict = {}  # the grounding test's one capture per item, shared by every head-set
     reference, recorded = None, None
-    if ablation == "mean":
+    replacement = check_ablation(ablation).replacement
+    if replacement == "mean":
         reference = reference_sets([k for t in tests for k in TEST_SETS[t]], reference_n or n, seed, source, templates)
         recorded = {"items": {k: [it.id for it in v] for k, v in reference.items()}, "seed": seed, "n": reference_n or n}
-    elif ablation == "resample":
+    elif replacement == "donor":
         recorded = {"pairing_seed": seed}
     for test in tests:
         sets = all_sets[test]

@@ -21,13 +21,14 @@ DEFAULT_ABLATION = ["attention", "zero"]
 def validate_ablation(cfg, bad) -> None:
     """An unknown name, or a head-output ablation without NCS to run it in, names the key
     (the ablations themselves: below)."""
-    from vheads.evaluation import ABLATIONS  # torch-free
+    from vheads.evaluation import ABLATION_REGISTRY  # torch-free
 
     for a in cfg.ablation:
-        if a not in ABLATIONS:
-            bad("ablation", f"unknown ablation {a!r}; choose from {', '.join(ABLATIONS)}")
+        if a not in ABLATION_REGISTRY:
+            bad("ablation", str(ABLATION_REGISTRY.unknown(a)))
     # the default's zero ablation runs where the study runs NCS; one the config names needs NCS
-    if cfg.ablation != DEFAULT_ABLATION and any(a != "attention" for a in cfg.ablation) and ("ncs" not in cfg.tests or not cfg.row_groups):
+    head_output = any(a not in ABLATION_REGISTRY or ABLATION_REGISTRY.get(a).head_output for a in cfg.ablation)
+    if cfg.ablation != DEFAULT_ABLATION and head_output and ("ncs" not in cfg.tests or not cfg.row_groups):
         bad("ablation", "the head-output ablations run NCS; add 'ncs' to tests (with a row group) or set ablation = [\"attention\"]")
 
 
@@ -35,17 +36,18 @@ def ablation_runs(cfg, source, templates, lo: int, hi: int) -> list[tuple[str, d
     """``(ablation, reference, meta)`` of each head-output ablation of ``cfg`` for the shard
     ``[lo, hi)`` of the NCS items: ``reference`` as :func:`vheads.evaluation.run_test` takes
     it, ``meta`` what the run records (the mean's reference item ids)."""
-    from vheads.evaluation import donors, item_sets, reference_sets
+    from vheads.evaluation import ABLATION_REGISTRY, donors, item_sets, reference_sets
 
     out = []
     kinds = ["class-matched", "class-mismatched"]
     for a in cfg.ablation:
-        if a == "attention":
+        entry = ABLATION_REGISTRY.get(a)
+        if not entry.head_output:
             continue
-        if a == "mean":
+        if entry.replacement == "mean":
             ref = reference_sets(kinds, cfg.n_eval, cfg.seed, source, templates)
             out.append((a, ref, {"items": {k: [it.id for it in v] for k, v in ref.items()}, "seed": cfg.seed, "n": cfg.n_eval}))
-        elif a == "resample":
+        elif entry.replacement == "donor":
             from vheads.study._data import eval_seed
 
             full = item_sets(kinds, cfg.n_eval, eval_seed(cfg.seed), source, templates)

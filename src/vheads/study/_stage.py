@@ -19,11 +19,13 @@ before torch loads.
 from __future__ import annotations
 
 import contextvars
-import difflib
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
+
+from vheads._errors import VheadsError
+from vheads._registry import Registry, did_you_mean
 
 STAGE_PACKAGE = "vheads.study.stages"
 #: the entry-point group of stages other packages add (``[project.entry-points."vheads.stages"]``
@@ -96,22 +98,23 @@ class Stage:
     timing: str = ""
 
 
+#: every stage (:class:`vheads._registry.Registry`; a stage plugin that fails to import raises)
+STAGE_REGISTRY: Registry[Stage] = Registry("study stage", group=ENTRY_POINT_GROUP, strict=True)
 #: stage name -> its entry, filled as the stage modules are imported
-STAGES: dict[str, Stage] = {}
+STAGES: dict[str, Stage] = STAGE_REGISTRY.by_name
 
 
 def register_stage(stage: Stage) -> Stage:
     """Register ``stage`` (one name, one entry; a key name owned by one stage only)."""
     if STAGES.get(stage.name, stage) != stage:
-        raise ValueError(f"study stage {stage.name!r} is registered twice")
+        raise VheadsError(f"study stage {stage.name!r} is registered twice")
     for other in STAGES.values():
         if other.name != stage.name:
             both = {(k.table, k.name) for k in other.keys} & {(k.table, k.name) for k in stage.keys}
             if both:
                 t, n = sorted(both)[0]
                 raise ValueError(f"config key {f'{t}.{n}' if t else n!r} is owned by stages {other.name!r} and {stage.name!r}")
-    STAGES[stage.name] = stage
-    return stage
+    return STAGE_REGISTRY.register(stage)
 
 
 _LOADED = False
@@ -124,26 +127,17 @@ def registered_stages() -> list[Stage]:
         pkg = importlib.import_module(STAGE_PACKAGE)
         for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
             importlib.import_module(f"{STAGE_PACKAGE}.{mod.name}")
-        _plugin_stages()
+        STAGE_REGISTRY.load_plugins()
         _LOADED = True
     return sorted(STAGES.values(), key=lambda s: (s.order, s.name))
 
 
-def _plugin_stages() -> None:
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        importlib.import_module(ep.value.partition(":")[0])
-
-
 def get_stage(name: str) -> Stage:
-    """The stage called ``name``; ``ValueError`` with a did-you-mean otherwise."""
-    stages = {s.name: s for s in registered_stages()}
+    """The stage called ``name``; a :class:`VheadsError` (a ``ValueError``) with a did-you-mean otherwise."""
+    stages = [s.name for s in registered_stages()]
     if name not in stages:
-        hint = difflib.get_close_matches(name, stages, n=1)
-        raise ValueError(f"unknown study stage {name!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                         + f"; stages: {', '.join(stages)}")
-    return stages[name]
+        raise VheadsError(f"unknown study stage {name!r}{did_you_mean(name, stages)}; stages: {', '.join(stages)}")
+    return STAGES[name]
 
 
 def stage_keys(table: str = "") -> list[Key]:
@@ -178,8 +172,6 @@ def check_value(key: str, value: Any, default: Any) -> Any:
     """Check ``value`` against the type of ``default``; ints are accepted for floats, and an
     int must fit 64 bits (SQLite stores it; a larger one is a typo). A table of ints
     (``[controls]``) is checked entry by entry, the error naming ``key.entry``."""
-    from vheads._errors import VheadsError
-
     if isinstance(default, bool):
         ok = isinstance(value, bool)
     elif isinstance(default, float):

@@ -17,13 +17,16 @@ KEYS = (
 
 
 def validate_causal(cfg, bad) -> None:
-    from vheads.causal import METHODS, check_causal_tests
+    from vheads._registry import did_you_mean
+    from vheads.causal import METHOD_REGISTRY, check_causal_tests
 
     check_causal_tests(cfg.causal_tests)
     if cfg.causal_subsets != 0 and not 2 <= cfg.causal_subsets <= 1_000_000:
         bad("causal_subsets", f"must be 0 (no regression map) or the design's subsets (at least the heads + 1), got {cfg.causal_subsets}")
-    if cfg.causal_method not in METHODS:
-        bad("causal_method", f"unknown method {cfg.causal_method!r}; choose from {', '.join(METHODS)}")
+    methods = METHOD_REGISTRY.names()
+    if cfg.causal_method not in methods:
+        bad("causal_method", f"unknown method {cfg.causal_method!r}{did_you_mean(cfg.causal_method, methods)}; "
+                             f"choose from {', '.join(methods)}")
     elif cfg.causal_method == "regression" and not cfg.causal_subsets:
         bad("causal_method", "'regression' needs a design: set causal_subsets (e.g. 256)")
 
