@@ -13,6 +13,16 @@ from statsmodels.stats.multitest import multipletests
 from vheads.evaluation import control_rank_p, p_bounds, settled_no
 
 
+@pytest.fixture(autouse=True)
+def _no_heap_walks(monkeypatch):
+    """statsmodels' Holm calls ``gc.collect()`` on every call; inside the full suite each call
+    walks the whole heap the earlier tests left (20+ minutes for these simulations), so it
+    is skipped here (the Holm itself is statsmodels')."""
+    import gc
+
+    monkeypatch.setattr(gc, "collect", lambda *a, **k: 0)
+
+
 def _bc_p(t_s: float, t, h: int, R_max: int) -> float:
     g = 0
     for L, x in enumerate(list(t)[:R_max], start=1):
