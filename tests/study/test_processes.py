@@ -62,8 +62,11 @@ def test_a_dead_worker_names_its_unit():
 def test_a_free_worker_takes_the_unit_whose_head_sets_it_has_run():
     b = ProcessBackend(CFG, 2, _Square)
     b.seen = [{("eval", "ncs", (0, 8)): {"[[1, 2]]"}}, {}]
-    queue = [{"kind": "eval", "test": "ncs", "shard": [0, 8], "headsets": [[[3, 4]]]},
+    from vheads.study._processes import _heads, _place
+
+    units = [{"kind": "eval", "test": "ncs", "shard": [0, 8], "headsets": [[[3, 4]]]},
              {"kind": "eval", "test": "ncs", "shard": [0, 8], "headsets": [[[1, 2]]]}]
+    queue = [(u, _heads(u), _place(u)) for u in units]
     assert b._pick(0, queue) == 1  # its own head-set
     assert b._pick(1, queue) == 0  # not the one worker 0 has in its memo
 

@@ -47,7 +47,6 @@ what a draw returns and the checks it makes, :mod:`vheads.evaluation._control_dr
 
 from __future__ import annotations
 
-import difflib
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -247,9 +246,9 @@ def get_control(name: str) -> Control:
     """The registry entry for ``name`` (or an alias); ``ValueError`` naming the choices otherwise."""
     key = ALIASES.get(name, name)
     if key not in CONTROLS:
-        hint = difflib.get_close_matches(name, [*CONTROLS, *ALIASES], n=1)
-        did = f" (did you mean {hint[0]!r}?)" if hint else ""
-        raise ValueError(f"unknown control {name!r}{did}; known controls: {', '.join(CONTROLS)}")
+        from vheads._registry import did_you_mean
+
+        raise ValueError(f"unknown control {name!r}{did_you_mean(name, [*CONTROLS, *ALIASES])}; known controls: {', '.join(CONTROLS)}")
     return CONTROLS[key]
 
 

@@ -253,15 +253,13 @@ def _validate_scopes(cfg, bad) -> None:
     pass every check the top-level ones do (the error names ``scope[i].KEY``)."""
     if not cfg.scope:
         return
-    import difflib
+    from vheads._registry import did_you_mean
 
     ids, seen = setting_ids(cfg), {}
     for i, sc in enumerate(cfg.scope):
         for sid in sc["settings"]:
             if sid not in ids:
-                hint = difflib.get_close_matches(sid, ids, n=1)
-                bad(f"scope[{i}].settings", f"{sid!r} is no setting of this run"
-                    + (f" (did you mean {hint[0]!r}?)" if hint else "") + f"; its settings: {', '.join(ids)}")
+                bad(f"scope[{i}].settings", f"{sid!r} is no setting of this run{did_you_mean(sid, ids)}; its settings: {', '.join(ids)}")
             if sid in seen:
                 bad(f"scope[{i}].settings", f"{sid!r} is already in scope[{seen[sid]}]; a setting takes one scope")
             seen[sid] = i

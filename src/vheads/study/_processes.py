@@ -86,11 +86,11 @@ class ProcessBackend:
             self.conns.append(parent)
             self.seen.append({})
 
-    def _pick(self, w: int, queue: list[dict]) -> int:
-        """The index in ``queue`` of the unit worker ``w`` should run next."""
+    def _pick(self, w: int, queue: list[tuple[dict, set[str], tuple]]) -> int:
+        """The index in ``queue`` (``(unit, its head-sets, its place)``) of the unit worker ``w``
+        should run next."""
         best, score = 0, None
-        for i, u in enumerate(queue):
-            heads, place = _heads(u), _place(u)
+        for i, (_, heads, place) in enumerate(queue):
             own = len(heads & self.seen[w].get(place, set()))
             other = max((len(heads & s.get(place, set())) for j, s in enumerate(self.seen) if j != w), default=0)
             if score is None or own - other > score:
@@ -100,7 +100,7 @@ class ProcessBackend:
     def run(self, units: Iterable[dict], on_start=None) -> Iterator[dict]:
         from multiprocessing.connection import wait
 
-        queue = list(units)
+        queue = [(u, _heads(u), _place(u)) for u in units]  # each unit's head-sets read once
         if not queue:
             return
         self._start(min(self.n, max(len(queue), len(self.procs) or 1)))
@@ -110,11 +110,11 @@ class ProcessBackend:
                 for w in range(len(self.procs)):
                     if w in busy or not queue:
                         continue
-                    u = queue.pop(self._pick(w, queue))
+                    u, heads, place = queue.pop(self._pick(w, queue))
                     if on_start:
                         on_start(u)
                     self.conns[w].send(u)
-                    self.seen[w].setdefault(_place(u), set()).update(_heads(u))
+                    self.seen[w].setdefault(place, set()).update(heads)
                     busy[w] = u
                 ready = wait([self.conns[w] for w in busy] + [self.procs[w].sentinel for w in busy])
                 for w in list(busy):

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from vheads.evaluation import ABLATION_REGISTRY, HEAD_OUTPUT_TESTS
 from vheads.study._stage import Key, Stage, register_stage
 
 KEYS = (
@@ -36,7 +37,6 @@ def compute_causal_map(computer, unit):
     both NCS arms; its AtP estimate on the same items; and, with ``causal_subsets``, the
     regression map over a random design (per-item coefficients)."""
     from vheads.causal import atp_causal_maps, causal_item_sets, draw_design, exact_causal_map, regression_causal_maps
-    from vheads.evaluation import HEAD_OUTPUT_TESTS
     from vheads.study._causal import causal_seed
 
     cfg = computer.cfg
@@ -45,8 +45,9 @@ def compute_causal_map(computer, unit):
                                                      computer.templates).items()}
     rows = []
     for ablation in cfg.ablation:  # every ablation the run uses, where a one-head map is defined (no mean: no reference set)
-        tests = cfg.causal_tests if ablation == "attention" else [t for t in cfg.causal_tests if t in HEAD_OUTPUT_TESTS]
-        if ablation == "mean" or not tests:
+        entry = ABLATION_REGISTRY.get(ablation)
+        tests = [t for t in cfg.causal_tests if t in HEAD_OUTPUT_TESTS] if entry.head_output else cfg.causal_tests
+        if entry.replacement == "mean" or not tests:
             continue
         maps = exact_causal_map(computer.engine, sets, tests, ablation=ablation, seed=cfg.seed, batch_size=cfg.run.batch_size,
                                 memo=computer.memo)
@@ -72,7 +73,8 @@ def causal_rows(ctx) -> list:
     if causal_map_units(cfg):
         units = L * H + L
         for t in cfg.causal_tests:
-            runs = sum(1 for a in cfg.ablation if a == "attention" or (a != "mean" and t in ("ncs", "text")))
+            runs = sum(1 for a in map(ABLATION_REGISTRY.get, cfg.ablation)
+                       if not a.head_output or (a.replacement != "mean" and t in HEAD_OUTPUT_TESTS))
             cm.full += units * runs * ROWS_PER_ITEM[t] * n
             cm.suffix += ROWS_PER_ITEM[t] * n  # the unmasked baselines
         cm.head_sets = units

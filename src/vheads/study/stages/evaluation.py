@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from vheads.study._ablation import DEFAULT_ABLATION, validate_ablation
+from vheads.evaluation import ABLATION_REGISTRY
 from vheads.study._stage import Key, Stage, register_stage
 
 ALL_HEADS = "all-heads"  # head-set id of every head (the maximum attainable NCS_grid)
@@ -163,7 +164,7 @@ def eval_units(store, cfg, beta: float | None = None, rnd: int = 0) -> list[dict
                     continue
                 if test == "ncs":  # only the row groups and ablations with an undecided cell run their forwards
                     cells = {"row_groups": [g for g in scfg.row_groups if f"ncs-{g}" in undecided],
-                             "ablations": [a for a in cfg.ablation if a != "attention"
+                             "ablations": [a for a in cfg.ablation if ABLATION_REGISTRY.get(a).head_output
                                            and ablation_test_id(scfg.row_groups[0], a) in undecided]}
             n_items = cfg.n_items(test)
             run_ids = test_ids(cfg, sid, test, ids, pools) if scfg.test_controls and not algebra else ids
@@ -365,7 +366,7 @@ def _setting_rows(g, cfg, settings: int, k: int, L: int, H: int, compared, ev: d
             ev["ncs"].suffix += 2 * nn
             seen.add("ncs baselines")
         for a in g.ablation:
-            if a != "attention":
+            if ABLATION_REGISTRY.get(a).head_output:
                 add("ncs", settings * (1 + rg), 2, g.row_groups[0] in SUFFIX_GROUPS, nn)
         ev["ncs"].head_sets = max(ev["ncs"].head_sets, round(main_of["ncs"] + sweep["ncs"]))
     if "ncs-grid" in tests:  # + every head hidden: the attainable bound (once)
