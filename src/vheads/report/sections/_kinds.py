@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from vheads.evaluation import rank_p
 from vheads.report._data import RunData
 from vheads.report._doc import Table
 from vheads.report._figures import S_COLOR, _control_color, _png, plt
@@ -53,9 +54,9 @@ def kind_cells(run_dir, model: str, metric: str) -> dict[tuple[str, str], dict]:
     return {key: c for key, c in cells.items() if c.get("mean") is not None}  # S with a mean there
 
 
-def rank_p(s_mean: float, controls: list[float]) -> float | None:
-    """One-sided rank p of S's mean among the controls' (DESIGN.md "Controls and statistics")."""
-    return (1 + sum(c >= s_mean for c in controls)) / (len(controls) + 1) if controls else None
+def kind_rank_p(s_mean: float, controls: list[float]) -> float | None:
+    """One-sided rank p of S's mean among the controls' (:func:`vheads.evaluation.rank_p`; None without controls)."""
+    return rank_p(s_mean, controls).p if controls else None
 
 
 def _order(run: RunData, cells) -> tuple[list[str], list[str]]:
@@ -80,7 +81,7 @@ def kinds_table(run: RunData, cells) -> Table | None:
                     if len(ctl) else "–")
             t_ci = f"{fmt(c['mean'])} [{fmt(c['t_lo'])}, {fmt(c['t_hi'])}]" if c["t_lo"] is not None else fmt(c["mean"])
             boot = f"[{fmt(c['boot_lo'])}, {fmt(c['boot_hi'])}]" if c["boot_lo"] is not None else "–"
-            rows.append([s, k, c["test"], str(c["n"]), t_ci, boot, band, str(len(ctl)), fmt_p(rank_p(c["mean"], c["controls"]))])
+            rows.append([s, k, c["test"], str(c["n"]), t_ci, boot, band, str(len(ctl)), fmt_p(kind_rank_p(c["mean"], c["controls"]))])
     if not rows:
         return None
     return Table("Necessity per item kind", ["Setting", "Kind", "Test", "n", "S mean [t 95% CI]", "S bootstrap 95% CI",
