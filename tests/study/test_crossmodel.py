@@ -291,8 +291,9 @@ def test_two_models_of_different_depths_in_one_run(tiny_random_dirs, tmp_path, m
     loads = []
     real_load = vheads.models.load_model
     monkeypatch.setattr(vheads.models, "load_model", lambda model, *a, **kw: loads.append(model) or real_load(model, *a, **kw))
+    # loads are counted in this process: the tiny model's replica here, not in worker processes
     d = multi_config({"tiny": "tiny", "qwen2_vl": tiny_random_dirs["qwen2_vl"]}, sources=["qspan"], tests=["cers"],
-                     controls={"layer-matched": 2})
+                     controls={"layer-matched": 2}, run={"shard_size": 4, "batch_size": 16, "workers": 1})
     res = run_study(config_from_dict(d), tmp_path / "run", progress=False, report=False)
     assert res.units_computed > 3 and loads == ["tiny", str(tiny_random_dirs["qwen2_vl"])]
     assert {m for (m,) in rows(tmp_path / "run", "SELECT DISTINCT model FROM meta")} == {"", "tiny", "qwen2_vl"}

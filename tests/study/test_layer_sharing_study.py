@@ -22,7 +22,8 @@ def test_speedups_on_or_off_store_the_same_outcomes(tmp_path, monkeypatch):
     monkeypatch.setattr(_layers, "distinct_rows", counted_rows)
     # 12 layer-matched controls of a 3-head S on the 4 × 8 tiny model (distinct since issue 35: no repeat to count)
     cfg = small_config("tiny", sources=["last"], tests=["cers", "ncs"], row_groups=["all"], beta_sweep=[], k_sweep=[], splits=4,
-                       controls={"layer-matched": 12, "any-layer": 3})
+                       controls={"layer-matched": 12, "any-layer": 3},
+                       run={"shard_size": 2, "batch_size": 16, "workers": 1})  # the flags are flipped in this process
     run_study(cfg, tmp_path / "on", progress=False, report=False)
     assert any(cuts)  # some layer ran on fewer rows
     monkeypatch.setenv("VHEADS_SHARE_LAYERS", "0")

@@ -12,6 +12,7 @@ import pytest
 
 from vheads._errors import VheadsError
 from vheads.study._processes import ProcessBackend, auto_workers
+from vheads.study._units import replica_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,14 +73,42 @@ def test_a_free_worker_takes_the_unit_whose_head_sets_it_has_run():
 
 
 @pytest.mark.parametrize("cfg, n", [
-    ({"model": "tiny", "device": "cpu", "run": {"workers": 0, "torch_threads": 0}}, 1),
+    ({"model": "tiny", "device": "cpu", "run": {"workers": 0, "torch_threads": 0}}, min(8, os.cpu_count() or 1)),
     ({"model": "tiny", "device": "cuda", "run": {"workers": 0, "torch_threads": 0}}, 1),
     ({"model": "models/x", "device": "cpu", "run": {"workers": 0, "torch_threads": 0}}, 1),
-    ({"model": "tiny", "device": "cpu", "run": {"workers": 0, "torch_threads": 2}}, 1),
+    ({"model": "tiny", "device": "cpu", "run": {"workers": 0, "torch_threads": 2}}, min(8, os.cpu_count() or 1)),
     ({"model": "models/x", "device": "cpu", "run": {"workers": 3, "torch_threads": 0}}, 3),
 ])
 def test_auto_workers(cfg, n):
     assert auto_workers(cfg) == n
+
+
+@pytest.mark.parametrize("workers", [1, 2, 5])
+def test_the_tiny_model_on_a_cpu_runs_one_thread_a_replica_however_many_workers(workers):
+    cores = os.cpu_count() or 1
+    tiny = {"model": "tiny", "device": "cpu", "run": {"workers": workers, "torch_threads": 0}}
+    assert replica_threads(tiny, workers) == 1
+    assert replica_threads({**tiny, "run": {"workers": workers, "torch_threads": 3}}, workers) == 3
+    other = {"model": "models/x", "device": "cpu", "run": {"workers": workers, "torch_threads": 0}}
+    assert replica_threads(other, workers) == max(1, cores // workers)
+
+
+def test_a_unit_runs_on_the_replica_threads_and_gives_the_callers_back(monkeypatch):
+    """The in-process replica sets torch's threads for a unit and restores the caller's."""
+    import torch
+
+    from vheads.study import _units
+
+    seen = []
+    monkeypatch.setattr(_units, "unit_computers", lambda: {"probe-threads": lambda c, u: seen.append(torch.get_num_threads()) or []})
+    c = _units.UnitComputer(CFG)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        c.compute({"unit_id": "u", "kind": "probe-threads"})
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_two_workers_store_what_one_process_stores(tmp_path):

@@ -29,7 +29,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 import vheads.study._runner as runner  # noqa: E402
 from vheads.study import config_from_dict, run_study  # noqa: E402
 from vheads.study._backends import RayBackend  # noqa: E402
-from vheads.study._export import TABLES, export_run  # noqa: E402
+from vheads.study._export import export_run  # noqa: E402
 from vheads.study._units import UnitComputer  # noqa: E402
 
 #: a small study: 2 discovery units, 4 evaluation units (2 settings x 2 one-item shards), audit, image mass
@@ -141,9 +141,11 @@ def _cells(value: str) -> list:
 
 def assert_same_exports(got_run, want_run, tmp_path, tol=1e-5):
     """Every exported table of ``got_run`` holds the rows of ``want_run``'s, numbers equal to ``tol``."""
-    got_dir, want_dir = export_run(got_run, "csv", tmp_path / "got")[0].parent, export_run(want_run, "csv", tmp_path / "want")[0].parent
+    got_paths, want_paths = export_run(got_run, "csv", tmp_path / "got"), export_run(want_run, "csv", tmp_path / "want")
+    assert [p.name for p in got_paths] == [p.name for p in want_paths]
+    got_dir, want_dir = got_paths[0].parent, want_paths[0].parent
     n_rows = 0
-    for table in TABLES:
+    for table in (p.stem for p in got_paths):
         with open(got_dir / f"{table}.csv") as f:
             got = sorted(csv.reader(f))
         with open(want_dir / f"{table}.csv") as f:

@@ -43,6 +43,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from vheads.engine._ablate import head_outputs
+from vheads.engine._captures import add_captures, capture_layer_rows, capture_rows, model_mask  # noqa: F401 - capture_rows re-exported
 from vheads.engine._plan import ProbePlan
 from vheads.engine._prefix import SharedPrefixLayer, owner
 from vheads.engine._prefix import note_mask as note_prefix_mask
@@ -190,31 +191,6 @@ def plain_attention(module, query, key, value, attention_mask, dropout=0.0, scal
     return out.transpose(1, 2).contiguous(), None
 
 
-def _model_mask(attention_mask, idx_abs, q_off: int, tk: int) -> torch.Tensor:
-    """The model's own mask at query rows ``idx_abs`` [Qs], additive fp32 [B|1, Qs, Tk]
-    (causal when the model passes none)."""
-    device = idx_abs.device
-    if attention_mask is None:
-        k = torch.arange(tk, device=device)
-        return torch.zeros(1, len(idx_abs), tk, device=device).masked_fill_(k[None, None, :] > idx_abs[None, :, None], float("-inf"))
-    am = attention_mask[:, 0, idx_abs - q_off, :tk]  # [B|1, Qs, Tk]
-    return torch.zeros(am.shape, device=device).masked_fill_(~am, float("-inf")) if am.dtype == torch.bool else am.float()
-
-
-def _capture_rows(query, key_f32, attention_mask, scaling, chunk: Chunk, q_off: int, layer: int, sched: Schedule) -> None:
-    """A layer no intervention acts in, under a plan that captures: the attention weights of
-    every (batch row, head) at the chunk's query rows, added to the plan's captures; sdpa's
-    output stands as it is. ``key_f32`` [B, Hkv, Tk, D] is the layer's keys cast once; the
-    query heads of one KV head are read as one block (no copy of the keys)."""
-    B, H, _, D = query.shape
-    hkv, tk = key_f32.shape[1], key_f32.shape[2]
-    n = chunk.stop - chunk.start
-    q = query[:, :, chunk.local].float().reshape(B, hkv, -1, D)  # [B, Hkv, g·Qs, D] (GQA: head h reads KV head h // g)
-    logits = torch.matmul(q, key_f32.transpose(-1, -2)).view(B, H, n, tk) * scaling
-    probs = torch.softmax(logits + _model_mask(attention_mask, chunk.rows, q_off, tk)[:, None], dim=-1)
-    _add_captures(torch.nan_to_num(probs, nan=0.0), chunk, layer, sched, slice(0, B))
-
-
 def _additive_mask(attention_mask, work: LayerWork, pairs: slice, per_pair: torch.Tensor, chunk: Chunk, q_off: int, tk: int) -> torch.Tensor:
     """The additive logit mask of the layer's pairs ``pairs`` at the chunk's query rows: the
     model's mask (causal when it passes none; padding, sliding window and bidirectional
@@ -222,7 +198,7 @@ def _additive_mask(attention_mask, work: LayerWork, pairs: slice, per_pair: torc
     at every row of the layer already summed in ``per_pair`` [p, Tk] (:func:`_pair_bias`).
     fp32 [p, Qs, Tk]."""
     bi = work.bi[pairs]
-    base = _model_mask(attention_mask, chunk.rows, q_off, tk)
+    base = model_mask(attention_mask, chunk.rows, q_off, tk)
     if base.shape[0] > 1:
         base = base[bi]  # [p, Qs, Tk]
     mask = base + per_pair[:, None, :]
@@ -430,7 +406,7 @@ def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None
     if not work.acting:  # captures only: sdpa's output stands, the weights are read
         key_f32 = key.float()  # cast once per layer, read by every chunk
         for chunk in work.chunks:
-            _capture_rows(query, key_f32, attention_mask, scaling, chunk, q_off, layer, sched)
+            capture_layer_rows(query, key_f32, attention_mask, scaling, chunk, q_off, layer, sched, _STATE.results)
         return out, None
     if torch.is_grad_enabled():  # the fused kernel's output may be ``out`` itself, saved for its backward
         out = out.clone()
@@ -467,39 +443,9 @@ def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None
             else:
                 o, probs = _explicit_rows(q_sel, k_sel, v_sel, mask, scaling)
                 rows = slice(s.start // H, s.stop // H)  # captures recompute every pair, b-major
-                _add_captures(probs.view(rows.stop - rows.start, H, chunk.stop - chunk.start, tk), chunk, layer, sched, rows)
+                add_captures(probs.view(rows.stop - rows.start, H, chunk.stop - chunk.start, tk), chunk, layer, sched, rows, _STATE.results)
             _put_rows(out, bi, hi, chunk.local, o)  # out [B, Tq, H, D] ← o [p, Qs, D]
     return out, None
-
-
-def capture_rows(probs: torch.Tensor, groups: torch.Tensor, norm: torch.Tensor | None = None, stat: str = "mass") -> torch.Tensor:
-    """What each query row contributes to a :class:`Capture`: ``probs [B, H, Qs, Tk]``
-    (post-softmax attention), ``groups [B, G, Tk]`` bool (or 0/1 in probs' dtype: no copy),
-    ``norm [B, Tk]`` bool (likewise) or None →
-    ``[B, H, Qs, G]`` = ``Σ_{t ∈ group} A'[q,t]`` with ``A'`` as :class:`Capture` defines it
-    (renormalized over ``norm``; one-hot on the first maximal key for ``stat="hit"``)."""
-    if norm is not None:
-        probs = probs * norm[:, None, None, :].to(probs.dtype)
-        total = probs.sum(-1, keepdim=True)
-        probs = torch.where(total > 0, probs / total.clamp_min(torch.finfo(probs.dtype).tiny), 0.0)
-    if stat == "hit":
-        probs = torch.nn.functional.one_hot(probs.argmax(-1), probs.shape[-1]).to(probs.dtype)  # ties: first max
-    return torch.einsum("bhqt,bgt->bhqg", probs, groups.to(probs.dtype))
-
-
-def _add_captures(probs: torch.Tensor, chunk: Chunk, layer: int, sched: Schedule, rows: slice) -> None:
-    """Add the region mass of ``probs`` [b, H, Qs, Tk] (batch rows ``rows``, the chunk's
-    query rows) to every capture of the active plan (its tensors on the device already)."""
-    tk = probs.shape[-1]
-    for c, captured in zip(sched.captures, chunk.captured):
-        if not captured:
-            continue
-        w = c.rows[rows][:, chunk.rows]  # [b, Qs]
-        norm = None if c.norm is None else c.norm[rows, :tk]
-        per_row = capture_rows(probs, c.groups[rows, :, :tk], norm, c.stat)  # [b, H, Qs, G]
-        mass = torch.einsum("bhqg,bq->bhg", per_row, w) / c.n_rows[rows, None, None]
-        acc = _STATE.results[c.name]
-        acc[rows, layer] += on_device(mass.float(), acc.device)
 
 
 def register() -> None:

@@ -12,10 +12,20 @@ from pathlib import Path
 
 from vheads._errors import make_output_folder
 from vheads._io import atomic_write
+from vheads.store import TABLES as STORE_TABLES
 from vheads.store import Store, columns
 
-TABLES = ("outcomes", "arms", "discovery", "headsets", "overlap", "ceilings", "random_overlap", "audit", "ood_outcomes",
-          "ood_audit", "causal_map")
+#: the store's tables that hold no result: bookkeeping, and the per-item vectors behind the figures
+NOT_EXPORTED = frozenset({"meta", "units", "item_scores", "strip_attention"})
+
+
+def export_tables() -> list[str]:
+    """Every results table of the store, vheads' own and those stages (built in, or a plugin's)
+    register (:func:`vheads.store.register_table`), in registration order."""
+    from vheads.study._stage import registered_stages
+
+    registered_stages()  # imports every stage module: each registers its tables
+    return [t for t in STORE_TABLES if t not in NOT_EXPORTED]
 
 
 def export_run(run_dir: str | Path, fmt: str = "parquet", out: str | Path | None = None) -> list[Path]:
@@ -30,7 +40,7 @@ def export_run(run_dir: str | Path, fmt: str = "parquet", out: str | Path | None
     try:
         # a table, or (schema 4) the view that shows a coded table's text keys
         stored = {name for (name,) in store.query("SELECT name FROM main.sqlite_master WHERE type IN ('table', 'view')")}
-        for table in (t for t in TABLES if t in stored):  # a run of an older vheads lacks the later tables
+        for table in (t for t in export_tables() if t in stored):  # a run of an older vheads lacks the later tables
             cols = ["model", *columns(table)] if multi else columns(table)
             rows = store.query(f"SELECT {', '.join(cols)} FROM main.{table} WHERE model != '' ORDER BY model" if multi
                                else f"SELECT {', '.join(cols)} FROM {table}")

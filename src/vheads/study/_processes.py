@@ -28,9 +28,14 @@ from vheads._errors import VheadsError
 
 
 def auto_workers(cfg: dict[str, Any]) -> int:
-    """``[run] workers`` resolved: the key when set, else 1 (this process; not yet the default
-    for the tiny model: the study's idle-machine timing against 0b3182a is still to be taken)."""
-    return int(cfg["run"].get("workers") or 1)
+    """``[run] workers`` resolved: the key when set, else one per core (at most 8) for the
+    built-in tiny model on a CPU, else 1 (this process)."""
+    from vheads.study._units import tiny_on_cpu
+
+    run = cfg["run"]
+    if run.get("workers"):
+        return int(run["workers"])
+    return max(1, min(8, os.cpu_count() or 1)) if tiny_on_cpu(cfg) else 1
 
 
 def _worker(conn, cfg: dict[str, Any], computer) -> None:
@@ -59,13 +64,13 @@ def _place(unit: dict) -> tuple:
 
 class ProcessBackend:
     """``workers`` forked processes, each a :class:`~vheads.study._units.UnitComputer` on
-    ``cores ÷ workers`` torch threads (``run.torch_threads`` where set), started at the first
+    :func:`replica_threads` torch threads, started at the first
     call of :meth:`run` that has two units or more (one unit runs on the first worker)."""
 
     def __init__(self, cfg: dict[str, Any], workers: int, computer: type | None = None):
-        from vheads.study._units import UnitComputer
+        from vheads.study._units import UnitComputer, replica_threads
 
-        threads = cfg["run"].get("torch_threads") or max(1, (os.cpu_count() or 1) // workers)
+        threads = replica_threads(cfg, workers)
         self.cfg = {**cfg, "run": {**cfg["run"], "torch_threads": threads}}
         self.n = workers
         self.computer = computer or UnitComputer

@@ -20,6 +20,21 @@ from vheads.study.stages.discovery import STRIP_FIGURE_HEADS, STRIP_FIGURE_ITEMS
 from vheads.study.stages.evaluation import ALL_HEADS, K_SWEEP_TESTS  # noqa: F401 (re-exported)
 
 
+def tiny_on_cpu(cfg: dict[str, Any]) -> bool:
+    """Whether ``cfg`` (a study config as a dict) runs the built-in tiny model on a CPU."""
+    return cfg.get("model") == "tiny" and str(cfg.get("device", "cpu")) == "cpu"
+
+
+def replica_threads(cfg: dict[str, Any], workers: int) -> int:
+    """Torch threads of one model replica: ``run.torch_threads`` where set; else 1 for the
+    built-in tiny model on a CPU, however many workers (its float sums then do not depend on
+    the machine's cores or the worker count: one store on every machine); else the cores
+    shared among the ``workers`` replicas."""
+    if cfg["run"].get("torch_threads"):
+        return int(cfg["run"]["torch_threads"])
+    return 1 if tiny_on_cpu(cfg) else max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
 class UnitComputer:
     """Computes units on one model replica (built lazily, so it can live on a Ray actor)."""
 
@@ -29,6 +44,7 @@ class UnitComputer:
         from vheads.study._data import eval_source
 
         self.cfg: StudyConfig = config_from_dict({k: v for k, v in cfg.items()})
+        self.threads = replica_threads(cfg, 1)  # a worker's or Ray replica's cfg carries its own
         self.source = eval_source(self.cfg)  # None: synthetic items
         self.templates = self.cfg.question_templates
         self._ood: dict[str, dict] = {}  # pointing-suite items by task spec, built once per replica
@@ -43,11 +59,6 @@ class UnitComputer:
             from vheads.engine import Batching, Engine
             from vheads.models import load_model
 
-            # on every device (a GPU replica still runs its image processing and host-side
-            # work on the CPU); the same thread count on every backend gives the same float
-            # reductions on CPU (per-item results then differ only where a replica's probe
-            # memo served a row from another batch: ≤ 1e-5). A Ray replica gets its cores here.
-            torch.set_num_threads(self.cfg.run.torch_threads or os.cpu_count() or 1)
             cfg = self.cfg
             lm = load_model(cfg.model, cfg.revision or None, cfg.dtype, cfg.device, device_map=cfg.device_map or None,
                             quantization=cfg.quantization or None, trust_remote_code=cfg.trust_remote_code,
@@ -66,7 +77,21 @@ class UnitComputer:
         fn = unit_computers().get(unit["kind"])  # each stage's compute of its units (vheads.study.stages)
         if fn is None:
             raise ValueError(f"unknown unit kind {unit['kind']!r}; the stages compute {', '.join(unit_computers())}")
-        rows = fn(self, unit)
+        # on every device (a GPU replica still runs its image processing and host-side work on
+        # the CPU); the same thread count on every backend gives the same float reductions on
+        # CPU (per-item results then differ only where a replica's probe memo served a row from
+        # another batch: ≤ 1e-5). A Ray replica gets its cores here. The caller's count is back
+        # after the unit (the study may run in a user's own process).
+        import torch
+
+        outer = torch.get_num_threads()
+        if outer != self.threads:
+            torch.set_num_threads(self.threads)
+        try:
+            rows = fn(self, unit)
+        finally:
+            if outer != self.threads:
+                torch.set_num_threads(outer)
         return {"unit_id": unit["unit_id"], "kind": unit["kind"], "rows": rows, "seconds": time.time() - t0,
                 "forward_rows": {k: ROWS_RUN[k] - before[k] for k in ROWS_RUN}}
 

@@ -140,10 +140,10 @@ KEYS = (
     Key("batch_size", 512, "rows (head-sets x items) per batched forward", table="run"),
     Key("token_budget", 1 << 19, "and at most rows x padded prompt length positions per forward", table="run"),
     Key("cross_item", True, "rows of different items share a forward (false: one item per forward)", table="run"),
-    Key("workers", 0, "local worker processes, each a model replica (on a CPU the tiny model runs fastest with one per core); "
-        "0 = 1", table="run"),
-    Key("torch_threads", 0, "CPU threads per model replica; 0 = all cores (on Ray: the replica's); set: the same everywhere",
-        table="run"),
+    Key("workers", 0, "local worker processes, each a model replica; 0 = one per core (at most 8) for the built-in "
+        "tiny model on a CPU, else 1", table="run"),
+    Key("torch_threads", 0, "CPU threads per model replica; 0 = 1 for the built-in tiny model on a CPU (the same store on "
+        "every machine), else the cores / workers (on Ray: the replica's); set: the same everywhere", table="run"),
 )
 
 STAGE = register_stage(Stage("core", 0, keys=KEYS, validate=_validate_core))
