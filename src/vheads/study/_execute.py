@@ -50,8 +50,12 @@ def _run_units(store, run_dir, backend, units, desc, progress) -> int:
     todo = [u for u in units if u["unit_id"] not in done]
     desc = f"{store.model}: {desc}" if store.model else desc
     bar = tqdm(total=len(units), initial=len(units) - len(todo), desc=desc, unit="unit", disable=not progress)
-    for res in backend.run(todo, on_start=lambda u: _log(run_dir, f"start {_logged(store, u['unit_id'])}")):
-        _commit(store, run_dir, res)
-        bar.update(1)
+    # units marked "first" (a stage's checks that may refuse the run: the score points') finish
+    # before the others start, on a backend of several replicas too
+    first = [u for u in todo if u.get("first")]
+    for part in (first, [u for u in todo if not u.get("first")]):
+        for res in backend.run(part, on_start=lambda u: _log(run_dir, f"start {_logged(store, u['unit_id'])}")):
+            _commit(store, run_dir, res)
+            bar.update(1)
     bar.close()
     return len(todo)

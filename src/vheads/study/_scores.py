@@ -127,8 +127,11 @@ def score_setting_ids(cfg) -> list[str]:
 
 
 def score_units(cfg) -> list[dict]:
-    """One discovery unit per (corpus, query) of :func:`score_targets`: all points on its items."""
-    return [{"unit_id": f"scores/{c}/{q}", "kind": "scores", "corpus": c, "query": q} for c, q in score_targets(cfg)]
+    """One discovery unit per (corpus, query) of :func:`score_targets`: all points on its items;
+    ``first``: they run before the grid's units (a point that selects no head stops the study
+    before any grid work, on several workers too)."""
+    return [{"unit_id": f"scores/{c}/{q}", "kind": "scores", "corpus": c, "query": q, "first": True}
+            for c, q in score_targets(cfg)]
 
 
 def compute_score_unit(computer, unit: dict) -> dict:

@@ -60,9 +60,14 @@ class UnitComputer:
             from vheads.models import load_model
 
             cfg = self.cfg
-            lm = load_model(cfg.model, cfg.revision or None, cfg.dtype, cfg.device, device_map=cfg.device_map or None,
-                            quantization=cfg.quantization or None, trust_remote_code=cfg.trust_remote_code,
-                            system_prompt=cfg.system_prompt or None, chat_template=cfg.chat_template or None)
+            outer = torch.get_num_threads()
+            torch.set_num_threads(self.threads)  # the replica's threads load it too (see compute)
+            try:
+                lm = load_model(cfg.model, cfg.revision or None, cfg.dtype, cfg.device, device_map=cfg.device_map or None,
+                                quantization=cfg.quantization or None, trust_remote_code=cfg.trust_remote_code,
+                                system_prompt=cfg.system_prompt or None, chat_template=cfg.chat_template or None)
+            finally:
+                torch.set_num_threads(outer)
             run = self.cfg.run
             self._engine = Engine(lm, Batching(cross_item=run.cross_item, max_rows=run.batch_size, token_budget=run.token_budget))
             # every setting's tests run the same items, and their controls share many head-sets
