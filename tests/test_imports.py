@@ -122,7 +122,7 @@ def test_the_private_import_rule_flags_what_it_should():
     assert is_private_to_another_package("vheads.study._units", "vheads.discovery._selection.select_heads")
     assert is_private_to_another_package("vheads.cli", "vheads.tiny._cli.app")
     assert is_private_to_another_package("vheads.report._data", "vheads.study._store.Store")
-    assert not is_private_to_another_package("vheads.discovery._files", "vheads.discovery._scores.Setting")
+    assert not is_private_to_another_package("vheads.discovery._files", "vheads.discovery._region_mass.Setting")
     assert not is_private_to_another_package("vheads.data.loaders", "vheads._io.read_json")
     assert not is_private_to_another_package("vheads.study._units", "vheads.discovery.select_heads")
 

@@ -58,7 +58,7 @@ def test_the_discovery_bar_counts_items_once_they_are_scored(monkeypatch):
     captures came after)."""
     import numpy as np
 
-    import vheads.discovery._scores as sc
+    import vheads.discovery._region_mass as sc
 
     events = []
 

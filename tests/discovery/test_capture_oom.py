@@ -15,8 +15,8 @@ import torch
 from tests.evaluation.test_oom_split import _oom_above
 from vheads._errors import VheadsError
 from vheads.data.synthetic import strip_items
-from vheads.discovery._scores import region_masses
-from vheads.discovery._space import ScorePoint, point_statistics
+from vheads.discovery._region_mass import region_masses
+from vheads.discovery._score_space import ScorePoint, point_statistics
 from vheads.engine import Batching, Engine
 
 

@@ -40,7 +40,7 @@ def _hand_component_entropy(values, rc):
 
 def test_components_entropy_of_each_head_matches_eager_attention_by_hand(loaded):
     from vheads.data.synthetic import kind_items
-    from vheads.discovery._space import point_statistics
+    from vheads.discovery._score_space import point_statistics
     from vheads.doctor._reference import eager_attentions
     from vheads.engine import Engine, install
 

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from vheads.discovery import MODES, QUERIES, SOURCES, discover_headsets, headset_schema, load_headset
-from vheads.discovery._space import AXES
+from vheads.discovery._score_space import AXES
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "src" / "vheads" / "schemas" / "headset.schema.json"
 

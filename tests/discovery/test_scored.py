@@ -13,8 +13,8 @@ from vheads._errors import VheadsError
 from vheads.data import default_templates
 from vheads.discovery import load_headset, load_per_item, score_settings
 from vheads.discovery._discover import load_corpora
-from vheads.discovery._score_setting import ScoreSetting, parse_named_score, point_name, setting_from_dict
-from vheads.discovery._space import ScorePoint
+from vheads.discovery._point_setting import ScoreSetting, parse_named_score, point_name, setting_from_dict
+from vheads.discovery._score_space import ScorePoint
 
 
 def test_named_points_presets_custom_and_automatic_names():

@@ -20,8 +20,8 @@ from tests.discovery.planting import plant_region_heads
 from vheads._errors import VheadsError
 from vheads.data import Item
 from vheads.discovery import load_headset
-from vheads.discovery._scored import discover_scores
-from vheads.discovery._space import (
+from vheads.discovery._point_discovery import discover_scores
+from vheads.discovery._score_space import (
     SINK_FACTOR, SINK_LAYER, ScorePoint, aggregate, parse_score, point_statistics, sink_free_keys, sink_tokens,
 )
 from vheads.engine import Capture, Engine, positions_mask

@@ -9,8 +9,8 @@ import torch
 from vheads._errors import VheadsError
 from vheads.data.synthetic import strip_items
 from vheads.discovery import score_settings, select_heads
-from vheads.discovery._scores import region_masses
-from vheads.discovery._space import (
+from vheads.discovery._region_mass import region_masses
+from vheads.discovery._score_space import (
     AXES, SCORES, PointStatistics, ScorePoint, aggregate, elbow_count, parse_score, point_statistics, score_point,
     select_point, setting_point, spatial_entropy,
 )

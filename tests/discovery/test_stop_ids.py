@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from vheads.discovery._scores import _stop_ids, greedy_answer
+from vheads.discovery._region_mass import _stop_ids, greedy_answer
 from vheads.models import ProcessorBundle, adapter_for
 from vheads.models.tiny_random import build_word_tokenizer
 

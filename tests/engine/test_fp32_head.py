@@ -8,7 +8,7 @@ import torch
 
 from tests.engine.test_engine import _item
 from vheads.engine import Engine
-from vheads.engine import _head
+from vheads.engine import _lm_head
 
 
 @contextlib.contextmanager
@@ -44,7 +44,7 @@ def test_a_bf16_models_answers_are_computed_in_fp32_from_the_hidden_state(loaded
     ids = lm.adapter.letter_token_ids(lm.processor)
     head = lm.model.get_output_embeddings()
     with _bf16(lm):
-        assert _head.head_needs_fp32(head)
+        assert _lm_head.head_needs_fp32(head)
         seen, handle = _hidden_spy(lm.model)
         try:
             got = eng.letter_scores(eng.forward(prompt, logits_at=[prompt.layout.n_tokens - 1]).logits[:, -1]).double()
@@ -66,16 +66,16 @@ def _one(prompt):
 def test_an_fp32_head_is_left_alone(loaded):
     lm = loaded["qwen2_5_vl"]
     head = lm.model.get_output_embeddings()
-    assert head.weight.dtype == torch.float32 and not _head.head_needs_fp32(head)
-    with _head.fp32_logits(lm.model):
+    assert head.weight.dtype == torch.float32 and not _lm_head.head_needs_fp32(head)
+    with _lm_head.fp32_logits(lm.model):
         assert not head._forward_hooks  # no hook: the model's own fp32 product
 
 
 def test_the_fp32_product_in_vocabulary_chunks_equals_one_product(monkeypatch):
     g = torch.Generator().manual_seed(0)
     h, w, b = torch.randn(3, 2, 16, generator=g).bfloat16(), torch.randn(50, 16, generator=g).bfloat16(), torch.randn(50, generator=g)
-    monkeypatch.setattr(_head, "VOCAB_CHUNK", 7)
-    got = _head.fp32_product(h, w, b)
+    monkeypatch.setattr(_lm_head, "VOCAB_CHUNK", 7)
+    got = _lm_head.fp32_product(h, w, b)
     want = h.double() @ w.double().T + b.double()
     assert got.dtype == torch.float32 and got.shape == (3, 2, 50)
     assert (got.double() - want).abs().max() <= 1e-5

@@ -1,4 +1,4 @@
-"""The last decoder layer on the read rows only (vheads.engine._tail): the logits at the rows a
+"""The last decoder layer on the read rows only (vheads.engine._last_layer_rows): the logits at the rows a
 forward reads equal those of the unmodified model computing every row (whose per-row path
 is checked against a hand-written softmax in tests/engine/test_engine.py), and the layer's
 MLP really ran on the read rows only."""

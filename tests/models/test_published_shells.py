@@ -292,7 +292,7 @@ def test_greedy_answer_stops_at_the_published_end_tokens_only(shells, name):
     like another family's end token where this vocabulary has one), then a published end token.
     The answer is that first token's text. The stop ids hold every published end token, and
     nothing but special tokens besides."""
-    from vheads.discovery._scores import _stop_ids, greedy_answer
+    from vheads.discovery._region_mass import _stop_ids, greedy_answer
 
     shell = shells[name]
     tok = shell.tokenizer

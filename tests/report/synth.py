@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vheads.discovery._space import parse_score
+from vheads.discovery._score_space import parse_score
 from vheads.store import Store
 
 L, H, K = 4, 8, 4

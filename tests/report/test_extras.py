@@ -5,7 +5,7 @@ import json
 import numpy as np
 from scipy import stats
 
-from vheads.report._extras import algebra_table, mass_table, paired_settings_table
+from vheads.report._comparison_tables import algebra_table, mass_table, paired_settings_table
 from vheads.study._runner import algebra_pairs
 from vheads.store import Store
 

@@ -9,7 +9,7 @@ from statsmodels.stats.multitest import multipletests
 
 from tests.hardening.clitools import files_under, refused, vheads
 from vheads._errors import VheadsError
-from vheads.discovery._space import ScorePoint
+from vheads.discovery._score_space import ScorePoint
 from vheads.report._data import load_run
 from vheads.report._methods import methods_overlap_table, methods_tests_table
 from vheads.report._tables import fmt, fmt_p, significance

@@ -247,7 +247,7 @@ def scaled_ablation(engine, prompts: list, letters: list[int], alpha: torch.Tens
     if checkpoint is None:
         checkpoint = batch.n_rows * batch.length >= CHECKPOINT_FROM
     ids = engine.lm.adapter.letter_token_ids(engine.lm.processor)
-    with _ablating(model, ab, checkpoint), engine._shared_vision(batch), fp32_logits(model):  # fp32 answers (vheads.engine._head)
+    with _ablating(model, ab, checkpoint), engine._shared_vision(batch), fp32_logits(model):  # fp32 answers (vheads.engine._lm_head)
         logits = model(**inputs, use_cache=False, logits_to_keep=1).logits[:, -1]  # [B, V] fp32
         dt = torch.promote_types(logits.dtype, torch.float32)
         scores = torch.cat([logits[:, ids].to(dt), torch.logsumexp(logits.to(dt), -1, keepdim=True)], -1)  # [B, 5]

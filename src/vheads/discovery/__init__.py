@@ -37,12 +37,12 @@ if TYPE_CHECKING:  # the public names; each loads on first use
         plot_overlap_heatmap, split_half_ceiling, topk_overlap,
     )
     from vheads.discovery._schema import headset_schema, headset_schema_errors, validate_headset_json
-    from vheads.discovery._scores import SettingScores, greedy_answer, item_region_mass, score_settings
-    from vheads.discovery._setting import CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCES, Setting
+    from vheads.discovery._region_mass import SettingScores, greedy_answer, item_region_mass, score_settings
+    from vheads.discovery._source_setting import CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCES, Setting
     from vheads.discovery._selection import MODES, ranked_heads, resolve_k, select_heads
     from vheads.discovery._stability import StabilityCurve, items_to_reach, plot_stability, stability_curve, stability_sizes
-    from vheads.discovery._space import AXES, SCORES, ScorePoint, parse_score, score, score_point
-    from vheads.discovery._score_setting import ScoreSetting, check_score_name, parse_named_score
-    from vheads.discovery._scored import discover_scores, record_k, score_items
+    from vheads.discovery._score_space import AXES, SCORES, ScorePoint, parse_score, score, score_point
+    from vheads.discovery._point_setting import ScoreSetting, check_score_name, parse_named_score
+    from vheads.discovery._point_discovery import discover_scores, record_k, score_items
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -61,7 +61,7 @@ def discover(
     """Rank heads under every corpus × query × source setting (or × --score point) and write one head-set file each."""
     from vheads.discovery._discover import discover_headsets, load_corpora
     from vheads.discovery._files import check_out_folder
-    from vheads.discovery._setting import SOURCES
+    from vheads.discovery._source_setting import SOURCES
 
     # every input is checked, and every corpus loaded, before the model is; the flags that
     # need no torch first, so a typo is refused at once
@@ -91,7 +91,7 @@ def discover(
         lm = load_model(model, revision=revision, dtype=dtype, device=device, device_map=device_map, quantization=quantize,
                         trust_remote_code=trust_remote_code, system_prompt=system_prompt, chat_template=chat_template)
         if named is not None:
-            from vheads.discovery._scored import discover_scores
+            from vheads.discovery._point_discovery import discover_scores
 
             records = discover_scores(lm, corpora, named, k, seed, out, max_new_tokens, progress=bars, force=force)
         else:
@@ -115,9 +115,9 @@ def discover(
 
 
 def check_scores(scores: list[str], per_layer: bool, k: int | None = None, with_overlap: bool = False) -> list[tuple]:
-    """The ``--score`` points, named (:func:`~vheads.discovery._score_setting.parse_named_score`),
+    """The ``--score`` points, named (:func:`~vheads.discovery._point_setting.parse_named_score`),
     each name once, of one size where ``--overlap`` compares them; refused before any work."""
-    from vheads.discovery._score_setting import parse_named_score
+    from vheads.discovery._point_setting import parse_named_score
 
     if per_layer:
         raise VheadsError("--per-layer applies to the --source grid; a score point names its own selection (select=per-layer)")

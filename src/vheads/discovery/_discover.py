@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 from vheads._errors import VheadsError, path_inside, safe_name
 from vheads.data import DEFAULT_TEMPLATES, Item, Templates
 from vheads.discovery._files import HeadSetRecord, check_out_folder, ids_hash, save_headset, save_per_item
-from vheads.discovery._setting import CORPUS_ABBREV, QUERIES, SOURCES
 from vheads.discovery._selection import resolve_k, select_heads
+from vheads.discovery._source_setting import CORPUS_ABBREV, QUERIES, SOURCES
 
 if TYPE_CHECKING:  # the scores import torch: loaded where they are computed
-    from vheads.discovery._scores import SettingScores
+    from vheads.discovery._region_mass import SettingScores
 
 SYNTHETIC = ("comics", "photo")
 
@@ -170,7 +170,7 @@ def discover_headsets(lm, corpora: Sequence[str | Corpus] = SYNTHETIC, queries: 
     resolve_k(len(lm.attention_layers), lm.n_heads, k, mode)  # mode check before any work
     if out is not None:
         check_out_folder(out, force)
-    from vheads.discovery._scores import score_settings
+    from vheads.discovery._region_mass import score_settings
 
     loaded = list(corpora) if all(isinstance(c, Corpus) for c in corpora) else load_corpora(corpora, queries, n, seed, panel_size)
     warn_split_panels(lm, loaded)

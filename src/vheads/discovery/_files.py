@@ -52,8 +52,8 @@ import vheads
 from vheads._errors import VheadsError, check_output_path
 from vheads._io import atomic_write, read_json
 from vheads.discovery._schema import validate_headset_json
-from vheads.discovery._setting import Setting
 from vheads.discovery._selection import MODES, ranked_heads
+from vheads.discovery._source_setting import Setting
 from vheads._headset import HeadSet
 
 SCHEMA = "vheads.headset/1"
@@ -64,7 +64,7 @@ class HeadSetRecord:
     """A discovered head-set with everything needed to trust and reuse it."""
 
     headset: HeadSet
-    setting: Setting  # or a vheads.discovery._scored.ScoreSetting (a score point's head-set)
+    setting: Setting  # or a vheads.discovery._point_setting.ScoreSetting (a score point's head-set)
     scores: np.ndarray  # [L, H] float64
     model: dict[str, Any]  # id, revision, fingerprint, n_layers, n_heads; a local folder's resolved path (LoadedModel.record)
     corpus: dict[str, Any]  # id, n_items, seed
@@ -75,7 +75,7 @@ class HeadSetRecord:
     per_item_file: str | None = None
     path: Path | None = None  # where it was read from / written to
     #: a score point that drops sinks: its rule and, per item, the threshold and the image
-    #: tokens dropped (:func:`vheads.discovery._space.sink_record`); None otherwise
+    #: tokens dropped (:func:`vheads.discovery._score_space.sink_record`); None otherwise
     sinks: dict[str, Any] | None = None
 
     @property
@@ -190,7 +190,7 @@ def _validate(d: dict[str, Any], where: str) -> None:
         raise ValueError(f"{where}: scores have shape {scores.shape}, the model record says {L} x {H}")
     if not np.all(np.isfinite(scores)):
         raise ValueError(f"{where}: scores hold non-finite values")
-    from vheads.discovery._space import AXES  # loads torch: only once a file is read
+    from vheads.discovery._score_space import AXES  # loads torch: only once a file is read
 
     modes = AXES["select"] if d["setting"].get("source") == "score" else MODES  # a score point's own rule
     if d["selection"].get("mode") not in modes:
@@ -209,7 +209,7 @@ def load_headset(path: str | Path, lm=None, force: bool = False) -> HeadSetRecor
     head-set for another model *shape* is refused even when forced."""
     path = Path(path)
     d = read_json(path, f"head-set file {path}")
-    from vheads.discovery._score_setting import setting_from_dict  # loads torch: only once the file is read
+    from vheads.discovery._point_setting import setting_from_dict  # loads torch: only once the file is read
 
     try:
         _validate(d, f"head-set file {path}")

@@ -88,7 +88,7 @@ def sink_record(point: ScorePoint, stats: PointStatistics) -> dict | None:
 
 def aggregate(stats: PointStatistics, point: ScorePoint, n_heads: int, attention_layers: tuple[int, ...],
               n_layers: int) -> PointResult:
-    """The point's score over items and its head-set (see :mod:`vheads.discovery._space`). A selection
+    """The point's score over items and its head-set (see :mod:`vheads.discovery._score_space`). A selection
     that keeps no head is a :class:`VheadsError`."""
     per_layer = point.select == "per-layer"
     cap = n_heads if per_layer else len(attention_layers) * n_heads

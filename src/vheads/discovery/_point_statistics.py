@@ -14,7 +14,7 @@ import numpy as np
 from vheads._errors import VheadsError
 from vheads.data import Item
 from vheads.discovery._score_point import ScorePoint
-from vheads.discovery._setting import SOURCE_SPAN
+from vheads.discovery._source_setting import SOURCE_SPAN
 
 if TYPE_CHECKING:  # torch loads only where a point is scored: a config check reads this module
     from vheads.engine import Engine

@@ -1,5 +1,5 @@
 """A discovery score as a point of the score space: :class:`ScorePoint`, a value on every axis of
-:data:`AXES` (what each axis means: :mod:`vheads.discovery._space`), refused on creation when
+:data:`AXES` (what each axis means: :mod:`vheads.discovery._score_space`), refused on creation when
 the values do not fit together.
 """
 

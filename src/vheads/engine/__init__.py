@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.engine._attention import CHUNK_ELEMENTS
     from vheads.engine._captures import model_mask  # the model's own additive mask at chosen rows
     from vheads.engine._layers import decoder_layers
-    from vheads.engine._head import fp32_logits
+    from vheads.engine._lm_head import fp32_logits
     from vheads.engine._oom import RowLimit, is_out_of_memory, one_row_out_of_memory, split_on_oom
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__)

@@ -25,7 +25,7 @@ class Batching:
     share one (environment variable
     ``VHEADS_SHARE_LAYERS=0`` sets the default to off). ``last_layer_rows``: in a forward
     that reads logits at some rows only and captures nothing, the last decoder layer's
-    query and output projections and MLP run on those rows only (:mod:`vheads.engine._tail`;
+    query and output projections and MLP run on those rows only (:mod:`vheads.engine._last_layer_rows`;
     ``VHEADS_LAST_LAYER_ROWS=0`` sets the default to off). ``one_length``: a forward holds
     only requests of one shape (the same prefix and suffix lengths), so no row is padded and
     the attention needs no padding mask; requests are ordered by shape first. ``None`` (the

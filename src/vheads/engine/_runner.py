@@ -32,14 +32,14 @@ from transformers.cache_utils import DynamicLayer
 from vheads.engine._ablate import HeadAblation, OutputRecord
 from vheads.engine._attention import active_plan, install
 from vheads.engine._batching import Batching, pack  # noqa: F401 - re-exported
-from vheads.engine._head import fp32_logits
+from vheads.engine._last_layer_rows import read_rows_only
 from vheads.engine._layers import decoder_layers, shared_layers
+from vheads.engine._lm_head import fp32_logits
 from vheads.engine._memory import device_free_memory, fitting_positions, keep_freed_memory
 from vheads.engine._oom import RowLimit, split_on_oom
 from vheads.engine._plan import Capture, Intervention, ProbePlan
 from vheads.engine._prefix import SharedPrefixLayer, suffix_pass
 from vheads.engine._prefix import share_layers as share_prefix
-from vheads.engine._tail import read_rows_only
 from vheads.models import LoadedModel, Prompt
 
 
@@ -295,7 +295,7 @@ class Engine:
         logits = out.logits
         if logits_at is not None:
             logits = logits[:, : len(logits_at)]  # the LM head ran on exactly these rows
-        # logits: fp32 from the final hidden state (:mod:`._head`); captures and records, accumulated
+        # logits: fp32 from the final hidden state (:mod:`._lm_head`); captures and records, accumulated
         # on the device, copied to the host once per forward
         return ForwardResult(logits=logits.float(), captures={k: v.cpu() for k, v in results.items()})
 

@@ -42,7 +42,7 @@ def outcome_cells_by_metric(store: Store, metrics: tuple[str, ...], heads_of: di
         f"SELECT setting, test, headset_id, {', '.join(cols)} FROM outcomes WHERE {is_s}{where} "
         "ORDER BY setting, test, headset_id, item_id", *args
     ):
-        if "&" in setting:  # head-set algebra pseudo-settings: see vheads.report._extras
+        if "&" in setting:  # head-set algebra pseudo-settings: see vheads.report._comparison_tables
             continue
         for n, value in enumerate(values):
             if value is None or not np.isfinite(float(value)):

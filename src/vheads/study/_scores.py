@@ -1,7 +1,7 @@
 """Score points beside the grid: the config keys ``scores`` and ``score_on``, their units.
 
 ``scores = [...]`` lists presets (``"vrh"``), custom points as text (``"outhit:rows=out,keys=hit"``,
-see :func:`vheads.discovery._scored.parse_named_score`) or as tables
+see :func:`vheads.discovery._point_setting.parse_named_score`) or as tables
 (``{ name = "outhit", rows = "out", keys = "hit" }``). Each one is a setting
 ``{corpus}-{query}-{name}`` (``cm-ord-vrh``), discovered on the same items as the grid's
 settings of that corpus and query, and from then on a setting like any other: noise ceiling
@@ -18,7 +18,7 @@ Choices, for comparisons at equal size and a modest cost:
   --score`` keeps them): overlaps and controls then compare head-sets of one size. A custom
   point keeps its own ``k`` when it sets one.
 - The per-item scores stored for the noise ceilings are each item's share of the point's
-  score (:attr:`vheads.discovery._space.PointResult.per_item`): a half of the items ranks
+  score (:attr:`vheads.discovery._score_space.PointResult.per_item`): a half of the items ranks
   heads as the point would (exact for flat and per-layer selection; the ceiling of an
   ``elbow`` / ``entropy`` point over ``mean`` is that of the flat top-|S| of its score).
 """

@@ -4,7 +4,7 @@ mass against CERS."""
 from __future__ import annotations
 
 from vheads.report._data import RunData
-from vheads.report._extras import HOW, comparison_tables
+from vheads.report._comparison_tables import HOW, comparison_tables
 from vheads.report._registry import section
 
 

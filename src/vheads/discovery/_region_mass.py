@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from vheads.data import Item
 from vheads.engine import Engine, is_out_of_memory, one_row_out_of_memory, positions_mask
-from vheads.discovery._setting import (  # noqa: F401 - re-exported
+from vheads.discovery._source_setting import (  # noqa: F401 - re-exported
     CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCE_SPAN, SOURCES, Setting,
 )
 from vheads.models import LoadedModel, Prompt

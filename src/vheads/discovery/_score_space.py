@@ -56,7 +56,7 @@ from vheads.discovery._point_statistics import (  # noqa: F401 - re-exported
     PointStatistics, _entropy, point_statistics, query_rows, sink_free_keys, sink_tokens, spatial_entropy,
 )
 from vheads.discovery._score_point import AXES, ENTROPIES, SINK_FACTOR, SINK_LAYER, ScorePoint  # noqa: F401 - re-exported
-from vheads.discovery._setting import SOURCES, Setting
+from vheads.discovery._source_setting import SOURCES, Setting
 
 if TYPE_CHECKING:  # torch loads only where a point is scored: a config check reads this module
     from vheads.engine import Engine
@@ -183,7 +183,7 @@ def score_point(lm, items: Sequence[Item], point: ScorePoint, max_new_tokens: in
     """Score ``items`` under ``point`` and select its head-set: greedy answers first when the
     point reads the ``out`` rows (an empty answer teacher-forces the end-of-turn token, as
     :func:`score_settings` does), then one capture forward per item."""
-    from vheads.discovery._scores import _eos_text, greedy_answer
+    from vheads.discovery._region_mass import _eos_text, greedy_answer
     from vheads.engine import Engine
 
     if len(items) == 0:

@@ -1,6 +1,6 @@
 """A score point as a discovery setting: its name (a preset's, or a custom point's own) and
 :class:`ScoreSetting`, the setting of a head-set discovered with it, read back from a
-head-set file by :func:`setting_from_dict` (:mod:`vheads.discovery._scored` scores them)."""
+head-set file by :func:`setting_from_dict` (:mod:`vheads.discovery._point_discovery` scores them)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vheads._errors import VheadsError
-from vheads.discovery._setting import CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, Setting
-from vheads.discovery._space import AXES, SCORES, ScorePoint, parse_score
+from vheads.discovery._score_space import AXES, SCORES, ScorePoint, parse_score
+from vheads.discovery._source_setting import CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, Setting
 
 SCORE_NAME = re.compile(r"[a-z0-9][a-z0-9_.+]{0,31}")
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from vheads._errors import VheadsError, path_inside
 from vheads.data import Item
 from vheads.discovery._files import HeadSetRecord, check_out_folder, ids_hash, save_headset, save_per_item
-from vheads.discovery._score_setting import ScoreSetting
-from vheads.discovery._space import PointResult, ScorePoint, aggregate, point_statistics
+from vheads.discovery._point_setting import ScoreSetting
+from vheads.discovery._score_space import PointResult, ScorePoint, aggregate, point_statistics
 from vheads._headset import HeadSet
 
 
@@ -40,7 +40,7 @@ def score_items(lm, items: Sequence[Item], points: Sequence[ScorePoint], max_new
     the count of empty answers. A selection of nothing is a :class:`VheadsError` that starts
     with the point's label (``labels``, one per point: ``setting cm-ord-vrh``); with
     ``skip_empty`` that point's entry is the error's text instead (the caller records it)."""
-    from vheads.discovery._scores import _eos_text, greedy_answer
+    from vheads.discovery._region_mass import _eos_text, greedy_answer
     from vheads.engine import Engine
 
     if not items:
