@@ -138,3 +138,23 @@ def test_a_kind_with_a_non_finite_value_of_s_is_stored_without_a_mean_and_left_o
     assert s_row["mean"] is None and s_row["t_lo"] is None and s_row["n"] == 3
     run = load_run(tmp_path)
     assert kind_cells(tmp_path, "", run.metric) == {} and kinds_table(run, {}) is None
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.05])
+@pytest.mark.parametrize("discrete", [False, True])
+def test_the_per_kind_rank_p_holds_its_level_under_its_null(alpha, discrete):
+    """Under the null the section tests (S's items drawn as every control's: S exchangeable with
+    its layer-matched controls within the kind), P(kind rank p <= alpha) <= alpha: the rejection
+    count of 4,000 simulated kinds is not above alpha by a one-sided binomial test (scipy). The
+    discrete case (per-item values 0 / 1, as p4 often is on the tiny model) has tied means."""
+    from vheads.report.sections._kinds import kind_rank_p
+
+    rng = np.random.default_rng(11 if discrete else 12)
+    sims, n_items, n_controls = 4000, 6, 39
+    draw = (lambda size: rng.integers(0, 2, size).astype(float)) if discrete else (lambda size: rng.normal(0.0, 1.0, size))
+    rejected = 0
+    for _ in range(sims):
+        means = draw((1 + n_controls, n_items)).mean(axis=1)  # S first, then its controls
+        rejected += kind_rank_p(float(means[0]), [float(m) for m in means[1:]]) <= alpha
+    assert stats.binomtest(rejected, sims, alpha, alternative="greater").pvalue > 1e-3, (rejected, sims)
+    assert rejected / sims <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / sims)
