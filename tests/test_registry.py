@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import types
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -109,3 +111,93 @@ def test_a_strict_registry_raises_when_a_plugin_fails_to_import(monkeypatch):
     _fake_entry_points(monkeypatch, "vheads.gadgets", [_EntryPoint("broken", "no_such_module_of_vheads_tests")])
     with pytest.raises(ModuleNotFoundError):
         reg.names()
+
+
+# ---- the four kinds moved onto the registry: sections, scores, controls, model families ----------
+
+
+@contextmanager
+def _plugin(monkeypatch, tmp_path, registry, module: str, source: str):
+    """Within: a plugin module ``module`` (written to ``tmp_path``) named by a fake entry point
+    of ``registry``'s group, the registry's plugins not yet read; after: its entry ``plugged`` removed."""
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    _fake_entry_points(monkeypatch, registry.group, [_EntryPoint("mine", module)])
+    try:
+        yield
+    finally:
+        registry.unregister("plugged")
+
+
+def test_report_sections_live_in_a_registry(monkeypatch, tmp_path):
+    from vheads.report import SECTION_REGISTRY, registered_sections, section
+
+    assert SECTION_REGISTRY.group == "vheads.sections"
+    assert "protocol" in {s.id for s in registered_sections()}
+    with pytest.raises(VheadsError, match="^report section 'protocol' is registered twice"):
+        section("protocol", "again", "", order=1)(lambda run: [])
+    with pytest.raises(VheadsError, match=r"^unknown report section 'protocl' \(did you mean 'protocol'\?\); choose from "):
+        SECTION_REGISTRY.get("protocl")
+    with _plugin(monkeypatch, tmp_path, SECTION_REGISTRY, "vh_reg_section",
+                 "from vheads.report import section\n"
+                 "@section('plugged', 'A plugged section', 'Read it.', order=1e6)\n"
+                 "def plugged(run):\n    return ['a paragraph']\n"):
+        assert registered_sections()[-1].id == "plugged"
+
+
+def test_score_presets_live_in_a_registry(monkeypatch, tmp_path):
+    from vheads.discovery import SCORE_REGISTRY, SCORES, ScorePoint, parse_score, score
+
+    assert SCORE_REGISTRY.group == "vheads.scores" and SCORES is SCORE_REGISTRY.by_name
+    assert SCORES["vrh"]() == parse_score("vrh")
+    with pytest.raises(VheadsError, match="^score 'gaze' is registered twice"):
+        score("gaze")(lambda: ScorePoint())
+    with pytest.raises(VheadsError, match=r"^unknown score 'vhr' \(did you mean 'vrh'\?\); choose from gaze, .*, "
+                                          r"or write a point like 'rows=out,keys=hit'$"):
+        parse_score("vhr")
+    with _plugin(monkeypatch, tmp_path, SCORE_REGISTRY, "vh_reg_score",
+                 "from vheads.discovery import ScorePoint, score\n"
+                 "@score('plugged')\n"
+                 "def plugged():\n    '''A plugin's point.'''\n    return ScorePoint(rows='out', keys='hit')\n"):
+        assert parse_score("plugged") == ScorePoint(rows="out", keys="hit")
+
+
+def test_controls_live_in_a_registry(monkeypatch, tmp_path):
+    from vheads.evaluation import CONTROL_REGISTRY, CONTROLS, Control, ControlRequest, get_control, parse_control_spec
+    from vheads.evaluation import register_control
+
+    assert CONTROL_REGISTRY.group == "vheads.controls" and CONTROLS is CONTROL_REGISTRY.by_name
+    assert get_control("layer+attention-matched") is CONTROLS["attention-matched"]  # an alias
+    with pytest.raises(VheadsError, match="^control 'layer-matched' is registered twice"):
+        register_control(Control("layer-matched"))
+    with pytest.raises(VheadsError, match=r"^unknown control 'any-layr' \(did you mean 'any-layer'\?\); "
+                                          r"choose from layer-matched, any-layer, .*random-n$"):
+        parse_control_spec("any-layr:5")
+    with _plugin(monkeypatch, tmp_path, CONTROL_REGISTRY, "vh_reg_control",
+                 "from vheads.evaluation import Control, register_control\n"
+                 "register_control(Control('plugged', lambda S, rng, borrowed, **_: iter(())))\n"):
+        assert parse_control_spec("plugged:5") == [ControlRequest("plugged", 5)]
+
+
+def test_model_families_live_in_a_registry(monkeypatch, tmp_path):
+    from vheads.models import ADAPTER_REGISTRY, ADAPTERS, Adapter, adapter_for, register_adapter
+
+    assert ADAPTER_REGISTRY.group == "vheads.adapters" and ADAPTERS is ADAPTER_REGISTRY.by_name
+    assert type(ADAPTERS["llava"]()) is type(adapter_for("llava"))
+
+    class Again(Adapter):
+        family, model_types, image_token = "again", ("llava",), "<image>"
+
+    with pytest.raises(VheadsError, match="^model type 'llava' is registered twice"):
+        register_adapter(Again)
+    # a model type comes from a checkpoint's config, never typed: every supported one is named
+    with pytest.raises(VheadsError, match=r"^model type 'fuyu' is not a supported VLM family; supported: "
+                                          r"gemma3, .*llava, .*qwen3_vl, .* \(see `vheads models`\)$"):
+        adapter_for("fuyu")
+    with _plugin(monkeypatch, tmp_path, ADAPTER_REGISTRY, "vh_reg_adapter",
+                 "from vheads.models import Adapter, register_adapter\n"
+                 "@register_adapter\n"
+                 "class Plugged(Adapter):\n    family, model_types, image_token = 'plugged', ('plugged_vlm',), '<image>'\n"):
+        assert type(adapter_for("plugged_vlm")).__name__ == "Plugged"

@@ -119,7 +119,7 @@ def test_presets_are_the_published_points():
     assert parse_score("vrh") == ScorePoint(rows="out", keys="mass", across="mean", select="flat", k=20)
     assert parse_score("sparsemm") == ScorePoint(rows="out", keys="hit", across="hit-frequency")
     assert parse_score("localization") == ScorePoint(rows="last", region="image", across="frequency", select="entropy", k=10)
-    assert all(SCORES[n].__doc__ for n in SCORES)
+    assert all(SCORES[n].point.__doc__ for n in SCORES)
 
 
 def _eager(lm, prompt):

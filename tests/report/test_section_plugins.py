@@ -26,6 +26,7 @@ def _plugins(monkeypatch, tmp_path, *eps):
 
     monkeypatch.setattr(md, "entry_points", lambda group=None: [e for e in eps if e.group == group])
     monkeypatch.delitem(R.SECTIONS, "plugin-demo", raising=False)
+    monkeypatch.setattr(R.SECTION_REGISTRY, "_plugins_loaded", False)  # the registry reads the entry points once
 
 
 def test_a_plugin_section_is_shown_and_a_broken_one_is_named(monkeypatch, tmp_path):

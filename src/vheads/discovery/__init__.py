@@ -12,7 +12,7 @@
 - :func:`stability_curve` — overlap with the full-corpus head-set and split-half overlap as
   the number of discovery items grows, N90 (:func:`items_to_reach`), :func:`plot_stability`;
 - :func:`discover_headsets` — the whole run (the ``vheads discover`` command);
-- the score space (:class:`ScorePoint`, presets in :data:`SCORES`, :func:`parse_score`,
+- the score space (:class:`ScorePoint`, presets in :data:`SCORE_REGISTRY`, :func:`parse_score`,
   :func:`score_point`) and its settings (:class:`ScoreSetting`, :func:`discover_scores`:
   ``vheads discover --score``).
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.discovery._source_setting import CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, SOURCES, Setting
     from vheads.discovery._selection import MODES, ranked_heads, resolve_k, select_heads
     from vheads.discovery._stability import StabilityCurve, items_to_reach, plot_stability, stability_curve, stability_sizes
-    from vheads.discovery._score_space import AXES, SCORES, ScorePoint, parse_score, score, score_point
+    from vheads.discovery._score_space import AXES, SCORE_REGISTRY, SCORES, ScorePoint, ScorePreset, parse_score, score, score_point
     from vheads.discovery._point_setting import ScoreSetting, check_score_name, parse_named_score
     from vheads.discovery._point_discovery import discover_scores, record_k, score_items
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vheads._errors import VheadsError
-from vheads.discovery._score_space import AXES, SCORES, ScorePoint, parse_score
+from vheads.discovery._score_space import AXES, SCORE_REGISTRY, ScorePoint, parse_score
 from vheads.discovery._source_setting import CORPUS_ABBREV, QUERIES, QUERY_ABBREV, SOURCE_ABBREV, Setting
 
 SCORE_NAME = re.compile(r"[a-z0-9][a-z0-9_.+]{0,31}")
@@ -47,7 +47,7 @@ def parse_named_score(text: str, where: str = "--score") -> tuple[str, ScorePoin
         point = parse_score(text)
     except VheadsError as e:
         raise VheadsError(f"{where}: {e}") from None
-    return check_score_name(text if text in SCORES else point_name(point), where), point
+    return check_score_name(text if text in SCORE_REGISTRY else point_name(point), where), point
 
 
 @dataclass(frozen=True)

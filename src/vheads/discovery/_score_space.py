@@ -31,8 +31,10 @@ query rows of one item, ``R`` its key region, ``I`` its image keys):
 
 The seed's settings are the points ``rows=<source>, region=target, norm=raw, keys=mass,
 across=mean`` (:func:`setting_point`); published methods are registered presets
-(:data:`SCORES`, ``@score("name")``): ``gaze``, ``localization``, ``vrh``, ``sparsemm``, and
-``gaze_nosink`` (``gaze`` with the sinks dropped).
+(:data:`SCORE_REGISTRY`, a :class:`vheads._registry.Registry`; ``@score("name")``): ``gaze``,
+``localization``, ``vrh``, ``sparsemm``, and ``gaze_nosink`` (``gaze`` with the sinks dropped).
+Other packages add presets through the entry-point group ``vheads.scores`` (a module that
+registers its presets with :func:`vheads.discovery.score` when imported).
 One forward per item captures everything a point needs (:func:`point_statistics`), for
 the point's rows only: a ``[L, H, G]`` capture, with ``G = |I|`` single-key groups only when
 the point needs the spatial entropy; never a full attention map.
@@ -45,9 +47,11 @@ The point is :mod:`vheads.discovery._score_point`, its per-item statistics
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from vheads._errors import VheadsError
+from vheads._registry import Registry
 from vheads.data import Item
 from vheads.discovery._point_selection import (  # noqa: F401 - re-exported
     PointResult, _ranked, aggregate, elbow_count, select_point, sink_record,
@@ -64,20 +68,27 @@ if TYPE_CHECKING:  # torch loads only where a point is scored: a config check re
 
 # --- the registry ---------------------------------------------------------------------
 
-#: name -> factory of a registered score point
-SCORES: dict[str, Callable[[], ScorePoint]] = {}
+@dataclass(frozen=True)
+class ScorePreset:
+    """A registered score point: its name and the function that returns it (its docstring
+    says which published method it is); calling the preset returns the point."""
+
+    name: str
+    point: Callable[[], ScorePoint]
+
+    def __call__(self) -> ScorePoint:
+        return self.point()
 
 
-def score(name: str):
-    """Register a score point under ``name`` (a decorator on a function that returns it)."""
+#: every score preset, in registration order (plugins: the entry-point group ``vheads.scores``)
+SCORE_REGISTRY: Registry[ScorePreset] = Registry("score", group="vheads.scores")
+#: name -> its preset (the registry's live view; ``SCORES[name]()`` is the point)
+SCORES: dict[str, ScorePreset] = SCORE_REGISTRY.by_name
 
-    def register(fn: Callable[[], ScorePoint]) -> Callable[[], ScorePoint]:
-        if name in SCORES:
-            raise ValueError(f"score {name!r} is registered twice")
-        SCORES[name] = fn
-        return fn
 
-    return register
+def score(name: str) -> Callable[[Callable[[], ScorePoint]], Callable[[], ScorePoint]]:
+    """Decorator: register the function that returns a score point as the preset ``name``."""
+    return SCORE_REGISTRY.decorator(lambda fn, name: ScorePreset(name, fn), name=name)
 
 
 @score("gaze")
@@ -152,10 +163,10 @@ def parse_score(text: str) -> ScorePoint:
     """A registered name (``vrh``) or a custom point ``rows=out,keys=hit,across=mean,k=20``
     (axes left out keep :class:`ScorePoint`'s defaults). Bad input: :class:`VheadsError`."""
     text = text.strip()
-    if text in SCORES:
-        return SCORES[text]()
-    if "=" not in text:
-        raise VheadsError(f"unknown score {text!r}; choose a preset ({', '.join(SCORES)}) or write a point like 'rows=out,keys=hit'")
+    if text in SCORE_REGISTRY:
+        return SCORE_REGISTRY.get(text).point()
+    if "=" not in text:  # "unknown score 'x' (did you mean ...); choose from ..., or write a point"
+        raise VheadsError(f"{SCORE_REGISTRY.unknown(text)}, or write a point like 'rows=out,keys=hit'")
     values: dict = {}
     for part in text.split(","):
         axis, _, value = part.partition("=")

@@ -11,9 +11,9 @@ from vheads._lazy import lazy_exports
 
 if TYPE_CHECKING:  # the public names; each loads on first use
     from vheads.evaluation._controls import (
-        COMMON_DRAWS, CONTROLS, PATTERN_DRAWS, is_exchangeable, MAX_R, Control, ControlDraws, ControlRequest, Fallback, any_layer_controls,
+        COMMON_DRAWS, CONTROL_REGISTRY, CONTROLS, PATTERN_DRAWS, is_exchangeable, MAX_R, Control, ControlDraws, ControlRequest, Fallback, any_layer_controls,
         attention_matched_controls, draw_controls, get_control, layer_matched_controls, split_control_name,
-        parse_control_spec, random_n_controls, sink_heads, text_heavy_heads, whole_layer_controls,
+        parse_control_spec, random_n_controls, register_control, sink_heads, text_heavy_heads, whole_layer_controls,
     )
     from vheads._headset import HeadSet, default_k
     from vheads.evaluation._pools import EXACT_POOL_FACTOR, control_pool, control_pool_size

@@ -39,7 +39,10 @@ says which controls give a rank p that decides (a *verdict*): ``layer-matched``,
 softmax-attention layers (``S.attention_layers``); no control ever draws a head of a
 linear-attention layer, and a layer-matched fallback borrows only from softmax layers.
 
-``CONTROLS`` maps these names to :class:`Control` entries with one calling convention, and
+:data:`CONTROL_REGISTRY` (a :class:`vheads._registry.Registry`; ``CONTROLS`` its live
+``{name: entry}``) holds these as :class:`Control` entries with one calling convention;
+:func:`register_control` adds one, and other packages add theirs through the entry-point
+group ``vheads.controls`` (a module that registers its controls when imported).
 :func:`parse_control_spec` reads a spec such as ``"layer-matched:100,any-layer:50"``.
 How each control draws (its stream, or its rule) is :mod:`vheads.evaluation._control_rules`;
 what a draw returns and the checks it makes, :mod:`vheads.evaluation._control_draws`.
@@ -55,6 +58,7 @@ import numpy as np
 
 from vheads._ids import random_n_count
 from vheads._headset import HeadSet
+from vheads._registry import Registry
 from vheads.evaluation._control_draws import (  # noqa: F401 - re-exported
     MAX_R, ControlDraws, Fallback, _check_disjoint_room, _check_draws, _check_head_array, _check_nonempty, _collect_fallbacks,
 )
@@ -195,28 +199,34 @@ def _text_heavy(S, **inputs):
     return text_heavy_heads(_need(inputs, "image_mass", "text-heavy", _IMAGE_MASS), len(S), exclude=S)
 
 
-CONTROLS: dict[str, Control] = {
-    "layer-matched": Control("layer-matched", lambda S, rng, borrowed, **_: _layer_pattern_stream(S, rng),
-                             exchangeable=True),
-    "any-layer": Control("any-layer", lambda S, rng, borrowed, common=False, **_: _any_pattern_stream(S, rng),
-                         exchangeable=True),
-    "layer-matched-disjoint": Control("layer-matched-disjoint",
-                                      lambda S, rng, borrowed, **_: _layer_matched_stream(S, rng, borrowed),
-                                      notes=lambda S, sets, **_: ("S-disjoint draws: descriptive, not exchangeable with S",)),
-    "any-layer-disjoint": Control("any-layer-disjoint",
-                                  lambda S, rng, borrowed, common=False, **_: _any_layer_stream(S, rng, common=common),
-                                  notes=lambda S, sets, **_: ("S-disjoint draws: descriptive, not exchangeable with S",)),
-    "attention-matched": Control("attention-matched", _attention_matched, needs=("image_mass",),
-                                 notes=_attention_matched_notes),
-    "sinks": Control("sinks", random=False, needs=("sink_mass",), fixed=_sinks,
-                     notes=lambda S, sets, **_: (f"the {len(S)} non-S heads with most sink mass",)),
-    "text-heavy": Control("text-heavy", random=False, needs=("image_mass",), fixed=_text_heavy,
-                          notes=lambda S, sets, **_: (f"the {len(S)} non-S heads with least image mass",)),
-    "whole-layers": Control("whole-layers", lambda S, rng, borrowed, **_: _whole_layer_stream(S, rng),
-                            notes=_whole_layer_notes),
-    "random-n": Control("random-n", lambda S, rng, borrowed, **inputs: _random_n_stream(S, rng, n=inputs.get("n")),
-                        exchangeable=True),
-}
+#: every control, in the order they are listed (plugins: the entry-point group ``vheads.controls``)
+CONTROL_REGISTRY: Registry[Control] = Registry("control", group="vheads.controls")
+#: name -> its entry (the registry's live view)
+CONTROLS: dict[str, Control] = CONTROL_REGISTRY.by_name
+
+
+def register_control(control: Control) -> Control:
+    """Register ``control`` under its name (a different entry under a taken name is refused)."""
+    return CONTROL_REGISTRY.register(control)
+
+
+for _control in (
+    Control("layer-matched", lambda S, rng, borrowed, **_: _layer_pattern_stream(S, rng), exchangeable=True),
+    Control("any-layer", lambda S, rng, borrowed, common=False, **_: _any_pattern_stream(S, rng), exchangeable=True),
+    Control("layer-matched-disjoint", lambda S, rng, borrowed, **_: _layer_matched_stream(S, rng, borrowed),
+            notes=lambda S, sets, **_: ("S-disjoint draws: descriptive, not exchangeable with S",)),
+    Control("any-layer-disjoint", lambda S, rng, borrowed, common=False, **_: _any_layer_stream(S, rng, common=common),
+            notes=lambda S, sets, **_: ("S-disjoint draws: descriptive, not exchangeable with S",)),
+    Control("attention-matched", _attention_matched, needs=("image_mass",), notes=_attention_matched_notes),
+    Control("sinks", random=False, needs=("sink_mass",), fixed=_sinks,
+            notes=lambda S, sets, **_: (f"the {len(S)} non-S heads with most sink mass",)),
+    Control("text-heavy", random=False, needs=("image_mass",), fixed=_text_heavy,
+            notes=lambda S, sets, **_: (f"the {len(S)} non-S heads with least image mass",)),
+    Control("whole-layers", lambda S, rng, borrowed, **_: _whole_layer_stream(S, rng), notes=_whole_layer_notes),
+    Control("random-n", lambda S, rng, borrowed, **inputs: _random_n_stream(S, rng, n=inputs.get("n")), exchangeable=True),
+):
+    register_control(_control)
+#: other names of a control
 ALIASES = {"layer+attention-matched": "attention-matched"}
 
 #: controls every head-set of one size draws from one common sequence (``common=True`` of
@@ -243,13 +253,8 @@ def is_exchangeable(name: str, S: HeadSet | None = None, n: int | None = None) -
 
 
 def get_control(name: str) -> Control:
-    """The registry entry for ``name`` (or an alias); ``ValueError`` naming the choices otherwise."""
-    key = ALIASES.get(name, name)
-    if key not in CONTROLS:
-        from vheads._registry import did_you_mean
-
-        raise ValueError(f"unknown control {name!r}{did_you_mean(name, [*CONTROLS, *ALIASES])}; known controls: {', '.join(CONTROLS)}")
-    return CONTROLS[key]
+    """The registry entry for ``name`` (or an alias); :class:`vheads.VheadsError` (a ``ValueError``) naming the closest and every name otherwise."""
+    return CONTROL_REGISTRY.get(ALIASES.get(name, name))  # "unknown control 'x' (did you mean ...); choose from ..."
 
 
 def _independent(name: str, S: HeadSet, R: int, seed: int, **inputs) -> ControlDraws:

@@ -12,7 +12,7 @@ from vheads.models import gemma3 as _gemma3  # noqa: F401
 from vheads.models import gemma4 as _gemma4  # noqa: F401
 from vheads.models import glm4v as _glm4v  # noqa: F401
 from vheads._layers import check_attention_layers
-from vheads.models._adapter import (ADAPTERS, Adapter, adapter_for, check_prompt_setup, describe_adapters,
+from vheads.models._adapter import (ADAPTER_REGISTRY, ADAPTERS, Adapter, ModelFamily, adapter_for, check_prompt_setup, describe_adapters,
                                     format_options, prompt_examples, read_chat_template, register_adapter, render_chat)
 from vheads.models._layout import ImageBlock, Prompt, RegionTokens, TokenLayout
 from vheads.models._loading import check_device, check_load_options, check_model_folder, check_processor_files, DEVICE_MAP_STRATEGIES, QUANTIZATIONS, TINY_WEIGHTS, LoadedModel, ProcessorBundle, load_model, load_processor, preflight_prompts, resolve_model_path, tiny_model_path, weights_fingerprint
@@ -25,8 +25,10 @@ __all__ = [
     "check_processor_files",
     "DEVICE_MAP_STRATEGIES",
     "QUANTIZATIONS",
+    "ADAPTER_REGISTRY",
     "ADAPTERS",
     "Adapter",
+    "ModelFamily",
     "ImageBlock",
     "LoadedModel",
     "ProcessorBundle",

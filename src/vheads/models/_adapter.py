@@ -16,22 +16,46 @@ every span (image block, question, options, query span, answer) is then found by
 offsets in the rendered text. The adapter's hand-written pieces (``user_prefix``,
 ``image_prefix``, ``image_suffix``, ``assistant_prefix``) are used only for a checkpoint
 that ships no template.
+
+**Families are registered** (:data:`ADAPTER_REGISTRY`, a :class:`vheads._registry.Registry`
+keyed by a config's ``model_type``): :func:`register_adapter` on an adapter class makes it
+the adapter of each of its ``model_types``. Other packages add families through the
+entry-point group ``vheads.adapters`` (a module that registers its adapter when imported).
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 
 from vheads._errors import MissingFileError, VheadsError
+from vheads._registry import Registry
 from vheads.data import OPTION_LETTERS, Item
 from vheads.models._layout import ImageBlock, Prompt, TokenLayout, char_span_to_positions
 
-ADAPTERS: dict[str, type["Adapter"]] = {}
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """A registered model type (a config's ``model_type``) and its adapter class; calling
+    the entry makes the adapter."""
+
+    name: str
+    adapter: type["Adapter"]
+
+    def __call__(self) -> "Adapter":
+        return self.adapter()
+
+
+#: every model type, in registration order (plugins: the entry-point group ``vheads.adapters``)
+ADAPTER_REGISTRY: Registry[ModelFamily] = Registry("model type", group="vheads.adapters")
+#: model type -> its entry (the registry's live view; ``ADAPTERS[model_type]()`` is its adapter)
+ADAPTERS: dict[str, ModelFamily] = ADAPTER_REGISTRY.by_name
 
 #: ``layer_types`` entries of a text config whose layers are softmax attention (they have
 #: heads and attention maps); any other entry (``linear_attention``: Gated DeltaNet, …) has none
@@ -41,19 +65,22 @@ TESTED_TRANSFORMERS = ("5.24.0",)
 
 
 def register_adapter(cls: type["Adapter"]) -> type["Adapter"]:
-    """Class decorator: make ``cls`` the adapter for each of its ``model_types``."""
+    """Class decorator: make ``cls`` the adapter for each of its ``model_types`` (a model type
+    another class has is refused)."""
     for mt in cls.model_types:
-        ADAPTERS[mt] = cls
+        ADAPTER_REGISTRY.register(ModelFamily(mt, cls))
     return cls
 
 
 def adapter_for(model_type: str) -> "Adapter":
-    if model_type not in ADAPTERS:
-        raise ValueError(
+    """The adapter of ``model_type``; a model type none is registered for (read from a
+    checkpoint's config, never typed) is refused naming every supported one."""
+    if model_type not in ADAPTER_REGISTRY:
+        raise VheadsError(
             f"model type {model_type!r} is not a supported VLM family; supported: "
-            f"{', '.join(sorted(ADAPTERS))} (see `vheads models`)"
+            f"{', '.join(sorted(ADAPTER_REGISTRY.names()))} (see `vheads models`)"
         )
-    return ADAPTERS[model_type]()
+    return ADAPTER_REGISTRY.get(model_type)()
 
 
 def describe_adapters() -> list[dict[str, Any]]:
@@ -62,7 +89,7 @@ def describe_adapters() -> list[dict[str, Any]]:
     ``vheads models`` prints the copy of this list shipped as ``vheads/models/adapters.json``
     (read without importing torch); ``tests/test_cli_startup.py`` checks the copy is current.
     """
-    return [cls().describe() for cls in dict.fromkeys(ADAPTERS.values())]
+    return [cls().describe() for cls in dict.fromkeys(f.adapter for f in ADAPTER_REGISTRY.entries())]
 
 
 def format_options(options: tuple[str, ...]) -> str:

@@ -15,7 +15,7 @@ import torch
 
 from vheads._errors import VheadsError
 from vheads._io import read_json
-from vheads.models._adapter import ADAPTERS, Adapter, adapter_for, check_prompt_setup, read_chat_template
+from vheads.models._adapter import ADAPTER_REGISTRY, Adapter, adapter_for, check_prompt_setup, read_chat_template
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 #: weight quantizations bitsandbytes runs (CUDA only): the name vheads takes -> BitsAndBytesConfig flag
@@ -449,7 +449,7 @@ def _model_config(model: str, revision: str | None, remote: dict, weights: bool 
     if getattr(config, "vision_config", None) is None:
         raise ValueError(
             f"{model!r} (model type {config.model_type!r}) has no vision config: it is not a vision-language model; "
-            f"supported VLM families: {', '.join(sorted(ADAPTERS))} (see `vheads models`)"
+            f"supported VLM families: {', '.join(sorted(ADAPTER_REGISTRY.names()))} (see `vheads models`)"
         )
     if os.path.isdir(path):
         check_processor_files(path)  # a VLM folder: its image processor and tokenizer, before anything loads

@@ -1,4 +1,5 @@
-"""The report's sections as registered parts.
+"""The report's sections as registered parts (a :class:`vheads._registry.Registry`,
+entry-point group ``vheads.sections``).
 
 Each section of a study's report is one module of :mod:`vheads.report.sections` that
 registers itself with the :func:`section` decorator: its anchor (``id``), title, the
@@ -10,7 +11,10 @@ the run's :class:`vheads.report.RunData` and returns the section's blocks (``Tab
 dropped); a section that returns no block is left out of the report.
 
 :func:`registered_sections` imports every module of the ``sections`` package (so adding a
-section is adding one file there, nothing else) and returns the sections in page order.
+section is adding one file there, nothing else) and the plugin modules of the entry-point
+group ``vheads.sections`` (once; one that fails to import is left out with a warning naming
+it) and returns the sections in page order. An ``id`` registered again with a different
+section is refused (:class:`vheads.VheadsError`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from typing import Callable
 
+from vheads._registry import Registry
 from vheads.report._doc import Figure
 
 SECTION_PACKAGE = "vheads.report.sections"
@@ -39,6 +44,11 @@ class SectionSpec:
     tables: tuple[str, ...] = ()
     figures: tuple[str, ...] = ()
 
+    @property
+    def name(self) -> str:
+        """The registry's key: the section's anchor ``id``."""
+        return self.id
+
     def shows_table(self, title: str) -> bool:
         return any(fnmatch(title, pat) for pat in self.tables)
 
@@ -46,40 +56,21 @@ class SectionSpec:
         return any(fnmatch(name, pat) for pat in self.figures)
 
 
-#: section id -> its spec, filled as the section modules are imported
-SECTIONS: dict[str, SectionSpec] = {}
-
-
-def section(id: str, title: str, how_to_read: str, order: float, needs: tuple[str, ...] = (),
-            tables: tuple[str, ...] = (), figures: tuple[str, ...] = ()):
-    """Register the decorated ``build(run) -> list of blocks`` as the report section ``id``."""
-
-    def register(build: Callable) -> Callable:
-        if id in SECTIONS and SECTIONS[id].build.__qualname__ != build.__qualname__:
-            raise ValueError(f"report section {id!r} is registered twice")
-        SECTIONS[id] = SectionSpec(id, title, how_to_read, order, build, tuple(needs), tuple(tables), tuple(figures))
-        return build
-
-    return register
-
-
 #: the entry-point group of report sections other packages add (``[project.entry-points."vheads.sections"]``
 #: ``mine = "my_package.my_section"``: the module registers its section with :func:`section` when imported)
 ENTRY_POINT_GROUP = "vheads.sections"
 
+#: every report section, by id (plugins: :data:`ENTRY_POINT_GROUP`)
+SECTION_REGISTRY: Registry[SectionSpec] = Registry("report section", group=ENTRY_POINT_GROUP)
+#: section id -> its spec, filled as the section modules are imported (the registry's live view)
+SECTIONS: dict[str, SectionSpec] = SECTION_REGISTRY.by_name
 
-def _plugin_sections() -> None:
-    """Import every module of the :data:`ENTRY_POINT_GROUP` entry points; one that fails is
-    left out with a warning naming it (the report is still built)."""
-    import warnings
-    from importlib.metadata import entry_points
 
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            importlib.import_module(ep.value.partition(":")[0])
-        except Exception as e:  # a plugin's own error: never the whole report's
-            warnings.warn(f"report section plugin {ep.name!r} ({ep.value}) failed to import and is left out: "
-                          f"{type(e).__name__}: {e}", stacklevel=2)
+def section(id: str, title: str, how_to_read: str, order: float, needs: tuple[str, ...] = (),
+            tables: tuple[str, ...] = (), figures: tuple[str, ...] = ()):
+    """Decorator: register ``build(run) -> list of blocks`` as the report section ``id``."""
+    return SECTION_REGISTRY.decorator(lambda build: SectionSpec(id, title, how_to_read, order, build, tuple(needs),
+                                                                tuple(tables), tuple(figures)))
 
 
 def registered_sections() -> list[SectionSpec]:
@@ -88,8 +79,7 @@ def registered_sections() -> list[SectionSpec]:
     pkg = importlib.import_module(SECTION_PACKAGE)
     for info in pkgutil.iter_modules(pkg.__path__):
         importlib.import_module(f"{SECTION_PACKAGE}.{info.name}")
-    _plugin_sections()
-    return sorted(SECTIONS.values(), key=lambda s: (s.order, s.id))
+    return sorted(SECTION_REGISTRY.entries(), key=lambda s: (s.order, s.id))
 
 
 def figure_patterns() -> list[str]:

@@ -45,7 +45,7 @@ NUMBER_KEYS = {"k": "an integer", "sink_layer": "an integer", "sink_factor": "a 
 def named_points(cfg) -> list[tuple[str, Any]]:
     """``(name, ScorePoint)`` of every ``scores`` entry as the study runs it (presets at the
     study's k); :class:`VheadsError` naming ``scores[i]`` on bad input."""
-    from vheads.discovery import SCORES, ScorePoint, check_score_name, parse_named_score
+    from vheads.discovery import SCORE_REGISTRY, ScorePoint, check_score_name, parse_named_score
 
     if not isinstance(cfg.scores, list):
         raise VheadsError(f"config key 'scores': expected a list of presets or points, got {cfg.scores!r:.80}")
@@ -69,7 +69,7 @@ def named_points(cfg) -> list[tuple[str, Any]]:
                 raise VheadsError(f"{where}: {err}") from None
         else:
             name, point = parse_named_score(e, where)
-            if e.strip() in SCORES:  # a preset: the study's size, for comparisons at equal k
+            if e.strip() in SCORE_REGISTRY:  # a preset: the study's size, for comparisons at equal k
                 point = replace(point, k=cfg.k or None)
         if point.k is None and cfg.k:
             point = replace(point, k=cfg.k)
