@@ -3,11 +3,9 @@
 At the tiny model's shapes (16 query heads on 4 KV heads, head_dim 8, 28 tokens, batches of
 512 rows) the engine's plain path used to be transformers' sdpa function: KV heads copied per
 query head, then sdpa's CPU flash kernel (``is_causal`` when no padding, a boolean mask
-otherwise). It is now two batched matmuls and a softmax in chunks of batch rows, a causal
-square in two blocks (the first half's rows over the first half's keys). Printed: each path's
-median time over interleaved repeats and the ratio sdpa / short, measured in the same run,
-with the largest difference of their outputs; the column ``whole/short`` is the same path in
-one block (before the split) over the two-block path; past ``MAX_KEYS`` keys the engine
+otherwise). It is now two batched matmuls and a softmax in chunks of batch rows. Printed:
+each path's median time over interleaved repeats and the ratio sdpa / short, measured in the
+same run, with the largest difference of their outputs; past ``MAX_KEYS`` keys the engine
 keeps sdpa, and the last rows show why.
 
     python benchmarks/bench_engine_attention.py [--quick]
@@ -40,7 +38,7 @@ def main(argv=None) -> int:
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from vheads.engine._short_attention import MAX_KEYS, _short_attention, short_attention
+    from vheads.engine._short_attention import MAX_KEYS, short_attention
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats, smaller batches")
@@ -53,7 +51,7 @@ def main(argv=None) -> int:
 
     g = torch.Generator().manual_seed(0)
     print(f"B = {B} rows, {H} query heads on {Hkv} KV heads, head_dim {D}; medians of {repeats} repeats")
-    print(f"{'T':>4} {'mask':>8} {'sdpa ms':>9} {'short ms':>9} {'sdpa/short':>11} {'whole ms':>9} {'whole/short':>12} {'max |d|':>9}")
+    print(f"{'T':>4} {'mask':>8} {'sdpa ms':>9} {'short ms':>9} {'sdpa/short':>11} {'max |d|':>9}")
     for T in (28, 40, MAX_KEYS, 2 * MAX_KEYS):
         q = torch.randn(B, H, T, D, generator=g)
         k = torch.randn(B, Hkv, T, D, generator=g)
@@ -64,10 +62,9 @@ def main(argv=None) -> int:
         for name, mask in (("causal", None), ("padding", padded)):
             sdpa = lambda: sdpa_attention_forward(Layer(), q, k, v, mask, scaling=D ** -0.5)[0]  # noqa: E731
             short = lambda: short_attention(q, k, v, mask, D ** -0.5, causal=True)  # noqa: E731
-            whole = lambda: _short_attention(q, k, v, mask, D ** -0.5, causal=True)  # noqa: E731
             diff = float((sdpa().transpose(1, 2) - short()).abs().max())
-            a, b, c = _median_ms(sdpa, repeats), _median_ms(short, repeats), _median_ms(whole, repeats)
-            print(f"{T:>4} {name:>8} {a:>9.2f} {b:>9.2f} {a / b:>10.2f}× {c:>9.2f} {c / b:>11.2f}× {diff:>9.1e}"
+            a, b = _median_ms(sdpa, repeats), _median_ms(short, repeats)
+            print(f"{T:>4} {name:>8} {a:>9.2f} {b:>9.2f} {a / b:>10.2f}× {diff:>9.1e}"
                   + ("" if T <= MAX_KEYS else "   (past MAX_KEYS: the engine keeps sdpa)"))
     return 0
 

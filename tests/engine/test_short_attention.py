@@ -42,30 +42,6 @@ def test_short_attention_without_a_mask_is_causal_or_sees_every_key():
         short_attention(q[:, :, :4], k, v, None, 0.3, causal=True)
 
 
-def test_a_causal_square_runs_as_two_blocks_and_a_mask_that_is_not_runs_whole(monkeypatch):
-    calls = []
-    whole = _short_attention._short_attention
-    monkeypatch.setattr(_short_attention, "_short_attention", lambda q, *a: calls.append(q.shape[2]) or whole(q, *a))
-    q, k, v = _qkv(3, 8, 2, 20, 20, 8, seed=5)
-    tril = torch.ones(20, 20, dtype=torch.bool).tril()
-    assert torch.allclose(short_attention(q, k, v, None, 0.4, causal=True).double(), _expected(q, k, v, tril, 0.4), atol=1e-6)
-    assert calls == [10, 10]  # the first half's rows, then the second's
-    calls.clear()
-    padded = (tril[None] & torch.tensor([[True] * 20, [False] * 3 + [True] * 17, [True] * 20])[:, None, :])[:, None]
-    _short_attention.note_causal_halves(padded)  # a causal mask with left padding, as built
-    assert torch.allclose(short_attention(q, k, v, padded, 0.4, causal=True).double(), _expected(q, k, v, padded, 0.4), atol=1e-6)
-    assert calls == [10, 10]
-    calls.clear()
-    block = tril.clone()
-    block[4:14, 4:14] = True  # a bidirectional image block across the half: the first rows see later keys
-    keep = block[None, None]
-    _short_attention.note_causal_halves(keep)
-    assert torch.allclose(short_attention(q, k, v, keep, 0.4, causal=True).double(), _expected(q, k, v, keep, 0.4), atol=1e-6)
-    unseen = tril[None, None].clone()  # a mask not noted when built runs whole
-    assert torch.allclose(short_attention(q, k, v, unseen, 0.4, causal=True).double(), _expected(q, k, v, unseen, 0.4), atol=1e-6)
-    assert calls == [20, 20]
-
-
 def test_short_attention_reads_a_mask_shared_by_every_batch_row_and_suffix_rows():
     q, k, v = _qkv(4, 8, 4, 3, 10, 8, seed=2)  # 3 query rows over 10 keys (a prefix before them)
     keep = torch.ones(1, 1, 3, 10, dtype=torch.bool)

@@ -49,7 +49,7 @@ from vheads.engine._prefix import SharedPrefixLayer, owner
 from vheads.engine._prefix import note_mask as note_prefix_mask
 from vheads.engine._short_attention import applies as short_attention_applies
 from vheads.engine._short_attention import MAX_KEYS as SHORT_KEYS
-from vheads.engine._short_attention import keep_causal_halves, note_causal_halves, short_attention, short_pairs
+from vheads.engine._short_attention import short_attention, short_pairs
 from vheads.engine._schedule import _F32, CHUNK_BYTES, ROW_CHUNK, Chunk, LayerWork, Schedule, on_device, pair_chunks  # noqa: F401 - re-exported
 
 NAME = "vheads"
@@ -135,7 +135,6 @@ def note_mask(attention_mask: torch.Tensor) -> torch.Tensor | None:
 def note_rows_of(sub: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor) -> None:
     """``sub`` is ``mask`` cut to batch rows ``keep`` (layer sharing): it is causal ∧
     key-visible where ``mask`` is, row by row (no new check)."""
-    keep_causal_halves(sub, mask)
     hit = _STATE.masks.get(id(mask))
     if hit is None or hit[0] is not mask or sub is mask:
         return
@@ -161,7 +160,6 @@ def _mask_function(*args, **kwargs):
     mask = sdpa_mask(*args, **kwargs)
     if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.dim() == 4:
         plan = _STATE.plan
-        note_causal_halves(mask)  # for the short CPU path's two blocks (vheads.engine._short_attention)
         if mask.shape[-1] != mask.shape[-2]:
             note_prefix_mask(mask)
         elif plan is not None and plan.interventions and not plan.captures and _may_fold():

@@ -16,10 +16,6 @@ import torch
 
 #: the most keys a row may have for this path (above it sdpa's flash kernel is faster)
 MAX_KEYS = 48
-#: the fewest query rows a causal square is split at (:func:`short_attention`); shorter ones run whole
-SPLIT_ROWS = 16
-#: the attribute :func:`note_causal_halves` sets on a mask tensor
-HALVES = "_vheads_causal_halves"
 #: logits per chunk of batch rows: about 2 MB of fp32, in a core's cache
 CHUNK_LOGITS = 1 << 19
 _HIDDEN = -1e30  # a hidden key's additive bias: finite, so a row with every key hidden stays finite (then zeroed)
@@ -43,43 +39,7 @@ def short_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     scaling: float, causal: bool) -> torch.Tensor:
     """query ``[B, H, Tq, D]``, key/value ``[B, Hkv, Tk, D]`` (query head h reads KV head
     ``h // (H / Hkv)``); ``attention_mask`` boolean (True: attend) or None, then ``causal``
-    (only with Tq == Tk: query row i sees keys ≤ i) or every key. Returns ``[B, H, Tq, D]``.
-
-    A causal square runs as two blocks: the first half's rows over the first half's keys, the
-    second half's over every key, so the logits never hold the hidden upper-right quarter (3/4
-    of the exps and products; ``benchmarks/bench_engine_attention.py``). Causal square: no mask
-    and ``causal``, or a mask :func:`note_causal_halves` found so when it was built (no host read
-    here, in the layers)."""
-    T = query.shape[2]
-    if T == key.shape[2] and T >= SPLIT_ROWS and (getattr(attention_mask, HALVES, False) if attention_mask is not None else causal):
-        h = T // 2
-        mask = torch.ones(1, 1, T, T, dtype=torch.bool, device=query.device).tril() if attention_mask is None else attention_mask
-        out = torch.empty_like(query, memory_format=torch.contiguous_format)
-        out[:, :, :h] = _short_attention(query[:, :, :h], key[:, :, :h], value[:, :, :h], mask[:, :, :h, :h], scaling, False)
-        out[:, :, h:] = _short_attention(query[:, :, h:], key, value, mask[:, :, h:], scaling, False)
-        return out
-    return _short_attention(query, key, value, attention_mask, scaling, causal)
-
-
-def note_causal_halves(mask: torch.Tensor) -> None:
-    """Mark a boolean ``[B|1, 1, T, T]`` mask on a CPU whose first ``T // 2`` rows see no key of
-    the second half (causal, with padding or not; not an image block attended both ways across
-    the half) for :func:`short_attention`'s two blocks. Called once when the mask is built
-    (:func:`vheads.engine._attention._mask_function`), before the layers run."""
-    T = mask.shape[-1]
-    if mask.device.type == "cpu" and mask.dtype == torch.bool and mask.dim() == 4 and mask.shape[-2] == T >= SPLIT_ROWS:
-        setattr(mask, HALVES, not bool(mask[:, :, : T // 2, T // 2:].any()))
-
-
-def keep_causal_halves(sub: torch.Tensor, mask: torch.Tensor) -> None:
-    """``sub`` holds some batch rows of ``mask``: it is a causal square where ``mask`` is."""
-    if getattr(mask, HALVES, False):
-        setattr(sub, HALVES, True)
-
-
-def _short_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None,
-                     scaling: float, causal: bool) -> torch.Tensor:
-    """:func:`short_attention` in one block."""
+    (only with Tq == Tk: query row i sees keys ≤ i) or every key. Returns ``[B, H, Tq, D]``."""
     B, H, T, D = query.shape
     Hkv, Tk = key.shape[1], key.shape[2]
     g = H // Hkv
