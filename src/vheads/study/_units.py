@@ -9,6 +9,7 @@ computer: generation is deterministic, so nothing large travels.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -33,6 +34,20 @@ def replica_threads(cfg: dict[str, Any], workers: int) -> int:
     if cfg["run"].get("torch_threads"):
         return int(cfg["run"]["torch_threads"])
     return 1 if tiny_on_cpu(cfg) else max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Torch on ``n`` threads inside the block, the caller's count back after it (the study may
+    run in a user's own process)."""
+    import torch
+
+    outer = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(outer)
 
 
 class UnitComputer:
@@ -60,14 +75,10 @@ class UnitComputer:
             from vheads.models import load_model
 
             cfg = self.cfg
-            outer = torch.get_num_threads()
-            torch.set_num_threads(self.threads)  # the replica's threads load it too (see compute)
-            try:
+            with torch_threads(self.threads):  # the replica's threads load it too (see compute)
                 lm = load_model(cfg.model, cfg.revision or None, cfg.dtype, cfg.device, device_map=cfg.device_map or None,
                                 quantization=cfg.quantization or None, trust_remote_code=cfg.trust_remote_code,
                                 system_prompt=cfg.system_prompt or None, chat_template=cfg.chat_template or None)
-            finally:
-                torch.set_num_threads(outer)
             run = self.cfg.run
             self._engine = Engine(lm, Batching(cross_item=run.cross_item, max_rows=run.batch_size, token_budget=run.token_budget))
             # every setting's tests run the same items, and their controls share many head-sets
@@ -85,18 +96,9 @@ class UnitComputer:
         # on every device (a GPU replica still runs its image processing and host-side work on
         # the CPU); the same thread count on every backend gives the same float reductions on
         # CPU (per-item results then differ only where a replica's probe memo served a row from
-        # another batch: ≤ 1e-5). A Ray replica gets its cores here. The caller's count is back
-        # after the unit (the study may run in a user's own process).
-        import torch
-
-        outer = torch.get_num_threads()
-        if outer != self.threads:
-            torch.set_num_threads(self.threads)
-        try:
+        # another batch: ≤ 1e-5). A Ray replica gets its cores here.
+        with torch_threads(self.threads):
             rows = fn(self, unit)
-        finally:
-            if outer != self.threads:
-                torch.set_num_threads(outer)
         return {"unit_id": unit["unit_id"], "kind": unit["kind"], "rows": rows, "seconds": time.time() - t0,
                 "forward_rows": {k: ROWS_RUN[k] - before[k] for k in ROWS_RUN}}
 
