@@ -11,10 +11,10 @@ def test_the_shared_vision_pass_keeps_accelerates_forward_hook(loaded):
     from accelerate.hooks import AlignDevicesHook, add_hook_to_module, remove_hook_from_module
 
     from tests.evaluation.test_cross_item import _items
-    from vheads.engine import Engine, RowBatch
+    from vheads.engine import Batching, Engine, RowBatch
 
     lm = loaded["qwen2_5_vl"]
-    eng = Engine(lm)
+    eng = Engine(lm, Batching(vision_cache=False))  # every forward runs the tower (kept outputs would skip the hook)
     prompts = [lm.adapter.build(it, lm.processor) for it in _items()[:2]]
     batch = RowBatch(prompts, [2, 2], [0, 0])  # two rows an item: the vision tower runs once per image
     want = eng.run(batch, None, logits_at=[batch.length - 1]).logits

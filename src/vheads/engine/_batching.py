@@ -31,7 +31,10 @@ class Batching:
     the attention needs no padding mask; requests are ordered by shape first. ``None`` (the
     default) decides by the device's capability (:func:`vheads._device.padding_costs_more`:
     on where fused attention kernels cannot take a mask, i.e. CUDA; off on a CPU, where
-    packing saves forwards); ``VHEADS_ONE_LENGTH=1`` / ``0`` forces it.
+    packing saves forwards); ``VHEADS_ONE_LENGTH=1`` / ``0`` forces it. ``vision_cache``: the
+vision tower's output for a forward's images is kept and reused by later forwards of the
+same images (:mod:`vheads.engine._vision_cache`; ``VHEADS_VISION_CACHE=0`` sets the default
+to off).
     """
 
     cross_item: bool = field(default_factory=lambda: os.environ.get("VHEADS_CROSS_ITEM", "1") != "0")
@@ -40,6 +43,7 @@ class Batching:
     share_layers: bool = field(default_factory=lambda: os.environ.get("VHEADS_SHARE_LAYERS", "1") != "0")
     last_layer_rows: bool = field(default_factory=lambda: os.environ.get("VHEADS_LAST_LAYER_ROWS", "1") != "0")
     one_length: bool | None = field(default_factory=lambda: {"1": True, "0": False}.get(os.environ.get("VHEADS_ONE_LENGTH", "")))
+    vision_cache: bool = field(default_factory=lambda: os.environ.get("VHEADS_VISION_CACHE", "1") != "0")
 
 
 

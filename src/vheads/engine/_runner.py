@@ -40,6 +40,7 @@ from vheads.engine._oom import RowLimit, split_on_oom
 from vheads.engine._plan import Capture, Intervention, ProbePlan
 from vheads.engine._prefix import SharedPrefixLayer, suffix_pass
 from vheads.engine._prefix import share_layers as share_prefix
+from vheads.engine._vision_cache import VisionCache, join, pixel_key, segments
 from vheads.models import LoadedModel, Prompt
 
 
@@ -120,6 +121,8 @@ class Engine:
 
             self.batching = dataclasses.replace(self.batching, one_length=padding_costs_more(str(lm.device)))
         install(lm.model)
+        #: the vision tower's outputs by images, reused across forwards (:mod:`._vision_cache`)
+        self.vision_cache = VisionCache() if self.batching.vision_cache else None
         #: the most rows per forward that fit, learnt from out-of-memory splits (:func:`split_on_oom`)
         self.memory = RowLimit()
         free = device_free_memory(lm.device)
@@ -181,22 +184,40 @@ class Engine:
         return inputs
 
     @contextlib.contextmanager
-    def _shared_vision(self, batch: RowBatch):
+    def _shared_vision(self, batch: RowBatch, counts: list[int] | None = None):
         """Run the vision tower once over the batch's distinct images and repeat its output
-        (every tensor of it, along dim 0) for each item's rows: copies of one image encode
-        alike. A family whose tower packs a batch differently has no ``vision_module``
-        (None): the tower then runs on every row's copy."""
-        module = None if all(n == 1 for n in batch.counts) else self.lm.adapter.vision_module(self.lm.model)
+        (every tensor of it, along dim 0) for each item's rows (``counts``, default the
+        batch's; all 1 in the prefix pass): copies of one image encode alike. The output is
+        kept (:mod:`._vision_cache`) and a later forward of the same images reads it instead
+        of running the tower. A family whose tower packs a batch differently has no
+        ``vision_module`` (None): the tower then runs on every row's copy."""
+        counts = batch.counts if counts is None else counts
+        cache = self.vision_cache if not torch.is_grad_enabled() else None
+        if all(n == 1 for n in counts) and cache is None:
+            module = None
+        else:
+            try:
+                module = self.lm.adapter.vision_module(self.lm.model)
+            except NotImplementedError:
+                if not all(n == 1 for n in counts):
+                    raise
+                module = None
         if module is None:
             yield
             return
         original = module.forward
         own = module.__dict__.get("forward")  # an instance forward already there (accelerate's device hooks): put back after
         weights = [len(p.layout.image_positions) for p in batch.prompts]
+        keys = None if cache is None else [pixel_key(p, self.lm.adapter.pixel_keys) for p in batch.prompts]
 
         def once(*args, **kwargs):
-            a, k = self.lm.adapter.items_vision_call(args, kwargs, batch.counts)
-            return _repeat_items(original(*a, **k), weights, batch.counts)
+            segs = None if keys is None else cache.get_all(keys)
+            if segs is None:
+                a, k = self.lm.adapter.items_vision_call(args, kwargs, counts)
+                segs = segments(original(*a, **k), weights)
+                for key, seg in zip(keys or (), segs):
+                    cache.put(key, seg)
+            return join(segs, counts)
 
         module.forward = once
         try:
@@ -277,7 +298,7 @@ class Engine:
             raise ValueError("hidden-state norms are recorded on full forwards only (a prefix pass runs without the plan)")
         if P > 0:
             # the prefix pass only fills the cache: of its last layer's rows, the one row its logits read
-            with active_plan(None), self._read_rows(torch.tensor([P - 1]), P, None):
+            with active_plan(None), self._read_rows(torch.tensor([P - 1]), P, None), self._shared_vision(batch, [1] * len(batch.prompts)):
                 cache = _prefix_cache(model)
                 model(**self._inputs(batch, "prefix"), cache=cache, use_cache=True, logits_to_keep=1)
             share_prefix(cache, batch.counts, batch.splits, model.config)
@@ -400,32 +421,6 @@ def _keep(logits_at: list[int] | None, start: int, end: int):
         if not start <= i < end:
             raise ValueError(f"logits requested at position {i}, outside the computed positions {start}..{end - 1}")
     return torch.tensor([i - start for i in logits_at])
-
-
-def _repeat_items(out, weights: list[int], counts: list[int]):
-    """The vision tower's output for U distinct images, repeated for the batch rows.
-
-    Every tensor in ``out`` (a tensor, tuple, list, dict or ModelOutput) is cut along dim 0
-    into U segments in proportion to ``weights`` (the images' token counts: Qwen-VL's
-    outputs are flat over tokens or patches, LLaVA's have one entry per image), and
-    segment u is repeated ``counts[u]`` times."""
-    if isinstance(out, torch.Tensor):
-        if out.dim() == 0:
-            return out
-        if len(counts) == 1:
-            return out.repeat(counts[0], *([1] * (out.dim() - 1)))
-        n, total = out.shape[0], sum(weights)
-        if any(n * w % total for w in weights):
-            raise ValueError(f"vision output of {n} rows cannot be split over images of {weights} tokens")
-        segs = out.split([n * w // total for w in weights])
-        return torch.cat([s.repeat(c, *([1] * (out.dim() - 1))) for s, c in zip(segs, counts)])
-    if isinstance(out, (list, tuple)) and not hasattr(out, "keys"):
-        return type(out)(_repeat_items(x, weights, counts) for x in out)
-    if dataclasses.is_dataclass(out) and hasattr(out, "keys"):  # transformers ModelOutput
-        return type(out)(**{k: _repeat_items(v, weights, counts) for k, v in out.items()})
-    if isinstance(out, dict):
-        return {k: _repeat_items(v, weights, counts) for k, v in out.items()}
-    return out
 
 
 def _prefix_cache(model) -> DynamicCache:

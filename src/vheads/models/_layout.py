@@ -131,6 +131,8 @@ class Prompt:
     #: plain 1-D positions); a prompt is run many times, one head-set batch after another
     position_ids: torch.Tensor | None = field(default=None, repr=False)
     _positions_known: bool = field(default=False, repr=False)
+    #: a digest of the pixel inputs, filled by the engine on first use (:mod:`vheads.engine._vision_cache`)
+    _pixel_key: bytes | None = field(default=None, repr=False, compare=False)
 
 
 def char_span_to_positions(offsets: list[tuple[int, int]], start: int, end: int) -> list[int]:
