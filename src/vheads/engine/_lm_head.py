@@ -10,7 +10,7 @@ applied by the model to fp32 logits). Differentiable: AtP reads its gradient thr
 
 Chosen by the weight's dtype, not the device: a head whose weight is fp32 (fp64) already
 gives fp32 logits and is left alone; a bf16 / fp16 head gets the fp32 product, on a CPU as
-on a GPU (tests/engine/test_fp32_head.py runs a bf16 model on a CPU).
+on a GPU (tests/engine/test_lm_head.py runs a bf16 model on a CPU).
 """
 
 from __future__ import annotations
