@@ -32,9 +32,9 @@ class Batching:
     default) decides by the device's capability (:func:`vheads._device.padding_costs_more`:
     on where fused attention kernels cannot take a mask, i.e. CUDA; off on a CPU, where
     packing saves forwards); ``VHEADS_ONE_LENGTH=1`` / ``0`` forces it. ``vision_cache``: the
-vision tower's output for a forward's images is kept and reused by later forwards of the
-same images (:mod:`vheads.engine._vision_cache`; ``VHEADS_VISION_CACHE=0`` sets the default
-to off).
+    vision tower's output for a forward's images is kept and reused by later forwards of the
+    same images (:mod:`vheads.engine._vision_cache`; ``VHEADS_VISION_CACHE=0`` sets the default
+    to off).
     """
 
     cross_item: bool = field(default_factory=lambda: os.environ.get("VHEADS_CROSS_ITEM", "1") != "0")

@@ -193,15 +193,14 @@ class Engine:
         ``vision_module`` (None): the tower then runs on every row's copy."""
         counts = batch.counts if counts is None else counts
         cache = self.vision_cache if not torch.is_grad_enabled() else None
-        if all(n == 1 for n in counts) and cache is None:
-            module = None
-        else:
+        single = all(n == 1 for n in counts)  # no copy to share: worth a wrapper only to keep the output
+        module = None
+        if not single or cache is not None:
             try:
                 module = self.lm.adapter.vision_module(self.lm.model)
             except NotImplementedError:
-                if not all(n == 1 for n in counts):
+                if not single:
                     raise
-                module = None
         if module is None:
             yield
             return

@@ -47,7 +47,8 @@ def segments(out, weights: list[int]) -> list:
     """The vision tower's output for U images cut into U outputs of the same structure:
     every tensor in ``out`` (a tensor, tuple, list, dict or ModelOutput) along dim 0, in
     proportion to ``weights`` (the images' token counts: Qwen-VL's outputs are flat over
-    tokens or patches, LLaVA's have one entry per image)."""
+    tokens or patches, LLaVA's have one entry per image). Each cut segment owns its storage,
+    so a kept segment holds its own bytes, not the whole call's output."""
     U = len(weights)
     if isinstance(out, torch.Tensor):
         if out.dim() == 0 or U == 1:
@@ -55,7 +56,7 @@ def segments(out, weights: list[int]) -> list:
         n, total = out.shape[0], sum(weights)
         if any(n * w % total for w in weights):
             raise ValueError(f"vision output of {n} rows cannot be split over images of {weights} tokens")
-        return list(out.split([n * w // total for w in weights]))
+        return [x.clone() for x in out.split([n * w // total for w in weights])]
     if isinstance(out, (list, tuple)) and not hasattr(out, "keys"):
         parts = [segments(x, weights) for x in out]
         return [type(out)(p[u] for p in parts) for u in range(U)]
@@ -126,7 +127,3 @@ class VisionCache:
             self.bytes -= n
         self.entries[key] = (out, size)
         self.bytes += size
-
-    def clear(self) -> None:
-        self.entries.clear()
-        self.bytes = 0
