@@ -31,6 +31,7 @@ from transformers.cache_utils import DynamicLayer
 
 from vheads.engine._ablate import HeadAblation, OutputRecord
 from vheads.engine._attention import active_plan, install
+from vheads.engine import _fast_ops as fast_ops
 from vheads.engine._batching import Batching, pack  # noqa: F401 - re-exported
 from vheads.engine._last_layer_rows import read_rows_only
 from vheads.engine._layers import decoder_layers, shared_layers
@@ -121,6 +122,7 @@ class Engine:
 
             self.batching = dataclasses.replace(self.batching, one_length=padding_costs_more(str(lm.device)))
         install(lm.model)
+        fast_ops.install(lm.model)  # the tiny model's norms and rotary in fewer passes, same bits (:mod:`._fast_ops`)
         #: the vision tower's outputs by images, reused across forwards (:mod:`._vision_cache`)
         self.vision_cache = VisionCache() if self.batching.vision_cache else None
         #: the most rows per forward that fit, learnt from out-of-memory splits (:func:`split_on_oom`)
