@@ -24,6 +24,7 @@ writes both as chains of elementwise ops, each a pass over the activations:
 from __future__ import annotations
 
 import os
+import sys
 import types
 
 import torch
@@ -78,8 +79,6 @@ def install(model) -> int:
     Idempotent; nothing when :func:`enabled` is false."""
     if not enabled():
         return 0
-    import sys
-
     n = 0
     for m in model.modules():
         cls = type(m)
